@@ -1,0 +1,141 @@
+"""Run N no-op tasks through build() with the in-process scheduler; print time and memory as JSON.
+
+Shapes: ``chain`` (each task needs the previous one), ``fanin`` (N leaves into one root),
+``layered`` (layers of 100 tasks, each needing 3 tasks of the layer below), ``dynamic`` (a root
+whose run() yields N leaves). Each measurement runs in a fresh subprocess so peak memory is the
+run's own. Example::
+
+    python benchmarks/bench_graph.py --shape chain fanin --n 5000 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+import conveyor
+
+_DONE: set[str] = set()
+
+
+class Noop(conveyor.Task):
+    """A task that is complete once it has run (kept in memory: no file I/O)."""
+
+    i = conveyor.IntParameter()
+    shape = conveyor.Parameter()
+    n = conveyor.IntParameter()
+
+    def complete(self) -> bool:
+        return self.task_id in _DONE
+
+    def run(self) -> None:
+        _DONE.add(self.task_id)
+
+
+class ChainLink(Noop):
+    """Needs the link before it."""
+
+    def requires(self) -> Any:
+        return ChainLink(i=self.i - 1, shape=self.shape, n=self.n) if self.i > 0 else []
+
+
+class FanInRoot(Noop):
+    """Needs n leaves."""
+
+    def requires(self) -> Any:
+        return [Noop(i=k, shape=self.shape, n=self.n) for k in range(self.n - 1)]
+
+
+LAYER = 100
+
+
+class LayerTask(Noop):
+    """Needs 3 tasks of the layer below."""
+
+    def requires(self) -> Any:
+        layer = self.i // LAYER
+        if layer == 0:
+            return []
+        base = (layer - 1) * LAYER
+        return [
+            LayerTask(i=base + (self.i + k) % LAYER, shape=self.shape, n=self.n) for k in range(3)
+        ]
+
+
+class LayeredRoot(Noop):
+    """Needs the whole top layer."""
+
+    def requires(self) -> Any:
+        top = (self.n // LAYER - 1) * LAYER
+        return [LayerTask(i=top + k, shape=self.shape, n=self.n) for k in range(LAYER)]
+
+
+class DynamicRoot(Noop):
+    """Yields n - 1 leaves from run()."""
+
+    def run(self) -> Any:
+        yield [Noop(i=k, shape=self.shape, n=self.n) for k in range(self.n - 1)]
+        _DONE.add(self.task_id)
+
+
+ROOTS = {
+    "chain": lambda n: ChainLink(i=n - 1, shape="chain", n=n),
+    "fanin": lambda n: FanInRoot(i=-1, shape="fanin", n=n),
+    "layered": lambda n: LayeredRoot(i=-1, shape="layered", n=n),
+    "dynamic": lambda n: DynamicRoot(i=-1, shape="dynamic", n=n),
+}
+
+
+def measure(shape: str, n: int, executor: str, workers: int) -> dict[str, Any]:
+    """Build one graph in this process and report wall time, per-task time and peak RSS."""
+    sys.setrecursionlimit(max(10_000, n * 4))
+    root = ROOTS[shape](n)
+    started = time.perf_counter()
+    result = conveyor.build(
+        root, config=conveyor.load_config(None), log_level="warning",
+        executor=executor, workers=workers,
+    )
+    wall = time.perf_counter() - started
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "shape": shape,
+        "n": n,
+        "tasks": len(result.states),
+        "executor": executor,
+        "workers": workers,
+        "ok": result.ok,
+        "wall_s": round(wall, 4),
+        "per_task_us": round(wall / max(1, len(result.states)) * 1e6, 2),
+        "peak_rss_mib": round(peak_kib / 1024, 1),
+    }
+
+
+def main() -> None:
+    """Parse arguments; run each (shape, n) in a fresh interpreter; print JSON lines."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", nargs="+", default=list(ROOTS), choices=list(ROOTS))
+    parser.add_argument("--n", nargs="+", type=int, default=[5000, 20000])
+    parser.add_argument("--executor", default="inline")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.shape[0], args.n[0], args.executor, args.workers)))
+        return
+    env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    for shape in args.shape:
+        for n in args.n:
+            cmd = [sys.executable, __file__, "--one", "--shape", shape, "--n", str(n),
+                   "--executor", args.executor, "--workers", str(args.workers)]
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+            print(out.stdout.strip(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

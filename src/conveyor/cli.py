@@ -1,0 +1,267 @@
+"""The ``conveyor`` command line: parse arguments, build settings, hand over (SPEC §6).
+
+User mistakes (bad flags, bad configuration, unknown backends, tasks that cannot be imported)
+end with one ``conveyor: error: ...`` line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from . import __version__
+from .backends import describe_installed
+from .config import Config, load_config, to_toml
+from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
+from .log import configure_logging
+from .progress import ProgressPlugin
+from .task import Task, load_task_class
+from .worker.loop import Worker
+
+__all__ = ["main"]
+
+USAGE_ERROR = 2
+
+# conveyor run's own options: flag → (dest, takes a value)
+_RUN_OPTIONS: dict[str, tuple[str, bool]] = {
+    "--module": ("module", True),
+    "--workers": ("workers", True),
+    "--executor": ("executor", True),
+    "--scheduler-url": ("scheduler_url", True),
+    "--local-scheduler": ("local_scheduler", False),
+    "--config": ("config", True),
+    "--log-format": ("log_format", True),
+    "--log-level": ("log_level", True),
+}
+
+
+class UsageError(ConveyorError):
+    """The command line is wrong."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        """Turn argparse's complaint into a UsageError."""
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(args)
+    except (UsageError, ConfigError, PluginError, TaskLoadError, ConveyorError) as exc:
+        print(f"conveyor: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print("conveyor: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: list[str]) -> int:
+    if not args or args[0] in ("-h", "--help"):
+        print(_HELP)
+        return 0 if args else USAGE_ERROR
+    if args[0] == "--version":
+        print(f"conveyor {__version__}")
+        return 0
+    command, rest = args[0], args[1:]
+    handlers = {"run": cmd_run, "plugins": cmd_plugins, "config": cmd_config}
+    if command in handlers:
+        return handlers[command](rest)
+    if command in ("scheduler", "worker", "tasks"):
+        raise UsageError(
+            f"'conveyor {command}' needs the central scheduler server, which is not part of "
+            "this release yet; use 'conveyor run' with the in-process scheduler"
+        )
+    raise UsageError(f"unknown command {command!r}; expected one of: run, plugins, config")
+
+
+_HELP = """usage: conveyor <command> [options]
+
+commands:
+  run TASK [--<param> VALUE ...]   run a task and everything it needs
+  plugins [--json]                 list installed backends and hook plugins
+  config [--config PATH]           validate and print the effective configuration
+  --version                        print the version
+
+'conveyor run --help' lists run's options."""
+
+
+# --- conveyor run ---------------------------------------------------------------------------
+
+
+def _run_parser(task_cls: type[Task] | None) -> _Parser:
+    """The parser for run's options; with a task class, its parameters take precedence."""
+    parser = _Parser(prog="conveyor run", add_help=task_cls is None)
+    taken: set[str] = set()
+    if task_cls is not None:
+        for name, param in task_cls.parameters():
+            flag = "--" + name.replace("_", "-")
+            taken.add(flag)
+            if param.is_flag:
+                parser.add_argument(flag, dest=f"param:{name}", action=argparse.BooleanOptionalAction)
+                taken.add("--no-" + name.replace("_", "-"))
+            else:
+                parser.add_argument(flag, dest=f"param:{name}", metavar=param.type_name.upper())
+    for flag, (dest, takes_value) in _RUN_OPTIONS.items():
+        if flag in taken:
+            continue
+        if takes_value:
+            parser.add_argument(flag, dest=dest)
+        else:
+            parser.add_argument(flag, dest=dest, action="store_true", default=None)
+    return parser
+
+
+def _split_at_task(args: list[str]) -> tuple[list[str], str, list[str]]:
+    """Find TASK: the first word that is neither an option nor an option's value."""
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if not word.startswith("-"):
+            return args[:index], word, args[index + 1 :]
+        flag = word.split("=", 1)[0]
+        if flag not in _RUN_OPTIONS and flag not in ("-h", "--help"):
+            raise UsageError(
+                f"conveyor run: unknown option {word!r} before TASK; task parameters go after "
+                "TASK, and run's own options are: " + ", ".join(_RUN_OPTIONS)
+            )
+        takes_value = flag in _RUN_OPTIONS and _RUN_OPTIONS[flag][1] and "=" not in word
+        index += 2 if takes_value else 1
+    raise UsageError("conveyor run: missing TASK (package.module.Family, or Family with --module)")
+
+
+def cmd_run(args: list[str]) -> int:
+    """``conveyor run``: build the task from flags and run it with a worker."""
+    if not args or args[0] in ("-h", "--help"):
+        _run_parser(None).print_help()
+        return 0
+    before, task_name, after = _split_at_task(args)
+    early = vars(_run_parser(None).parse_args(before))
+    module, family = _task_location(task_name, _module_from(early, after))
+    sys.path.insert(0, os.getcwd())
+    task_cls = load_task_class(module, family)
+    parser = _run_parser(task_cls)
+    late = vars(parser.parse_args(after))
+    options = {k: v for k, v in {**early, **late}.items() if not k.startswith("param:")}
+    params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
+    task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
+    config = _run_config(options)
+    configure_logging(config.logging)
+    return _run_task(task, config)
+
+
+def _module_from(early: dict[str, Any], after: list[str]) -> str | None:
+    """--module may come before or after TASK (a task parameter named module wins after)."""
+    if early.get("module"):
+        return str(early["module"])
+    for index, word in enumerate(after):
+        if word == "--module" and index + 1 < len(after):
+            return after[index + 1]
+        if word.startswith("--module="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _task_location(task_name: str, module: str | None) -> tuple[str, str]:
+    if module:
+        return module, task_name
+    mod, _, family = task_name.rpartition(".")
+    if not mod:
+        raise UsageError(
+            f"conveyor run: TASK {task_name!r} has no module; write package.module.{task_name} "
+            "or add --module package.module"
+        )
+    return mod, family
+
+
+def _flag_value(value: object) -> object:
+    return ("true" if value else "false") if isinstance(value, bool) else value
+
+
+def _run_config(options: dict[str, Any]) -> Config:
+    if options.get("scheduler_url") and options.get("local_scheduler"):
+        raise UsageError("conveyor run: --scheduler-url and --local-scheduler exclude each other")
+    workers = options.get("workers")
+    if workers is not None:
+        try:
+            workers = int(workers)
+        except ValueError:
+            raise UsageError(f"conveyor run: --workers {workers!r} is not an integer") from None
+    config = load_config(options.get("config"))
+    return config.with_overrides(
+        workers=workers,
+        executor=options.get("executor"),
+        scheduler_url=options.get("scheduler_url"),
+        local_scheduler=options.get("local_scheduler"),
+        log_level=options.get("log_level"),
+        log_format=options.get("log_format"),
+    )
+
+
+def _run_task(task: Task, config: Config) -> int:
+    plugins = [ProgressPlugin(sys.stderr)] if sys.stderr.isatty() else []
+    with Worker(config=config, plugins=plugins) as worker:
+        worker.add(task)
+        worker.run()
+    report = worker.report
+    assert report is not None
+    print(report.summary)
+    return report.exit_code
+
+
+# --- conveyor plugins / config --------------------------------------------------------------
+
+
+def cmd_plugins(args: list[str]) -> int:
+    """``conveyor plugins``: every installed backend and hook plugin, and whether it loads."""
+    parser = _Parser(prog="conveyor plugins")
+    parser.add_argument("--json", action="store_true")
+    opts = parser.parse_args(args)
+    rows = describe_installed()
+    if opts.json:
+        print(json.dumps([row_dict(r) for r in rows], indent=2))
+    else:
+        print(_table(rows))
+    return 0 if all(r.loads for r in rows) else 1
+
+
+def row_dict(row: Any) -> dict[str, Any]:
+    """One installed plugin as a JSON-able dict."""
+    return {
+        "group": row.group,
+        "name": row.name,
+        "distribution": row.distribution,
+        "version": row.version,
+        "loads": row.loads,
+        "error": row.error,
+    }
+
+
+def _table(rows: Sequence[Any]) -> str:
+    header = ("GROUP", "NAME", "DISTRIBUTION", "VERSION", "STATUS")
+    body = [
+        (r.group, r.name, r.distribution, r.version, "ok" if r.loads else f"FAILED: {r.error}")
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:4])) + "  " + line[4]
+        for line in (header, *body)
+    )
+
+
+def cmd_config(args: list[str]) -> int:
+    """``conveyor config``: validate and print the effective configuration, secrets redacted."""
+    parser = _Parser(prog="conveyor config")
+    parser.add_argument("--config")
+    opts = parser.parse_args(args)
+    print(to_toml(load_config(opts.config), redact=True), end="")
+    return 0

@@ -1,0 +1,1005 @@
+"""worker.toml → one frozen :class:`Config` (SPEC §5).
+
+Theory of operation
+-------------------
+The schema is data. Every settings dataclass declares its keys with ``_setting(default, kind,
+...)``, which keeps a :class:`Field` (kind, default, range or choice check) in the dataclass
+field's metadata; :data:`SCHEMA` is read from there, so the keys, defaults and checks are written
+down once. Backends declare their own ``settings_schema: dict[str, Field]`` the same way.
+
+Loading starts from a mutable draft holding the defaults and applies *layers* in precedence
+order — the file, then each ``CONVEYOR_<SECTION>__<KEY>`` environment variable, then
+``with_overrides()`` / ``with_section()`` — through one path-based setter. The setter validates
+every value against its Field as it lands and remembers which layer set it, so an error names
+the file, the variable (``$CONVEYOR_WORKER__WORKERS``) or ``overrides``. The rules that involve
+two keys (``inline`` with ``workers > 1``, ``token`` vs ``token_file``) run once at the end;
+then ``token_file`` is read and the draft is frozen into :class:`Config`. Nothing else in
+conveyor reads the file or the environment for configuration.
+
+Backend sections (``[executors.<name>]``, ``[notifiers.<name>]``, ``[state_stores.<name>]``)
+are kept raw and read-only in :attr:`Config.backends`: only the selected backend knows their
+schema, and validates them with :func:`validate_backend_settings` (or
+:meth:`Config.backend_settings`). A section for a backend that is not selected is not an error.
+
+Every error is a :class:`~conveyor.errors.ConfigError` whose message is one line: where
+(``file``, ``file:line:column``, ``$VARIABLE`` or ``overrides``), what (``section.key`` and the
+value) and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime, time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+__all__ = [
+    "BACKEND_GROUPS",
+    "SCHEMA",
+    "Config",
+    "Field",
+    "Kind",
+    "LoggingSettings",
+    "NotifierSettings",
+    "PluginSettings",
+    "SchedulerSettings",
+    "ServerSettings",
+    "WorkerSettings",
+    "load_config",
+    "to_toml",
+    "validate_backend_settings",
+]
+
+Kind = Literal["int", "float", "seconds", "bool", "str", "str_list", "int_map"]
+"""What a setting holds: ``seconds`` is a float duration (ints accepted), ``str_list`` a list
+of strings (stored as a tuple), ``int_map`` a table of name = integer (stored read-only)."""
+
+BACKEND_GROUPS = ("executors", "notifiers", "state_stores")
+"""Sections whose sub-tables hold one backend's settings each."""
+
+_ENV_PREFIX = "CONVEYOR_"
+_OVERRIDES = "overrides"
+_REDACTED = "***"
+_SECRET_WORDS = ("password", "secret", "token", "key")
+_UNSET: Any = object()
+_ZERO: dict[str, Any] = {
+    "int": 0,
+    "float": 0.0,
+    "seconds": 0.0,
+    "bool": False,
+    "str": "",
+    "str_list": (),
+    "int_map": MappingProxyType({}),
+}
+
+
+# --- the Field type -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One setting: its kind, default and checks, as data.
+
+    ``ge`` / ``gt`` / ``le`` bound numbers (and the entries of an ``int_map``); ``choices``
+    limits a string or the items of a string list (compared lower-cased when ``casefold``);
+    ``check`` is any extra predicate, described by ``expect`` in error messages; ``required``
+    keys have no default (backends only). The default defaults to the kind's zero value.
+    """
+
+    kind: Kind
+    default: Any = _UNSET
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] = ()
+    casefold: bool = False
+    check: Callable[[Any], bool] | None = None
+    expect: str = ""
+    required: bool = False
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        """Fill an omitted default with the kind's zero value."""
+        if self.default is _UNSET:
+            object.__setattr__(self, "default", _ZERO[self.kind])
+
+    def expected(self) -> str:
+        """What a valid value looks like, for error messages ("an integer >= 1")."""
+        return _DESCRIBE[self.kind](self)
+
+    def bounds(self) -> str:
+        """The numeric range as text (" >= 1", " between 1 and 65535"), or ""."""
+        if self.ge is not None and self.le is not None:
+            return f" between {_num(self.ge)} and {_num(self.le)}"
+        limits = ((">=", self.ge), (">", self.gt), ("<=", self.le))
+        parts = [f"{op} {_num(limit)}" for op, limit in limits if limit is not None]
+        return " " + " and ".join(parts) if parts else ""
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _choices_text(f: Field) -> str:
+    return ", ".join(_toml_value(c) for c in f.choices)
+
+
+def _describe_str(f: Field) -> str:
+    if f.choices:
+        return "one of: " + _choices_text(f)
+    return f.expect or "a string"
+
+
+def _describe_str_list(f: Field) -> str:
+    return "a list of strings" + (", each one of: " + _choices_text(f) if f.choices else "")
+
+
+_DESCRIBE: dict[str, Callable[[Field], str]] = {
+    "int": lambda f: "an integer" + f.bounds(),
+    "float": lambda f: "a number" + f.bounds(),
+    "seconds": lambda f: "a number of seconds" + f.bounds(),
+    "bool": lambda f: "true or false",
+    "str": _describe_str,
+    "str_list": _describe_str_list,
+    "int_map": lambda f: "a table of name = integer" + f.bounds(),
+}
+
+
+# --- value checks ---------------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """A value failed its Field; ``problem`` completes "section.key = value ..."."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+_WRONG_TYPE = "has the wrong type"
+_OUT_OF_RANGE = "is out of range"
+
+
+def _in_range(f: Field, x: float) -> None:
+    low_ok = (f.ge is None or x >= f.ge) and (f.gt is None or x > f.gt)
+    if not (low_ok and (f.le is None or x <= f.le)):
+        raise _Invalid(_OUT_OF_RANGE)
+
+
+def _extra_check(f: Field, value: Any) -> None:
+    if f.check is not None and not f.check(value):
+        raise _Invalid("is invalid")
+
+
+def _to_int(f: Field, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Invalid(_WRONG_TYPE)
+    _in_range(f, value)
+    _extra_check(f, value)
+    return value
+
+
+def _to_float(f: Field, value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _Invalid(_WRONG_TYPE)
+    number = float(value)
+    if not math.isfinite(number):
+        raise _Invalid(_OUT_OF_RANGE)
+    _in_range(f, number)
+    _extra_check(f, number)
+    return number
+
+
+def _to_bool(f: Field, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(_WRONG_TYPE)
+    return value
+
+
+def _to_str(f: Field, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(_WRONG_TYPE)
+    text = value.lower() if f.casefold else value
+    if f.choices and text not in f.choices:
+        raise _Invalid("is not one of the allowed values")
+    _extra_check(f, text)
+    return text
+
+
+def _to_str_list(f: Field, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _Invalid(_WRONG_TYPE)
+    items = tuple(v.lower() if f.casefold else v for v in value)
+    bad = [v for v in items if f.choices and v not in f.choices]
+    if bad:
+        raise _Invalid(f"contains {_toml_value(bad[0])}, which is not allowed")
+    _extra_check(f, items)
+    return items
+
+
+def _to_int_map(f: Field, value: Any) -> dict[str, int]:
+    # Entries are checked one by one by _valid(), which names them; this only checks the shape.
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise _Invalid(_WRONG_TYPE)
+    return dict(value)
+
+
+_CONVERT: dict[str, Callable[[Field, Any], Any]] = {
+    "int": _to_int,
+    "float": _to_float,
+    "seconds": _to_float,
+    "bool": _to_bool,
+    "str": _to_str,
+    "str_list": _to_str_list,
+    "int_map": _to_int_map,
+}
+
+
+def _entry_field(f: Field) -> Field:
+    """The Field of one entry of an ``int_map``."""
+    return Field("int", 0, ge=f.ge, gt=f.gt, le=f.le)
+
+
+def _valid(f: Field, value: Any, label: str, source: str) -> Any:
+    """``value`` checked and normalised for the setting ``label``; ConfigError if it is not."""
+    try:
+        result = _CONVERT[f.kind](f, value)
+    except _Invalid as bad:
+        shown = _render(label.rsplit(".", 1)[-1], value)
+        hint = _env_hint(f, value, source) if bad.problem == _WRONG_TYPE else ""
+        raise _error(
+            source, f"{label} = {shown} {bad.problem}; expected {f.expected()}{hint}", label
+        ) from None
+    if f.kind == "int_map":
+        entry = _entry_field(f)
+        return {k: _valid(entry, v, f"{label}.{k}", source) for k, v in result.items()}
+    return result
+
+
+def _env_hint(f: Field, value: Any, source: str) -> str:
+    """A reminder that variables are read as TOML, when that is the likely mistake."""
+    if not source.startswith("$"):
+        return ""
+    if f.kind == "str" and not isinstance(value, str):
+        return " (variables are read as TOML; quote a string: '\"...\"')"
+    if f.kind == "str_list" and isinstance(value, str):
+        return ' (variables are read as TOML; write a list: \'["a", "b"]\')'
+    return ""
+
+
+def _render(key: str, value: Any) -> str:
+    """A value as it would be written in TOML, shortened, and hidden for secret keys."""
+    if _is_secret_key(key) and not isinstance(value, bool):
+        return _REDACTED
+    try:
+        text = _toml_value(value)
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _error(source: str, message: str, key: str = "") -> ConfigError:
+    return ConfigError(f"{source}: {message}" if source else message, key=key, source=source)
+
+
+def _suggest(name: str, valid: Iterable[str]) -> str:
+    options = sorted(valid)
+    close = difflib.get_close_matches(name.lower(), options, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return "expected one of: " + ", ".join(options)
+
+
+def _unknown(what: str, name: str, valid: Iterable[str], source: str, key: str) -> ConfigError:
+    return _error(source, f"unknown {what} {key!r}; {_suggest(name, valid)}", key)
+
+
+# --- the settings sections ------------------------------------------------------------------------
+
+_META = "conveyor.config"
+_T = TypeVar("_T")
+
+
+def _setting(default: _T, kind: Kind, doc: str = "", **checks: Any) -> _T:
+    """A dataclass field carrying its :class:`Field` in the metadata."""
+    spec = Field(kind, default, doc=doc, **checks)
+    if isinstance(default, Mapping):
+        return cast(_T, field(default_factory=lambda: MappingProxyType({}), metadata={_META: spec}))
+    return field(default=default, metadata={_META: spec})
+
+
+def _non_empty(value: Any) -> bool:
+    return bool(value)
+
+
+def _is_http_url(value: Any) -> bool:
+    parts = urlsplit(str(value))
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+_NAME: dict[str, Any] = {"check": _non_empty, "expect": "a non-empty string"}
+_URL: dict[str, Any] = {"check": _is_http_url, "expect": "an http:// or https:// URL"}
+_NOTIFY_ON = ("failed", "timed_out", "process_died", "broken", "succeeded", "run_finished")
+_LEVELS = ("debug", "info", "warning", "error", "critical")
+_FORMATS = ("auto", "console", "json")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """``[worker]``: how one worker runs tasks (SPEC §5)."""
+
+    workers: int = _setting(1, "int", "concurrent task slots", ge=1)
+    executor: str = _setting("auto", "str", "auto | a conveyor.executors name", **_NAME)
+    timeout: float = _setting(0.0, "seconds", "default per-task timeout; 0 = none", ge=0)
+    kill_grace: float = _setting(5.0, "seconds", "SIGTERM -> SIGKILL delay", ge=0)
+    keep_alive: bool = _setting(False, "bool")
+    count_uniques: bool = _setting(False, "bool")
+    assistant: bool = _setting(False, "bool", "run tasks that other workers registered")
+    ping_interval: float = _setting(1.0, "seconds", gt=0)
+    wait_interval: float = _setting(1.0, "seconds", gt=0)
+    wait_jitter: float = _setting(5.0, "seconds", ge=0)
+    max_reschedules: int = _setting(1, "int", ge=0)
+    task_limit: int = _setting(0, "int", "0 = unlimited", ge=0)
+    retry_external_tasks: bool = _setting(False, "bool")
+    check_complete_on_run: bool = _setting(True, "bool", "after run(), incomplete = FAILED")
+    parallel_scheduling: bool = _setting(False, "bool", "run complete() checks concurrently")
+    # Not in SPEC §5: under parallel_scheduling, how long one complete() check may take before
+    # the task is reported as failing its check (seconds; 0 = no limit).
+    complete_check_timeout: float = _setting(
+        60.0, "seconds", "limit on one complete() check under parallel_scheduling", ge=0
+    )
+    task_modules: tuple[str, ...] = _setting((), "str_list", "modules assistants may import")
+    install_signal_handlers: bool = _setting(True, "bool")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """``[scheduler]``: the transport's client keys and the scheduling policy (SPEC §5, §7).
+
+    ``token`` is the effective token: the ``token`` key, or the stripped content of
+    ``token_file`` (which is kept too).
+    """
+
+    transport: str = _setting("local", "str", "a conveyor.schedulers name", **_NAME)
+    url: str = _setting("http://127.0.0.1:8082", "str", "the central scheduler", **_URL)
+    token: str = _setting("", "str", "or token_file")
+    token_file: str = _setting("", "str", "file holding the token")
+    rpc_timeout: float = _setting(10.0, "seconds", gt=0)
+    rpc_retries: int = _setting(5, "int", "attempts per call", ge=1)
+    rpc_retry_wait: float = _setting(0.5, "seconds", "first backoff", ge=0)
+    rpc_retry_max_wait: float = _setting(30.0, "seconds", "backoff cap", ge=0)
+    rpc_give_up_after: float = _setting(3600.0, "seconds", ge=0)
+    retry_delay: float = _setting(900.0, "seconds", "FAILED -> PENDING delay", ge=0)
+    retry_count: int = _setting(3, "int", "failures before DISABLED", ge=1)
+    disable_window: float = _setting(3600.0, "seconds", ge=0)
+    disable_persist: float = _setting(86400.0, "seconds", ge=0)
+    worker_disconnect_delay: float = _setting(60.0, "seconds", ge=0)
+    remove_delay: float = _setting(600.0, "seconds", ge=0)
+    resources: Mapping[str, int] = _setting(
+        MappingProxyType[str, int]({}), "int_map", "[scheduler.resources] name = capacity", ge=0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """``[server]``: the central scheduler server (SPEC §7); ``token`` as in SchedulerSettings."""
+
+    host: str = _setting("127.0.0.1", "str", **_NAME)
+    port: int = _setting(8082, "int", ge=1, le=65535)
+    token: str = _setting("", "str", "or token_file")
+    token_file: str = _setting("", "str", "file holding the token")
+    state_store: str = _setting("sqlite", "str", "a conveyor.state_stores name", **_NAME)
+    state_path: str = _setting("conveyor-state.db", "str", **_NAME)
+    max_request_bytes: int = _setting(1048576, "int", ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class NotifierSettings:
+    """``[notifiers]``: which notifiers fire, on what, and how bursts are aggregated."""
+
+    enabled: tuple[str, ...] = _setting((), "str_list", "conveyor.notifiers names")
+    on: tuple[str, ...] = _setting(
+        ("failed", "timed_out", "process_died", "broken"), "str_list", choices=_NOTIFY_ON
+    )
+    aggregate_after: int = _setting(5, "int", "more per window are aggregated", ge=0)
+    aggregate_window: float = _setting(60.0, "seconds", gt=0)
+    flush_timeout: float = _setting(10.0, "seconds", "delivery budget at exit", ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSettings:
+    """``[plugins]``: hook plugins to block, to load from local modules, and to insist on."""
+
+    disable: tuple[str, ...] = _setting((), "str_list")
+    local: tuple[str, ...] = _setting((), "str_list")
+    required: tuple[str, ...] = _setting((), "str_list")
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingSettings:
+    """``[logging]``: level (stored lower-case) and format."""
+
+    level: str = _setting("info", "str", choices=_LEVELS, casefold=True)
+    format: str = _setting("auto", "str", "console on a TTY, else json", choices=_FORMATS)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "worker": WorkerSettings,
+    "scheduler": SchedulerSettings,
+    "server": ServerSettings,
+    "notifiers": NotifierSettings,
+    "plugins": PluginSettings,
+    "logging": LoggingSettings,
+}
+
+SCHEMA: Mapping[str, Mapping[str, Field]] = MappingProxyType(
+    {
+        name: MappingProxyType({f.name: f.metadata[_META] for f in fields(cls)})
+        for name, cls in _SECTIONS.items()
+    }
+)
+"""Section → key → :class:`Field` for every settings section, read from the dataclasses."""
+
+
+# --- the draft: mutable while layers are applied --------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Draft:
+    values: dict[str, dict[str, Any]]
+    backends: dict[str, dict[str, Any]]
+    fallback: str
+    origins: dict[str, tuple[int, str]] = field(default_factory=dict)
+    counter: int = 0
+
+    @classmethod
+    def defaults(cls, fallback: str) -> _Draft:
+        values = {s: {k: _thaw(f.default) for k, f in keys.items()} for s, keys in SCHEMA.items()}
+        return cls(values, {group: {} for group in BACKEND_GROUPS}, fallback)
+
+    def put(self, section: str, key: str, value: Any, source: str) -> None:
+        self.values[section][key] = value
+        self.counter += 1
+        self.origins[f"{section}.{key}"] = (self.counter, source)
+
+    def origin(self, *keys: str) -> str:
+        """The source of whichever of ``keys`` was set last (the file, a variable, overrides)."""
+        found = [self.origins.get(k, (0, self.fallback)) for k in keys]
+        return max(found)[1]
+
+
+def _apply(draft: _Draft, path: tuple[str, ...], value: Any, source: str) -> None:
+    """Set the setting at ``path`` (section, key, ...) to ``value``, validating it."""
+    section, rest = path[0], path[1:]
+    if section in SCHEMA:
+        _apply_section(draft, section, rest, value, source)
+    elif section in BACKEND_GROUPS:
+        _apply_backend(draft, section, rest, value, source)
+    else:
+        raise _unknown("section", section, [*SCHEMA, *BACKEND_GROUPS], source, section)
+
+
+def _table(label: str, value: Any, source: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        shown = _render(label.rsplit(".", 1)[-1], value)
+        raise _error(source, f"{label} = {shown} is not a table; expected [{label}]", label)
+    return value
+
+
+def _apply_section(
+    draft: _Draft, section: str, rest: tuple[str, ...], value: Any, source: str
+) -> None:
+    if not rest:
+        for key, item in _table(section, value, source).items():
+            _apply_section(draft, section, (key,), item, source)
+        return
+    key, deeper = rest[0], rest[1:]
+    spec = SCHEMA[section].get(key)
+    label = f"{section}.{key}"
+    if spec is None and section == "notifiers" and (deeper or isinstance(value, Mapping)):
+        _apply_backend(draft, section, rest, value, source)
+    elif spec is None:
+        raise _unknown("key", key, SCHEMA[section], source, ".".join((section, *rest)))
+    elif not deeper:
+        draft.put(section, key, _valid(spec, value, label, source), source)
+    elif spec.kind == "int_map" and len(deeper) == 1:
+        entry = _valid(_entry_field(spec), value, f"{label}.{deeper[0]}", source)
+        draft.put(section, key, {**draft.values[section][key], deeper[0]: entry}, source)
+    else:
+        full = ".".join((section, *rest))
+        raise _error(source, f"unknown key {full!r}; {label} is {spec.expected()}", full)
+
+
+def _apply_backend(
+    draft: _Draft, group: str, rest: tuple[str, ...], value: Any, source: str
+) -> None:
+    if not rest:
+        for name, item in _table(group, value, source).items():
+            _apply_backend(draft, group, (name,), item, source)
+        return
+    name, keys = rest[0], rest[1:]
+    target = draft.backends.setdefault(group, {}).setdefault(name, {})
+    if keys:
+        _deep_set(target, keys, _thaw(value))
+    else:
+        _deep_merge(target, _table(f"{group}.{name}", value, source))
+
+
+def _deep_set(target: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    for key in keys[:-1]:
+        if not isinstance(target.get(key), dict):
+            target[key] = {}
+        target = target[key]
+    target[keys[-1]] = value
+
+
+def _deep_merge(target: dict[str, Any], table: Mapping[str, Any]) -> None:
+    for key, value in table.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _deep_merge(target[key], value)
+        else:
+            target[key] = _thaw(value)
+
+
+def _thaw(value: Any) -> Any:
+    """A mutable deep copy: mappings become dicts, tuples lists."""
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    """A read-only deep copy: dicts become mapping proxies, lists tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+# --- cross-key rules and the frozen result --------------------------------------------------------
+
+
+def _check_executor(draft: _Draft) -> None:
+    worker = draft.values["worker"]
+    if worker["executor"] == "inline" and worker["workers"] > 1:
+        source = draft.origin("worker.executor", "worker.workers")
+        raise _error(
+            source,
+            f'worker.executor = "inline" runs one task at a time, but worker.workers = '
+            f'{worker["workers"]}; expected workers = 1 or another executor ("auto", "thread", '
+            '"fork", "subprocess")',
+            "worker.executor",
+        )
+
+
+def _resolve_token(
+    draft: _Draft, section: str, cwd: Path, known: Mapping[str, tuple[str, str]]
+) -> None:
+    """Fill ``token`` from ``token_file``: read once, stripped; both set is an error."""
+    values = draft.values[section]
+    token_file = values["token_file"]
+    if not token_file:
+        return
+    source = draft.origin(f"{section}.token", f"{section}.token_file")
+    if values["token"]:
+        message = f"{section}.token and {section}.token_file are both set; expected only one"
+        raise _error(source, message, f"{section}.token")
+    if known.get(section, ("", ""))[0] == token_file:
+        values["token"] = known[section][1]
+        return
+    values["token"] = _read_token(cwd / Path(token_file).expanduser(), section, source)
+
+
+def _read_token(path: Path, section: str, source: str) -> str:
+    label = f"{section}.token_file"
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        message = f"{label}: cannot read token file {str(path)!r}: {reason}"
+        raise _error(source, message, label) from None
+    if not token:
+        raise _error(source, f"{label}: token file {str(path)!r} is empty; expected a token", label)
+    return token
+
+
+def _finish(
+    draft: _Draft, source: str | None, cwd: Path, known: Mapping[str, tuple[str, str]]
+) -> Config:
+    _check_executor(draft)
+    for section in ("scheduler", "server"):
+        _resolve_token(draft, section, cwd, known)
+    settings = {
+        name: cls(**{k: _freeze(v) for k, v in draft.values[name].items()})
+        for name, cls in _SECTIONS.items()
+    }
+    return Config(**settings, backends=_freeze(draft.backends), source=source)
+
+
+def _draft_of(config: Config) -> _Draft:
+    """A draft holding ``config``'s values (a token read from token_file is set aside)."""
+    draft = _Draft.defaults(config.source or "configuration")
+    for name in _SECTIONS:
+        settings = getattr(config, name)
+        draft.values[name] = {f.name: _thaw(getattr(settings, f.name)) for f in fields(settings)}
+        if draft.values[name].get("token_file"):
+            draft.values[name]["token"] = ""
+    draft.backends = _thaw(config.backends)
+    return draft
+
+
+def _known_tokens(config: Config) -> dict[str, tuple[str, str]]:
+    return {
+        s: (getattr(config, s).token_file, getattr(config, s).token)
+        for s in ("scheduler", "server")
+    }
+
+
+# --- overrides ------------------------------------------------------------------------------------
+
+_Entry = tuple[tuple[str, str], Any]
+
+
+def _scheduler_url(value: Any) -> list[_Entry]:
+    return [(("scheduler", "transport"), "http"), (("scheduler", "url"), value)]
+
+
+def _local_scheduler(value: Any) -> list[_Entry]:
+    flag = _valid(Field("bool"), value, "local_scheduler", _OVERRIDES)
+    return [(("scheduler", "transport"), "local")] if flag else []
+
+
+_SPECIAL_OVERRIDES: dict[str, Callable[[Any], list[_Entry]]] = {
+    "scheduler_url": _scheduler_url,
+    "local_scheduler": _local_scheduler,
+    "log_level": lambda value: [(("logging", "level"), value)],
+    "log_format": lambda value: [(("logging", "format"), value)],
+}
+
+
+def _override_entries(overrides: Mapping[str, Any]) -> list[_Entry]:
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "scheduler_url" in given and given.get("local_scheduler") is True:
+        message = "scheduler_url and local_scheduler exclude each other; expected only one"
+        raise _error(_OVERRIDES, message, "scheduler_url")
+    entries: list[_Entry] = []
+    for name, value in given.items():
+        if name in _SPECIAL_OVERRIDES:
+            entries += _SPECIAL_OVERRIDES[name](value)
+        elif name in SCHEMA["worker"]:
+            entries.append((("worker", name), value))
+        else:
+            valid = [*SCHEMA["worker"], *_SPECIAL_OVERRIDES]
+            raise _unknown("override", name, valid, _OVERRIDES, name)
+    return entries
+
+
+# --- Config ---------------------------------------------------------------------------------------
+
+
+def _no_backends() -> Mapping[str, Mapping[str, Mapping[str, Any]]]:
+    return MappingProxyType({group: MappingProxyType({}) for group in BACKEND_GROUPS})
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole effective configuration, resolved once and passed down (read-only).
+
+    ``backends`` maps a backend group section (``executors``, ``notifiers``, ``state_stores``)
+    to backend name to that backend's raw table; ``source`` is the file used, if any.
+    ``Config()`` is the embedded defaults.
+    """
+
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    notifiers: NotifierSettings = field(default_factory=NotifierSettings)
+    plugins: PluginSettings = field(default_factory=PluginSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    backends: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=_no_backends)
+    source: str | None = None
+
+    def with_overrides(self, **overrides: Any) -> Config:
+        """A copy with ``build()`` / CLI overrides applied, validated like file values.
+
+        Accepted: any ``[worker]`` key (``workers=4``, ``executor="fork"``),
+        ``scheduler_url=`` (sets ``scheduler.url`` and transport ``http``),
+        ``local_scheduler=True`` (transport ``local``), ``log_level=``, ``log_format=``.
+        ``None`` values are ignored, so a CLI can pass flags that were not given.
+        """
+        return self._layered(_override_entries(overrides))
+
+    def with_section(self, section: str, **values: Any) -> Config:
+        """A copy with keys of one section replaced (``with_section("scheduler", retry_delay=5)``).
+
+        Validated like file values; ``None`` values are ignored. A table value replaces the
+        whole table (``resources={"db": 1}``).
+        """
+        if section not in SCHEMA:
+            raise _unknown("section", section, SCHEMA, _OVERRIDES, section)
+        return self._layered([((section, k), v) for k, v in values.items() if v is not None])
+
+    def backend_settings(
+        self, group: str, name: str, schema: Mapping[str, Field]
+    ) -> dict[str, Any]:
+        """The selected backend's table validated against its schema, defaults filled in."""
+        raw = self.backends.get(group, {}).get(name, {})
+        return validate_backend_settings(group, name, raw, schema, self.source or "")
+
+    def _layered(self, entries: Iterable[_Entry]) -> Config:
+        draft = _draft_of(self)
+        for path, value in entries:
+            _apply(draft, path, value, _OVERRIDES)
+        return _finish(draft, self.source, Path.cwd(), _known_tokens(self))
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Config:
+    """Discover, read, layer and validate the configuration (SPEC §5).
+
+    The file is ``path``, else ``$CONVEYOR_CONFIG``, else ``worker.toml`` in ``cwd`` if it
+    exists, else none (defaults). ``CONVEYOR_<SECTION>__<KEY>`` variables of ``env`` (default
+    ``os.environ``) override the file. Relative paths (the file, ``token_file``) are taken from
+    ``cwd`` (default: the current directory). Raises ConfigError for anything invalid.
+    """
+    environ = os.environ if env is None else env
+    base = Path.cwd() if cwd is None else cwd
+    found = _discover(path, environ, base)
+    draft = _Draft.defaults("configuration")
+    source: str | None = None
+    if found is not None:
+        file, label = found
+        source = str(file)
+        draft.fallback = label
+        for section, table in _read_toml(file, label).items():
+            _apply(draft, (section,), table, label)
+    for parts, value, variable in _env_entries(environ):
+        _apply(draft, parts, value, variable)
+    return _finish(draft, source, base, {})
+
+
+def _discover(
+    path: str | os.PathLike[str] | None, env: Mapping[str, str], cwd: Path
+) -> tuple[Path, str] | None:
+    """The file to read and how to name it in messages, or None for defaults."""
+    if path is not None:
+        return _must_exist(cwd / Path(path), os.fspath(path), "")
+    from_env = env.get("CONVEYOR_CONFIG", "")
+    if from_env:
+        return _must_exist(cwd / Path(from_env), from_env, " (from $CONVEYOR_CONFIG)")
+    local = cwd / "worker.toml"
+    return (local, "worker.toml") if local.is_file() else None
+
+
+def _must_exist(file: Path, label: str, why: str) -> tuple[Path, str]:
+    if not file.exists():
+        raise _error("", f"configuration file {label!r}{why} does not exist", label)
+    return file, label
+
+
+def _read_toml(file: Path, label: str) -> dict[str, Any]:
+    try:
+        text = file.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise _error(label, f"cannot read the configuration file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise _error(label, f"the file is not UTF-8 text: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _syntax_error(str(exc), text, label) from None
+
+
+_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_AT_END = "(at end of document)"
+
+
+def _syntax_error(message: str, text: str, label: str) -> ConfigError:
+    """``file:line:column: invalid TOML: reason`` from tomllib's message."""
+    match = _POSITION.search(message)
+    if match:
+        where, reason = f"{match[1]}:{match[2]}", message[: match.start()]
+    elif message.endswith(_AT_END):
+        lines = text.split("\n")
+        where, reason = f"{len(lines)}:{len(lines[-1]) + 1}", message[: -len(_AT_END)].rstrip()
+    else:
+        return _error(label, f"invalid TOML: {message}")
+    return _error(f"{label}:{where}", f"invalid TOML: {reason}")
+
+
+def _env_entries(env: Mapping[str, str]) -> list[tuple[tuple[str, ...], Any, str]]:
+    """``CONVEYOR_<SECTION>__<KEY>[__<KEY>...]`` variables as (path, value, "$NAME"), shallow
+    paths first so that ``CONVEYOR_SCHEDULER__RESOURCES__DB`` refines a whole-table variable."""
+    entries = []
+    for name, text in env.items():
+        if not name.startswith(_ENV_PREFIX) or "__" not in name:
+            continue
+        parts = tuple(p.lower() for p in name[len(_ENV_PREFIX) :].split("__"))
+        if not all(parts):
+            expected = "expected CONVEYOR_<SECTION>__<KEY>"
+            raise _error("$" + name, f"does not name a setting; {expected}", name)
+        entries.append((parts, _env_value(text), "$" + name))
+    return sorted(entries, key=lambda e: (len(e[0]), e[2]))
+
+
+def _env_value(text: str) -> Any:
+    """The text read as a TOML value; text that is not one is a string."""
+    try:
+        parsed = tomllib.loads("v = " + text)
+    except tomllib.TOMLDecodeError:
+        return text
+    return parsed["v"] if parsed.keys() == {"v"} else text
+
+
+# --- backend sections -----------------------------------------------------------------------------
+
+
+def validate_backend_settings(
+    section: str,
+    name: str,
+    raw: Mapping[str, Any],
+    schema: Mapping[str, Field],
+    source: str = "",
+) -> dict[str, Any]:
+    """A backend's table (``[<section>.<name>]``) checked against the schema it declares.
+
+    Unknown keys (with a suggestion), wrong types and ranges raise ConfigError with the same
+    messages as the rest of the file; missing keys get their defaults (a ``required`` key
+    without a value is an error). Lists come back as tuples.
+    """
+    prefix = f"{section}.{name}"
+    for key in raw:
+        if key not in schema:
+            raise _unknown("key", key, schema, source, f"{prefix}.{key}")
+    out: dict[str, Any] = {}
+    for key, spec in schema.items():
+        label = f"{prefix}.{key}"
+        if key in raw:
+            out[key] = _valid(spec, raw[key], label, source)
+        elif spec.required:
+            raise _error(source, f"missing key {label!r}; expected {spec.expected()}", label)
+        else:
+            out[key] = spec.default
+    return out
+
+
+# --- TOML output ----------------------------------------------------------------------------------
+
+
+def to_toml(config: Config, *, redact: bool = True) -> str:
+    """The effective configuration as TOML text that ``tomllib`` reads back.
+
+    With ``redact``, values of keys whose name contains password, secret, token or key (except
+    ``*_file`` / ``*_path`` keys, which hold paths) are shown as ``***``, as are ``user:pass@``
+    in URLs, secret-named URL query values and the path of Slack webhook URLs. A token read
+    from ``token_file`` is never printed: the file's path is.
+    """
+    document = _document(config)
+    if redact:
+        document = {k: _redacted(k, v) for k, v in document.items()}
+    origin = _toml_value(config.source) if config.source else "none (defaults and environment)"
+    lines = ["# effective conveyor configuration; file: " + origin]
+    _emit_table(lines, (), document)
+    return "\n".join(lines) + "\n"
+
+
+def _document(config: Config) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for name in _SECTIONS:
+        settings = getattr(config, name)
+        table = {f.name: getattr(settings, f.name) for f in fields(settings)}
+        if table.get("token_file"):
+            del table["token"]
+        document[name] = table
+    document["notifiers"].update(config.backends.get("notifiers", {}))
+    for group in ("executors", "state_stores"):
+        if config.backends.get(group):
+            document[group] = config.backends[group]
+    return document
+
+
+def _is_secret_key(key: str) -> bool:
+    lowered = key.lower()
+    if lowered.endswith(("_file", "_path")):
+        return False
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
+_SLACK_HOOK = re.compile(r"(?i)(https?://hooks\.slack\.com/services/)[^\s\"'<>]+")
+
+
+def _redact_text(text: str) -> str:
+    text = _USERINFO.sub(rf"\1{_REDACTED}@", text)
+    text = _SECRET_QUERY.sub(rf"\1{_REDACTED}", text)
+    return _SLACK_HOOK.sub(rf"\1{_REDACTED}", text)
+
+
+def _redacted(key: str, value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _redacted(k, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(key, v) for v in value]
+    if _is_secret_key(key) and not isinstance(value, bool) and value not in ("", None):
+        return _REDACTED
+    return _redact_text(value) if isinstance(value, str) else value
+
+
+def _emit_table(lines: list[str], path: tuple[str, ...], table: Mapping[str, Any]) -> None:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
+    tables = {k: v for k, v in table.items() if isinstance(v, Mapping)}
+    if path and (scalars or not tables):
+        lines += ["", "[" + ".".join(_toml_key(p) for p in path) + "]"]
+    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
+    for key, sub in tables.items():
+        _emit_table(lines, (*path, key), sub)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
+_ESCAPES["\r"] = "\\r"
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml_str(key)
+
+
+def _toml_str(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_float(number: float) -> str:
+    if math.isnan(number):
+        return "nan"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    return repr(number)
+
+
+def _toml_value(value: Any) -> str:
+    """One value as TOML: str, int, float, bool, date/time, list (array), mapping (inline)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _toml_float(value)
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items())
+        return "{" + items + "}"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

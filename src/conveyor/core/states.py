@@ -1,0 +1,122 @@
+"""The worker's state machine, as one transition table.
+
+Theory of operation
+-------------------
+The worker tracks every task of its graph in a :class:`TaskState`. Things that happen to a task
+are :class:`Trigger` values; each trigger is delivered to exactly one hook (``Trigger.hook``), so
+"every transition fires a hook" is a property of this table, checked by a meta-test.
+:func:`advance` is the only way to move: it returns the new state or raises
+:class:`~conveyor.errors.InvalidTransition` and changes nothing. This module does no I/O; the
+worker loop (``conveyor.worker.loop``) does the I/O and builds the hook events.
+
+A task is ``NEW`` when discovered, is checked (``COMPLETE`` or ``CHECKED``), has its
+requirements evaluated and is registered (``PENDING``), is handed out and runs (``RUNNING``),
+and ends ``DONE`` or ``FAILED``; a ``run()`` that yields incomplete dependencies goes back to
+``PENDING``. Anything that goes wrong while scheduling makes it ``BROKEN``. A task is checked
+again (from ``COMPLETE``, ``DONE``, ``FAILED`` or ``PENDING``) when it is re-added after a
+dependency vanished at run time or when an external task is re-checked.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from ..errors import InvalidTransition
+
+__all__ = ["HOOK_OF", "TRANSITIONS", "TaskState", "Trigger", "advance", "mermaid_diagram"]
+
+
+class TaskState(Enum):
+    """Where a task stands from the worker's point of view."""
+
+    NEW = "NEW"
+    CHECKED = "CHECKED"
+    COMPLETE = "COMPLETE"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    BROKEN = "BROKEN"
+
+
+class Trigger(Enum):
+    """Something that happened to a task; ``hook`` is the hook it is delivered to."""
+
+    CHECKED_COMPLETE = "checked_complete"
+    CHECKED_INCOMPLETE = "checked_incomplete"
+    DEPS_FOUND = "deps_found"
+    DEPS_YIELDED = "deps_yielded"
+    BROKEN = "broken"
+    STARTED = "started"
+    STATUS_MESSAGE = "status_message"
+    PROGRESS = "progress"
+    TRACKING_URL = "tracking_url"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    PROCESS_DIED = "process_died"
+
+    @property
+    def hook(self) -> str:
+        """The name of the hook this trigger is delivered to."""
+        return HOOK_OF[self]
+
+
+HOOK_OF: dict[Trigger, str] = {
+    Trigger.CHECKED_COMPLETE: "conveyor_task_complete_checked",
+    Trigger.CHECKED_INCOMPLETE: "conveyor_task_complete_checked",
+    Trigger.DEPS_FOUND: "conveyor_task_dependencies_discovered",
+    Trigger.DEPS_YIELDED: "conveyor_task_dependencies_discovered",
+    Trigger.BROKEN: "conveyor_task_broken",
+    Trigger.STARTED: "conveyor_task_started",
+    Trigger.STATUS_MESSAGE: "conveyor_task_status_message",
+    Trigger.PROGRESS: "conveyor_task_progress",
+    Trigger.TRACKING_URL: "conveyor_task_tracking_url",
+    Trigger.SUCCEEDED: "conveyor_task_succeeded",
+    Trigger.FAILED: "conveyor_task_failed",
+    Trigger.TIMED_OUT: "conveyor_task_timed_out",
+    Trigger.PROCESS_DIED: "conveyor_task_process_died",
+}
+
+
+S, T = TaskState, Trigger
+_RECHECKABLE = (S.COMPLETE, S.DONE, S.FAILED, S.PENDING)
+
+TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
+    (S.NEW, T.CHECKED_COMPLETE): S.COMPLETE,
+    (S.NEW, T.CHECKED_INCOMPLETE): S.CHECKED,
+    (S.NEW, T.BROKEN): S.BROKEN,
+    (S.CHECKED, T.DEPS_FOUND): S.PENDING,
+    (S.CHECKED, T.BROKEN): S.BROKEN,
+    (S.PENDING, T.STARTED): S.RUNNING,
+    (S.PENDING, T.BROKEN): S.BROKEN,
+    (S.FAILED, T.STARTED): S.RUNNING,
+    (S.RUNNING, T.STATUS_MESSAGE): S.RUNNING,
+    (S.RUNNING, T.PROGRESS): S.RUNNING,
+    (S.RUNNING, T.TRACKING_URL): S.RUNNING,
+    (S.RUNNING, T.SUCCEEDED): S.DONE,
+    (S.RUNNING, T.FAILED): S.FAILED,
+    (S.RUNNING, T.TIMED_OUT): S.FAILED,
+    (S.RUNNING, T.PROCESS_DIED): S.FAILED,
+    (S.RUNNING, T.DEPS_YIELDED): S.PENDING,
+    **{(state, T.CHECKED_COMPLETE): S.COMPLETE for state in _RECHECKABLE},
+    **{(state, T.CHECKED_INCOMPLETE): S.CHECKED for state in _RECHECKABLE if state != S.PENDING},
+    (S.PENDING, T.CHECKED_INCOMPLETE): S.PENDING,
+}
+
+
+def advance(state: TaskState, trigger: Trigger) -> TaskState:
+    """Return the state after ``trigger``; raise InvalidTransition if the table forbids it."""
+    try:
+        return TRANSITIONS[(state, trigger)]
+    except KeyError:
+        raise InvalidTransition(state.name, trigger.name) from None
+
+
+def mermaid_diagram() -> str:
+    """The transition table as a Mermaid state diagram (used to generate docs/concepts.md)."""
+    lines = ["stateDiagram-v2", "    [*] --> NEW"]
+    for (source, trigger), target in TRANSITIONS.items():
+        lines.append(f"    {source.name} --> {target.name}: {trigger.name.lower()}")
+    lines.extend(["    DONE --> [*]", "    COMPLETE --> [*]"])
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""The execution summary and the exit code, computed from plain facts (no I/O).
+
+The worker classifies every task of its graph into one :class:`Category`; this module turns
+those classes into the summary text (as Luigi's: counts per category, grouped by family, and a
+final verdict line) and into the exit code of SPEC §6.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Category", "SummaryFacts", "exit_code", "render_summary"]
+
+_SHOWN_PER_FAMILY = 5
+
+
+class Category(Enum):
+    """Where a task of the graph ended, as the summary reports it."""
+
+    ALREADY_DONE = "were already complete"
+    COMPLETED = "ran successfully"
+    DONE_ELSEWHERE = "were completed by other workers"
+    FAILED = "failed"
+    BROKEN = "failed scheduling"
+    MISSING_EXTERNAL = "are missing external data"
+    DISABLED = "are disabled"
+    UPSTREAM_FAILED = "were left pending because an upstream task failed"
+    UPSTREAM_MISSING = "were left pending because upstream external data is missing"
+    RUNNING_ELSEWHERE = "are running on other workers"
+    NOT_SCHEDULED = "were not scheduled (task_limit reached)"
+    PENDING = "are still pending"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryFacts:
+    """Everything the summary needs: each task's category, family and label."""
+
+    categories: Mapping[str, Category]
+    families: Mapping[str, str]
+    labels: Mapping[str, str]
+    requested: Sequence[str]
+    interrupted: str = ""
+
+
+def exit_code(facts: SummaryFacts) -> int:
+    """SPEC §6: 3 scheduling error, 1 failure, 4 missing data, 5 incomplete, else 0."""
+    present = set(facts.categories.values())
+    if Category.BROKEN in present:
+        return 3
+    if present & {Category.FAILED, Category.DISABLED}:
+        return 1
+    if Category.MISSING_EXTERNAL in present:
+        return 4
+    done = {Category.ALREADY_DONE, Category.COMPLETED, Category.DONE_ELSEWHERE}
+    if any(facts.categories.get(t) not in done for t in facts.requested):
+        return 5
+    return 0
+
+
+_VERDICTS = {
+    0: "Verdict: succeeded - every requested task is complete.",
+    1: "Verdict: failed - at least one task failed or is disabled.",
+    3: "Verdict: failed - at least one task failed scheduling (broken requires()/complete()).",
+    4: "Verdict: incomplete - external data is missing.",
+    5: "Verdict: incomplete - a requested task is still incomplete.",
+}
+
+
+def render_summary(facts: SummaryFacts) -> str:
+    """The human execution summary; its last line is the verdict."""
+    grouped: dict[Category, list[str]] = {}
+    for task_id, category in facts.categories.items():
+        grouped.setdefault(category, []).append(task_id)
+    lines = ["", "===== conveyor execution summary =====", ""]
+    lines.append(f"Scheduled {len(facts.categories)} task(s), of which:")
+    for category in Category:
+        ids = grouped.get(category)
+        if ids:
+            lines.append(f"* {len(ids)} {category.value}:")
+            lines.extend(_family_lines(ids, facts))
+    if facts.interrupted:
+        lines.append(f"The run was interrupted by {facts.interrupted}.")
+    lines.append("")
+    lines.append(_VERDICTS[exit_code(facts)])
+    return "\n".join(lines)
+
+
+def _family_lines(ids: Sequence[str], facts: SummaryFacts) -> list[str]:
+    by_family = Counter(facts.families[t] for t in ids)
+    lines = []
+    for family, count in sorted(by_family.items()):
+        members = [facts.labels[t] for t in ids if facts.families[t] == family]
+        shown = ", ".join(members[:_SHOWN_PER_FAMILY])
+        more = f" ... and {count - _SHOWN_PER_FAMILY} more" if count > _SHOWN_PER_FAMILY else ""
+        lines.append(f"    - {count} {family}: {shown}{more}")
+    return lines

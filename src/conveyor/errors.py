@@ -1,0 +1,117 @@
+"""The one exception tree of conveyor.
+
+Every error conveyor raises on purpose derives from :class:`ConveyorError`::
+
+    ConveyorError
+    ├── ParameterError          a task parameter is missing, unknown or does not parse
+    ├── ConfigError             worker.toml / environment / overrides are invalid
+    ├── PluginError             a hook plugin failed to load, or implements an unknown hook
+    │   └── BackendNotFound     a selected executor / transport / notifier / state store is
+    │                           not installed
+    ├── TaskDefinitionError     requires() / complete() / run() returned something unusable
+    │   └── DependencyCycle     the dependency graph has a cycle
+    ├── TaskLoadError           a task class cannot be imported or found
+    ├── SchedulerUnavailable    the scheduler cannot be reached
+    └── InvalidTransition       the worker's state machine was asked for an illegal move
+
+Each error carries its context (task, plugin, backend, key) as attributes as well as in the
+message, and every message names what is wrong and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "BackendNotFound",
+    "ConfigError",
+    "ConveyorError",
+    "DependencyCycle",
+    "InvalidTransition",
+    "ParameterError",
+    "PluginError",
+    "SchedulerUnavailable",
+    "TaskDefinitionError",
+    "TaskLoadError",
+]
+
+
+class ConveyorError(Exception):
+    """Root of every error conveyor raises on purpose."""
+
+
+class ParameterError(ConveyorError, ValueError):
+    """A task parameter is missing, unknown, or its value does not parse."""
+
+    def __init__(
+        self, message: str, *, task: str = "", parameter: str = "", value: object = None
+    ) -> None:
+        super().__init__(message)
+        self.task = task
+        self.parameter = parameter
+        self.value = value
+
+
+class ConfigError(ConveyorError):
+    """The configuration (file, environment or overrides) is invalid."""
+
+    def __init__(self, message: str, *, key: str = "", source: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.source = source
+
+
+class PluginError(ConveyorError):
+    """A plugin failed to load, is required but missing, or implements an unknown hook."""
+
+    def __init__(self, message: str, *, plugin: str = "", hook: str = "") -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.hook = hook
+
+
+class BackendNotFound(PluginError):
+    """A selected backend is not installed in its entry-point group."""
+
+    def __init__(self, group: str, name: str, installed: Sequence[str]) -> None:
+        names = ", ".join(sorted(installed)) or "(none)"
+        super().__init__(
+            f"no {group} backend named {name!r} is installed; installed: {names}",
+            plugin=name,
+        )
+        self.group = group
+        self.name = name
+        self.installed = tuple(sorted(installed))
+
+
+class TaskDefinitionError(ConveyorError):
+    """A task's requires(), complete() or run() returned something conveyor cannot use."""
+
+    def __init__(self, message: str, *, task_id: str = "") -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+class DependencyCycle(TaskDefinitionError):
+    """The dependency graph contains a cycle; ``path`` lists it, first task repeated last."""
+
+    def __init__(self, path: Sequence[str]) -> None:
+        super().__init__("dependency cycle: " + " -> ".join(path), task_id=path[0])
+        self.path = tuple(path)
+
+
+class TaskLoadError(ConveyorError):
+    """A task class cannot be imported, found, or is not allowed to be loaded."""
+
+
+class SchedulerUnavailable(ConveyorError):
+    """The scheduler could not be reached within the retry budget."""
+
+
+class InvalidTransition(ConveyorError):
+    """The worker's state machine was asked to make a move its table does not allow."""
+
+    def __init__(self, state: str, event: str) -> None:
+        super().__init__(f"no transition from state {state} on event {event}")
+        self.state = state
+        self.event = event

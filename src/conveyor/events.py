@@ -1,0 +1,173 @@
+"""Frozen event objects handed to the observer hooks.
+
+Every event carries the task fields (``task_id``, ``family``, ``module``, ``params``), the
+``worker_id``, a Unix ``timestamp`` and ``state``, the name of the task's state in the worker
+after the transition (see :mod:`conveyor.core.states`); worker-level events have empty task
+fields. Each event
+class names the hook it is delivered to in its ``hook`` class variable, so dispatch is a lookup,
+and adding a field later breaks no plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+__all__ = [
+    "CompleteChecked",
+    "DependenciesDiscovered",
+    "Event",
+    "ProcessDied",
+    "TaskBroken",
+    "TaskFailed",
+    "TaskProgress",
+    "TaskStarted",
+    "TaskStatusMessage",
+    "TaskSucceeded",
+    "TaskTimedOut",
+    "TaskTrackingUrl",
+    "WorkerStarted",
+    "WorkerStopped",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Fields common to every event."""
+
+    hook: ClassVar[str] = ""
+    task_id: str = ""
+    family: str = ""
+    module: str = ""
+    params: Mapping[str, str] = field(default_factory=dict)
+    worker_id: str = ""
+    timestamp: float = 0.0
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStarted(Event):
+    """A worker begins ``run()``."""
+
+    hook: ClassVar[str] = "conveyor_worker_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStopped(Event):
+    """A worker's ``run()`` is about to return."""
+
+    hook: ClassVar[str] = "conveyor_worker_stopped"
+    ok: bool
+    summary: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteChecked(Event):
+    """A task's ``complete()`` returned a bool."""
+
+    hook: ClassVar[str] = "conveyor_task_complete_checked"
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DependenciesDiscovered(Event):
+    """Static dependencies were found, or ``run()`` yielded dependencies that are incomplete."""
+
+    hook: ClassVar[str] = "conveyor_task_dependencies_discovered"
+    dependencies: tuple[str, ...]
+    dynamic: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskBroken(Event):
+    """``complete()`` / ``requires()`` raised or returned garbage while scheduling."""
+
+    hook: ClassVar[str] = "conveyor_task_broken"
+    error: str
+    phase: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStarted(Event):
+    """The executor starts an attempt of the task."""
+
+    hook: ClassVar[str] = "conveyor_task_started"
+    executor: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStatusMessage(Event):
+    """``set_status_message`` was called inside ``run()``."""
+
+    hook: ClassVar[str] = "conveyor_task_status_message"
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskProgress(Event):
+    """``set_progress_percentage`` was called inside ``run()``."""
+
+    hook: ClassVar[str] = "conveyor_task_progress"
+    percentage: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskTrackingUrl(Event):
+    """``set_tracking_url`` was called inside ``run()``."""
+
+    hook: ClassVar[str] = "conveyor_task_tracking_url"
+    url: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSucceeded(Event):
+    """``run()`` returned and (when checked) the task is complete."""
+
+    hook: ClassVar[str] = "conveyor_task_succeeded"
+    duration: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskFailed(Event):
+    """``run()`` raised, left the task incomplete, or could not start."""
+
+    hook: ClassVar[str] = "conveyor_task_failed"
+    error: str
+    exception_type: str
+    duration: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskTimedOut(Event):
+    """The attempt exceeded its timeout and its process tree was killed."""
+
+    hook: ClassVar[str] = "conveyor_task_timed_out"
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessDied(Event):
+    """The attempt's process ended without reporting a result."""
+
+    hook: ClassVar[str] = "conveyor_task_process_died"
+    exitcode: int | None
+    signal: int | None
+
+
+ALL_EVENTS: tuple[type[Event], ...] = (
+    WorkerStarted,
+    CompleteChecked,
+    DependenciesDiscovered,
+    TaskBroken,
+    TaskStarted,
+    TaskStatusMessage,
+    TaskProgress,
+    TaskTrackingUrl,
+    TaskSucceeded,
+    TaskFailed,
+    TaskTimedOut,
+    ProcessDied,
+    WorkerStopped,
+)

@@ -1,0 +1,122 @@
+"""One attempt of a task, run in the current thread: shared by every executor.
+
+It re-checks the dependencies, runs ``run()`` (driving a generator through its dynamic
+dependencies), checks completeness afterwards, calls the callbacks and turns everything into
+one :class:`~conveyor.executors.base.Outcome`. Log records emitted inside carry the task id.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Generator
+from typing import Any
+
+import structlog
+
+from ..task import Task, _outputs_of, checked_tasks
+from .base import FAILED, NEEDS_DEPS, SUCCEEDED, AttemptRequest, Note, Outcome, Sink
+
+__all__ = ["run_attempt"]
+
+
+class _Failure(Exception):
+    """An attempt failure with a ready explanation (no traceback needed)."""
+
+    def __init__(self, message: str, exception_type: str, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.exception_type = exception_type
+        self.missing = missing
+
+
+def run_attempt(request: AttemptRequest, sink: Sink) -> Outcome:
+    """Run one attempt of ``request.task`` here and return its outcome."""
+    task = request.task
+    task_id = request.task_id
+    started = time.perf_counter()
+
+    def report(kind: str, value: object) -> None:
+        sink(Note(task_id, kind, value))
+
+    task._reporter = report
+    try:
+        with structlog.contextvars.bound_contextvars(task_id=task_id):
+            return _attempt(task, request, started)
+    finally:
+        task._reporter = None
+
+
+def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
+    task_id = request.task_id
+    try:
+        _check_dependencies(task)
+        new_deps = _drive(task, task.run())
+        if new_deps:
+            return Outcome(task_id, NEEDS_DEPS, _since(started), new_deps=new_deps)
+        if request.check_complete and task.has_own_completion() and not task.complete():
+            raise _Failure(
+                f"{task!r}: run() returned but the task is not complete "
+                "(an output is missing or complete() returned False)",
+                "IncompleteAfterRun",
+            )
+        task.on_success()
+    except _Failure as failure:
+        return Outcome(
+            task_id,
+            FAILED,
+            _since(started),
+            error=str(failure),
+            exception_type=failure.exception_type,
+            missing=failure.missing,
+        )
+    except Exception as exc:
+        return Outcome(
+            task_id,
+            FAILED,
+            _since(started),
+            error=_explain(task, exc),
+            exception_type=type(exc).__name__,
+        )
+    return Outcome(task_id, SUCCEEDED, _since(started))
+
+
+def _check_dependencies(task: Task) -> None:
+    missing = [dep for dep in task.deps() if not dep.complete()]
+    if missing:
+        names = ", ".join(repr(dep) for dep in missing)
+        raise _Failure(
+            f"{task!r}: unfulfilled dependencies at run time: {names}",
+            "UnfulfilledDependency",
+            tuple(dep.task_id for dep in missing),
+        )
+
+
+def _drive(task: Task, result: Any) -> tuple[Task, ...]:
+    """Run a generator ``run()`` through its yields; return incomplete yielded tasks, if any."""
+    if not isinstance(result, Generator):
+        return ()
+    value: Any = None
+    try:
+        while True:
+            yielded = result.send(value)
+            deps = checked_tasks(task, yielded, "run() yield")
+            incomplete = tuple(dep for dep in deps if not dep.complete())
+            if incomplete:
+                result.close()
+                return incomplete
+            value = _outputs_of(yielded)
+    except StopIteration:
+        return ()
+
+
+def _explain(task: Task, exc: BaseException) -> str:
+    text = traceback.format_exc()
+    try:
+        custom = task.on_failure(exc)
+    except Exception:
+        return text + "\non_failure() raised too:\n" + traceback.format_exc()
+    return str(custom) if custom else text
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started

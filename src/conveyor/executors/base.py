@@ -1,0 +1,101 @@
+"""The executor protocol and the value objects that cross it.
+
+An executor receives an :class:`AttemptRequest` and reports through a ``sink`` callable:
+zero or more :class:`Note` messages (status message, progress, tracking URL) and then exactly
+one :class:`Outcome`. ``sink`` may be called from any thread; the worker turns every message
+into hooks and scheduler updates on its own loop thread, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from ..task import Task
+
+__all__ = [
+    "AttemptRequest",
+    "Executor",
+    "ExecutorContext",
+    "Message",
+    "Note",
+    "Outcome",
+    "Sink",
+]
+
+SUCCEEDED, FAILED, TIMED_OUT, PROCESS_DIED, NEEDS_DEPS = (
+    "succeeded",
+    "failed",
+    "timed_out",
+    "process_died",
+    "needs_deps",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRequest:
+    """One attempt to run a task."""
+
+    task: Task
+    task_id: str
+    attempt: int
+    timeout: float = 0.0
+    check_complete: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something ``run()`` published: kind is status_message, progress or tracking_url."""
+
+    task_id: str
+    kind: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended.
+
+    ``kind`` is succeeded, failed, timed_out, process_died or needs_deps. ``new_deps`` holds the
+    tasks ``run()`` yielded (needs_deps); ``missing`` the ids of dependencies found incomplete
+    just before ``run()`` (a failed attempt that the worker may reschedule).
+    """
+
+    task_id: str
+    kind: str
+    duration: float = 0.0
+    error: str = ""
+    exception_type: str = ""
+    new_deps: tuple[Task, ...] = ()
+    missing: tuple[str, ...] = ()
+    timeout: float = 0.0
+    exitcode: int | None = None
+    signal: int | None = None
+
+
+Message = Note | Outcome
+Sink = Callable[[Message], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorContext:
+    """What an executor is built with: slot count, kill grace and its own settings table."""
+
+    workers: int = 1
+    kill_grace: float = 5.0
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs attempts; see the module docstring for the reporting contract."""
+
+    name: ClassVar[str]
+    can_kill: ClassVar[bool]
+
+    def start(self, request: AttemptRequest, sink: Sink) -> None:
+        """Begin the attempt; report notes and then exactly one Outcome through ``sink``."""
+
+    def close(self) -> None:
+        """Wait for running attempts and release resources."""

@@ -1,0 +1,37 @@
+"""The ``thread`` executor: a pool of ``workers`` threads in the worker's process."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+from .attempt import run_attempt
+from .base import AttemptRequest, ExecutorContext, Sink
+
+__all__ = ["ThreadExecutor"]
+
+
+class ThreadExecutor:
+    """Runs attempts on a thread pool; cannot enforce timeouts (threads cannot be killed)."""
+
+    name: ClassVar[str] = "thread"
+    can_kill: ClassVar[bool] = False
+
+    def __init__(self, context: ExecutorContext | None = None) -> None:
+        """Create a pool of ``context.workers`` threads (started lazily)."""
+        self.context = context or ExecutorContext()
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, self.context.workers), thread_name_prefix="conveyor-task"
+        )
+
+    def start(self, request: AttemptRequest, sink: Sink) -> None:
+        """Queue the attempt on the pool; its outcome arrives through ``sink``."""
+        self._pool.submit(_run_and_report, request, sink)
+
+    def close(self) -> None:
+        """Wait for running attempts, then stop the threads."""
+        self._pool.shutdown(wait=True)
+
+
+def _run_and_report(request: AttemptRequest, sink: Sink) -> None:
+    sink(run_attempt(request, sink))

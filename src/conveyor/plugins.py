@@ -1,0 +1,231 @@
+"""Hook plugins: loading, blocking, validation and guarded dispatch.
+
+:class:`HookRelay` is the typed facade over pluggy that the worker fires events through. It
+calls every implementation separately (pluggy itself would stop at the first that raises), logs
+a failing one with its plugin's name, and carries on.
+
+Plugins come from three places, in this order: the ``conveyor.plugins`` entry points (unless
+``CONVEYOR_DISABLE_PLUGIN_AUTOLOAD=1``), ``[plugins] local`` modules, and objects handed to
+``Worker(plugins=...)``. Names in ``[plugins] disable`` or ``CONVEYOR_DISABLE_PLUGINS`` are
+blocked before anything is imported. A plugin that fails to import is reported and skipped,
+unless it is named in ``[plugins] required``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+import structlog
+from stevedore import NamedExtensionManager
+
+from . import hookspecs
+from .config import PluginSettings
+from .errors import PluginError
+from .events import Event
+
+__all__ = ["HookRelay", "LoadFailure", "PluginSource", "blocked_names", "load_hook_plugins"]
+
+GROUP = "conveyor.plugins"
+log = structlog.get_logger("conveyor.plugins")
+
+_Impl = tuple[str, Callable[..., Any], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailure:
+    """A plugin that could not be loaded: its name, distribution and the error."""
+
+    name: str
+    distribution: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSource:
+    """A loaded hook plugin and where it came from."""
+
+    name: str
+    plugin: object
+    distribution: str = ""
+
+
+class HookRelay:
+    """A pluggy PluginManager with validated registration and isolated, typed dispatch."""
+
+    def __init__(self) -> None:
+        """Create a manager that knows every spec in :mod:`conveyor.hookspecs`."""
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._impls: dict[str, tuple[_Impl, ...]] = {}
+
+    def register(self, plugin: object, name: str) -> None:
+        """Register ``plugin`` under ``name``; PluginError if it implements an unknown hook."""
+        try:
+            self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                f"plugin {name!r} has an invalid hook implementation: {exc}", plugin=name
+            ) from None
+        except ValueError as exc:
+            raise PluginError(f"plugin {name!r} could not be registered: {exc}") from None
+        self._reject_unknown_hooks(plugin, name)
+        self._impls.clear()
+
+    def _reject_unknown_hooks(self, plugin: object, name: str) -> None:
+        for caller in self.pm.get_hookcallers(plugin) or ():
+            if caller.spec is None:
+                self.pm.unregister(plugin)
+                known = [n for n in dir(self.pm.hook) if n.startswith("conveyor_")]
+                close = difflib.get_close_matches(caller.name, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise PluginError(
+                    f"plugin {name!r} implements unknown hook {caller.name!r}{hint}",
+                    plugin=name,
+                    hook=caller.name,
+                )
+
+    def names(self) -> list[str]:
+        """Names of the registered plugins."""
+        return [name for name, _ in self.pm.list_name_plugin()]
+
+    def fire(self, event: Event) -> None:
+        """Deliver ``event`` to every implementation of its hook, each guarded on its own."""
+        impls = self._impls.get(event.hook)
+        if impls is None:
+            impls = self._collect(event.hook)
+        for plugin_name, function, takes_event in impls:
+            try:
+                if takes_event:
+                    function(event)
+                else:
+                    function()
+            except Exception:
+                log.error(
+                    "hook implementation raised",
+                    plugin=plugin_name,
+                    hook=event.hook,
+                    task_id=event.task_id,
+                    error=traceback.format_exc(),
+                )
+
+    def _collect(self, hook: str) -> tuple[_Impl, ...]:
+        caller = getattr(self.pm.hook, hook)
+        impls = tuple(
+            (impl.plugin_name, impl.function, bool(impl.argnames))
+            for impl in reversed(caller.get_hookimpls())
+        )
+        self._impls[hook] = impls
+        return impls
+
+
+def blocked_names(settings: PluginSettings, environ: Mapping[str, str]) -> set[str]:
+    """Plugin names blocked by ``[plugins] disable`` and ``CONVEYOR_DISABLE_PLUGINS``."""
+    from_env = environ.get("CONVEYOR_DISABLE_PLUGINS", "")
+    return set(settings.disable) | {n.strip() for n in from_env.split(",") if n.strip()}
+
+
+def load_hook_plugins(
+    settings: PluginSettings, environ: Mapping[str, str] | None = None
+) -> tuple[list[PluginSource], list[LoadFailure]]:
+    """Load entry-point and local hook plugins; PluginError if a required one is missing."""
+    env = os.environ if environ is None else environ
+    blocked = blocked_names(settings, env)
+    loaded: list[PluginSource] = []
+    failures: list[LoadFailure] = []
+    if env.get("CONVEYOR_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() not in ("1", "true", "yes"):
+        _load_entry_points(blocked, loaded, failures)
+    for spec in settings.local:
+        if spec not in blocked:
+            _load_local(spec, loaded, failures)
+    _check_required(settings.required, loaded, failures, blocked)
+    for failure in failures:
+        log.warning(
+            "plugin failed to load; skipped",
+            plugin=failure.name,
+            distribution=failure.distribution,
+            error=failure.error,
+        )
+    return loaded, failures
+
+
+def entry_point_names(group: str) -> list[tuple[str, str, str]]:
+    """``(name, distribution, version)`` of every entry point of ``group``, without loading."""
+    from importlib.metadata import entry_points
+
+    out = []
+    for ep in entry_points(group=group):
+        dist = getattr(ep, "dist", None)
+        out.append((ep.name, dist.name if dist else "", dist.version if dist else ""))
+    return sorted(out)
+
+
+def _load_entry_points(
+    blocked: set[str], loaded: list[PluginSource], failures: list[LoadFailure]
+) -> None:
+    dists = {name: dist for name, dist, _ in entry_point_names(GROUP)}
+    wanted = [name for name in dists if name not in blocked]
+    if not wanted:
+        return
+
+    def on_failure(_mgr: Any, ep: Any, err: BaseException) -> None:
+        failures.append(LoadFailure(ep.name, dists.get(ep.name, ""), _describe(err)))
+
+    manager = NamedExtensionManager(
+        GROUP,
+        names=wanted,
+        on_load_failure_callback=on_failure,
+        on_missing_entrypoints_callback=None,
+    )
+    for ext in manager.extensions:
+        try:
+            loaded.append(PluginSource(ext.name, _instantiate(ext.plugin), dists.get(ext.name, "")))
+        except Exception as exc:
+            failures.append(LoadFailure(ext.name, dists.get(ext.name, ""), _describe(exc)))
+
+
+def _load_local(spec: str, loaded: list[PluginSource], failures: list[LoadFailure]) -> None:
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        if attr:
+            obj = _instantiate(getattr(obj, attr))
+    except Exception as exc:
+        failures.append(LoadFailure(spec, "(local)", _describe(exc)))
+        return
+    loaded.append(PluginSource(spec, obj, "(local)"))
+
+
+def _instantiate(obj: Any) -> Any:
+    """Entry points may name a module, an instance, or a class (instantiated without args)."""
+    return obj() if isinstance(obj, type) else obj
+
+
+def _check_required(
+    required: Iterable[str],
+    loaded: list[PluginSource],
+    failures: list[LoadFailure],
+    blocked: set[str],
+) -> None:
+    have = {source.name for source in loaded}
+    failed = {failure.name: failure for failure in failures}
+    for name in required:
+        if name in have:
+            continue
+        if name in failed:
+            reason = f"it failed to load: {failed[name].error}"
+        elif name in blocked:
+            reason = "it is disabled"
+        else:
+            reason = "it is not installed"
+        raise PluginError(f"required plugin {name!r} is unavailable: {reason}", plugin=name)
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"

@@ -1,0 +1,54 @@
+"""The in-process scheduler: :class:`Scheduler`, configured from ``[scheduler]``.
+
+The policy itself lives in :mod:`conveyor.scheduler.policy` and is shared by the central
+server; this module only binds it to the configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..config import Config, load_config
+from .policy import SchedulerCore, TaskSpec, Work, WorkLeft
+
+__all__ = ["Scheduler", "TaskSpec", "Work", "WorkLeft", "resolve_config"]
+
+
+def resolve_config(config: Config | str | os.PathLike[str] | None) -> Config:
+    """A Config as given, or loaded from a path, or discovered (SPEC §5) when None."""
+    if isinstance(config, Config):
+        return config
+    return load_config(config)
+
+
+class Scheduler(SchedulerCore):
+    """The in-process scheduler, usable directly and shareable by several Workers.
+
+    ``config`` is a Config, a path to a worker.toml, or None (discovered); keyword overrides
+    are ``[scheduler]`` keys (``retry_delay=…``, ``resources={"db": 1}``).
+    """
+
+    def __init__(
+        self,
+        config: Config | str | os.PathLike[str] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        **overrides: Any,
+    ) -> None:
+        """Build the scheduler from the ``[scheduler]`` policy keys."""
+        cfg = resolve_config(config)
+        if overrides:
+            cfg = cfg.with_section("scheduler", **overrides)
+        s = cfg.scheduler
+        super().__init__(
+            retry_delay=s.retry_delay,
+            retry_count=s.retry_count,
+            disable_window=s.disable_window,
+            disable_persist=s.disable_persist,
+            worker_disconnect_delay=s.worker_disconnect_delay,
+            resources=s.resources,
+            clock=clock,
+        )

@@ -1,0 +1,462 @@
+"""The scheduling policy: which registered task runs next, where, and what happens after.
+
+Theory of operation
+-------------------
+Every task the scheduler knows is a :class:`TaskRecord`. A record is *ready* when it is
+``PENDING``, every dependency is ``DONE`` (``unmet == 0``) and some worker may run it. Ready
+records sit in one heap per worker that may run them (plus one shared heap for assistants),
+ordered by (effective priority descending, registration order). Handing out work pops heaps:
+O(log n). Entries are never removed from a heap in place; a popped entry that no longer matches
+its record (it ran elsewhere, its priority rose, it failed) is simply dropped.
+
+Dependencies inherit at least the priority of every dependent (propagated when it rises).
+A ready task whose resources are exhausted is parked under that resource and pushed back when
+a task holding the resource finishes, so a blocked task costs nothing per call. ``FAILED``
+tasks wait in a heap keyed by the time they become ``PENDING`` again (``retry_delay``); a task
+that failed ``retry_count`` times within ``disable_window`` is ``DISABLED`` for
+``disable_persist`` seconds. A worker silent for ``worker_disconnect_delay`` loses its running
+tasks (``FAILED``).
+
+The class is thread-safe (one lock) and does no I/O; the clock is injected.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DONE", "STATUSES", "SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
+
+PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
+    "PENDING",
+    "RUNNING",
+    "DONE",
+    "FAILED",
+    "DISABLED",
+    "UNKNOWN",
+)
+STATUSES = (PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN)
+_ASSISTANTS = "\0assistants"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What a worker registers about one task (JSON-friendly: strings, numbers, lists)."""
+
+    task_id: str
+    family: str = ""
+    module: str = ""
+    params: Mapping[str, str] = field(default_factory=dict)
+    status: str = PENDING
+    deps: tuple[str, ...] = ()
+    priority: int = 0
+    resources: Mapping[str, int] = field(default_factory=dict)
+    runnable: bool = True
+    retry_count: int | None = None
+    explanation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A task handed to a worker."""
+
+    task_id: str
+    family: str
+    module: str
+    params: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkLeft:
+    """What remains for a worker when no task is ready for it."""
+
+    pending: int
+    unique_pending: int
+    running_elsewhere: int
+
+
+@dataclass(slots=True, eq=False)
+class TaskRecord:
+    """The scheduler's record of one task."""
+
+    task_id: str
+    seq: int
+    family: str = ""
+    module: str = ""
+    params: Mapping[str, str] = field(default_factory=dict)
+    status: str = PENDING
+    deps: tuple[str, ...] = ()
+    dependents: set[str] = field(default_factory=set)
+    unmet: int = 0
+    own_priority: int = 0
+    priority: int = 0
+    resources: Mapping[str, int] = field(default_factory=dict)
+    stakeholders: set[str] = field(default_factory=set)
+    runners: set[str] = field(default_factory=set)
+    worker: str | None = None
+    retry_count: int | None = None
+    failures: deque[float] = field(default_factory=deque)
+    wake_at: float = 0.0
+    explanation: str = ""
+    status_message: str = ""
+    progress: float | None = None
+    tracking_url: str = ""
+    registered: bool = False
+
+
+_Entry = tuple[int, int, str]
+
+
+class SchedulerCore:
+    """The scheduling policy over :class:`TaskRecord`s; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        retry_delay: float = 900.0,
+        retry_count: int = 3,
+        disable_window: float = 3600.0,
+        disable_persist: float = 86400.0,
+        worker_disconnect_delay: float = 60.0,
+        resources: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Create an empty scheduler with the given policy settings."""
+        self.retry_delay = retry_delay
+        self.retry_count = retry_count
+        self.disable_window = disable_window
+        self.disable_persist = disable_persist
+        self.worker_disconnect_delay = worker_disconnect_delay
+        self.capacity: dict[str, int] = dict(resources or {})
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._tasks: dict[str, TaskRecord] = {}
+        self._seq = 0
+        self._heaps: dict[str, list[_Entry]] = {}
+        self._parked: dict[str, list[tuple[str, _Entry]]] = {}
+        self._used: dict[str, int] = {}
+        self._wakeups: list[tuple[float, str]] = []
+        self._workers: dict[str, float] = {}
+        self._assistants: set[str] = set()
+        self._by_worker: dict[str, set[str]] = {}
+        self._next_prune = 0.0
+
+    # --- registration ---------------------------------------------------------------------
+
+    def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
+        """Register (or update) tasks on behalf of ``worker_id``."""
+        with self._lock:
+            self._seen(worker_id, assistant)
+            for spec in specs:
+                self._add(worker_id, spec)
+
+    def _add(self, worker_id: str, spec: TaskSpec) -> None:
+        rec = self._record(spec.task_id)
+        first = not rec.registered
+        rec.registered = True
+        if spec.family:
+            rec.family, rec.module, rec.params = spec.family, spec.module, dict(spec.params)
+        rec.stakeholders.add(worker_id)
+        self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
+        if spec.runnable:
+            rec.runners.add(worker_id)
+        if spec.retry_count is not None:
+            rec.retry_count = spec.retry_count
+        rec.resources = dict(spec.resources)
+        if first or spec.deps or spec.status == PENDING:
+            self._set_deps(rec, spec.deps, merge=not first)
+        self._apply_status(rec, spec, worker_id)
+        rec.own_priority = max(rec.own_priority, spec.priority)
+        self._raise_priority(rec, rec.own_priority)
+        self._offer(rec, only=worker_id)
+
+    def _apply_status(self, rec: TaskRecord, spec: TaskSpec, worker_id: str) -> None:
+        status = spec.status
+        if status == PENDING and rec.status in (RUNNING, DISABLED, FAILED):
+            if rec.status == RUNNING and rec.worker == worker_id:
+                self._release(rec)  # dynamic dependencies: the attempt ended, back to pending
+                self._set_status(rec, PENDING)
+            return
+        if status == PENDING and rec.status == DONE and not spec.runnable:
+            return
+        if spec.explanation:
+            rec.explanation = spec.explanation
+        self._set_status(rec, status)
+
+    def _record(self, task_id: str) -> TaskRecord:
+        rec = self._tasks.get(task_id)
+        if rec is None:
+            self._seq += 1
+            rec = TaskRecord(task_id=task_id, seq=self._seq)
+            self._tasks[task_id] = rec
+        return rec
+
+    def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> None:
+        new = tuple(dict.fromkeys((*rec.deps, *deps) if merge else deps))
+        if new == rec.deps:
+            return
+        for dep_id in rec.deps:
+            self._tasks[dep_id].dependents.discard(rec.task_id)
+        rec.deps = new
+        unmet = 0
+        for dep_id in new:
+            dep = self._record(dep_id)
+            dep.dependents.add(rec.task_id)
+            if dep.status != DONE:
+                unmet += 1
+        rec.unmet = unmet
+
+    def _raise_priority(self, rec: TaskRecord, priority: int) -> None:
+        """Give ``rec`` at least ``priority`` and every dependency at least its dependent's."""
+        if priority > rec.priority:
+            rec.priority = priority
+            self._offer(rec)
+        stack = [rec]
+        while stack:
+            current = stack.pop()
+            for dep_id in current.deps:
+                dep = self._tasks[dep_id]
+                if dep.priority < current.priority:
+                    dep.priority = current.priority
+                    self._offer(dep)
+                    stack.append(dep)
+
+    # --- status changes -------------------------------------------------------------------
+
+    def _set_status(self, rec: TaskRecord, status: str) -> None:
+        old = rec.status
+        if old == status:
+            return
+        rec.status = status
+        if old == DONE:
+            for dep_id in rec.dependents:
+                self._tasks[dep_id].unmet += 1
+        elif status == DONE:
+            for dep_id in rec.dependents:
+                dependent = self._tasks[dep_id]
+                dependent.unmet -= 1
+                self._offer(dependent)
+        if status == DONE:
+            rec.explanation = ""
+        self._offer(rec)
+
+    def _offer(self, rec: TaskRecord, only: str | None = None) -> None:
+        """Push ``rec`` onto the heaps of the workers that may run it, if it is ready.
+
+        ``only`` limits the push to one worker (a worker registering a task that is already
+        queued for the others). Duplicate entries are harmless: a popped entry whose record
+        is no longer ready is dropped.
+        """
+        if rec.status != PENDING or rec.unmet > 0 or not rec.runners:
+            return
+        entry = (-rec.priority, rec.seq, rec.task_id)
+        if only is None:
+            targets: Iterable[str] = rec.runners
+        else:
+            targets = (only,) if only in rec.runners else ()
+        for worker_id in targets:
+            heapq.heappush(self._heaps.setdefault(worker_id, []), entry)
+        if self._assistants:
+            heapq.heappush(self._heaps.setdefault(_ASSISTANTS, []), entry)
+
+    # --- handing out work -----------------------------------------------------------------
+
+    def get_work(self, worker_id: str, assistant: bool = False) -> Work | None:
+        """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None."""
+        with self._lock:
+            now = self._seen(worker_id, assistant)
+            self._wake(now)
+            for key in (worker_id, _ASSISTANTS) if assistant else (worker_id,):
+                work = self._pop(key, worker_id)
+                if work is not None:
+                    return work
+            return None
+
+    def _pop(self, key: str, worker_id: str) -> Work | None:
+        heap = self._heaps.get(key)
+        while heap:
+            entry = heapq.heappop(heap)
+            rec = self._tasks[entry[2]]
+            if rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
+                continue
+            blocked = self._blocking_resource(rec)
+            if blocked is not None:
+                self._parked.setdefault(blocked, []).append((key, entry))
+                continue
+            self._take(rec, worker_id)
+            return Work(rec.task_id, rec.family, rec.module, dict(rec.params))
+        return None
+
+    def _blocking_resource(self, rec: TaskRecord) -> str | None:
+        for name, amount in rec.resources.items():
+            if self._used.get(name, 0) + amount > self.capacity.get(name, 1):
+                return name
+        return None
+
+    def _take(self, rec: TaskRecord, worker_id: str) -> None:
+        for name, amount in rec.resources.items():
+            self._used[name] = self._used.get(name, 0) + amount
+        rec.worker = worker_id
+        rec.status_message, rec.progress, rec.tracking_url = "", None, ""
+        self._set_status(rec, RUNNING)
+
+    def _release(self, rec: TaskRecord) -> None:
+        rec.worker = None
+        for name, amount in rec.resources.items():
+            self._used[name] -= amount
+            for key, entry in self._parked.pop(name, []):
+                heapq.heappush(self._heaps.setdefault(key, []), entry)
+
+    # --- results --------------------------------------------------------------------------
+
+    def task_done(self, worker_id: str, task_id: str) -> None:
+        """Record that ``worker_id`` finished ``task_id`` successfully."""
+        with self._lock:
+            self._seen(worker_id)
+            rec = self._tasks.get(task_id)
+            if rec is None:
+                return
+            if rec.status == RUNNING:
+                self._release(rec)
+            rec.failures.clear()
+            self._set_status(rec, DONE)
+
+    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+        """Record a failed attempt; return the new status (``FAILED`` or ``DISABLED``)."""
+        with self._lock:
+            now = self._seen(worker_id)
+            rec = self._tasks.get(task_id)
+            if rec is None:
+                return UNKNOWN
+            if rec.status == RUNNING:
+                self._release(rec)
+            return self._fail(rec, explanation, now)
+
+    def _fail(self, rec: TaskRecord, explanation: str, now: float) -> str:
+        rec.explanation = explanation
+        rec.failures.append(now)
+        while rec.failures and rec.failures[0] < now - self.disable_window:
+            rec.failures.popleft()
+        limit = rec.retry_count if rec.retry_count is not None else self.retry_count
+        if limit > 0 and len(rec.failures) >= limit:
+            rec.failures.clear()
+            self._set_status(rec, DISABLED)
+            self._schedule_wake(rec, now + self.disable_persist)
+        else:
+            self._set_status(rec, FAILED)
+            self._schedule_wake(rec, now + self.retry_delay)
+        return rec.status
+
+    def _schedule_wake(self, rec: TaskRecord, when: float) -> None:
+        rec.wake_at = when
+        heapq.heappush(self._wakeups, (when, rec.task_id))
+
+    def _wake(self, now: float) -> None:
+        while self._wakeups and self._wakeups[0][0] <= now:
+            when, task_id = heapq.heappop(self._wakeups)
+            rec = self._tasks[task_id]
+            if rec.wake_at == when and rec.status in (FAILED, DISABLED):
+                self._set_status(rec, PENDING)
+        if now >= self._next_prune:
+            self._next_prune = now + min(1.0, self.worker_disconnect_delay)
+            self._prune_workers(now)
+
+    def _prune_workers(self, now: float) -> None:
+        silent = [w for w, seen in self._workers.items() if seen < now - self.worker_disconnect_delay]
+        for worker_id in silent:
+            del self._workers[worker_id]
+            self._assistants.discard(worker_id)
+            for task_id in self._by_worker.get(worker_id, ()):
+                rec = self._tasks[task_id]
+                if rec.status == RUNNING and rec.worker == worker_id:
+                    self._release(rec)
+                    self._fail(rec, f"worker {worker_id} stopped responding", now)
+
+    # --- annotations ----------------------------------------------------------------------
+
+    def annotate(self, task_id: str, kind: str, value: Any) -> None:
+        """Store a status message, progress or tracking URL reported from inside run()."""
+        with self._lock:
+            rec = self._tasks.get(task_id)
+            if rec is None:
+                return
+            if kind == "status_message":
+                rec.status_message = str(value)
+            elif kind == "progress":
+                rec.progress = float(value)
+            elif kind == "tracking_url":
+                rec.tracking_url = str(value)
+
+    # --- liveness and queries -------------------------------------------------------------
+
+    def ping(self, worker_id: str) -> None:
+        """Record that ``worker_id`` is alive."""
+        with self._lock:
+            self._seen(worker_id)
+
+    def _seen(self, worker_id: str, assistant: bool = False) -> float:
+        now = self.clock()
+        self._workers[worker_id] = now
+        if assistant and worker_id not in self._assistants:
+            self._assistants.add(worker_id)
+            for rec in self._tasks.values():
+                self._offer(rec, only=_ASSISTANTS)
+        return now
+
+    def work_left(self, worker_id: str) -> WorkLeft:
+        """Count this worker's tasks that may still run: pending here or running elsewhere."""
+        with self._lock:
+            self._wake(self.clock())
+            pending = unique = elsewhere = 0
+            for task_id in self._by_worker.get(worker_id, ()):
+                rec = self._tasks[task_id]
+                if rec.status == RUNNING and rec.worker != worker_id:
+                    elsewhere += 1
+                elif rec.status in (PENDING, FAILED) and rec.runners:
+                    pending += 1
+                    unique += rec.stakeholders == {worker_id}
+            return WorkLeft(pending, unique, elsewhere)
+
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
+        """The status of each known task id."""
+        with self._lock:
+            return {t: self._tasks[t].status for t in task_ids if t in self._tasks}
+
+    def explanation(self, task_id: str) -> str:
+        """The stored failure explanation of a task ('' if none)."""
+        with self._lock:
+            rec = self._tasks.get(task_id)
+            return rec.explanation if rec else ""
+
+    def task_list(self) -> list[dict[str, Any]]:
+        """Every registered task, shaped as the server's ``GET /api/v1/tasks`` entries."""
+        with self._lock:
+            return [_describe(rec) for rec in self._tasks.values() if rec.registered]
+
+    def worker_list(self) -> list[dict[str, Any]]:
+        """Every known worker and when it was last seen."""
+        with self._lock:
+            return [
+                {"worker_id": w, "last_seen": seen, "assistant": w in self._assistants}
+                for w, seen in self._workers.items()
+            ]
+
+
+def _describe(rec: TaskRecord) -> dict[str, Any]:
+    return {
+        "task_id": rec.task_id,
+        "family": rec.family,
+        "params": dict(rec.params),
+        "status": rec.status,
+        "worker": rec.worker,
+        "priority": rec.priority,
+        "dependencies": list(rec.deps),
+        "status_message": rec.status_message,
+        "progress": rec.progress,
+        "tracking_url": rec.tracking_url,
+    }

@@ -1,0 +1,380 @@
+"""The task API: :class:`Task`, :class:`ExternalTask`, :class:`WrapperTask` and helpers.
+
+A task is identified by its family (class name, with ``task_namespace``) and the string form of
+its significant parameters. That string form is how a task crosses processes and the network:
+``to_str_params()`` / ``from_str_params()``; conveyor never pickles a task.
+
+Every concrete task class is recorded in a registry keyed by ``(module, family)`` so that a
+worker can find the class again from those strings (``load_task_class``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
+
+from .errors import ParameterError, TaskDefinitionError, TaskLoadError
+from .parameters import Parameter
+from .targets import Target
+
+__all__ = [
+    "ExternalTask",
+    "Task",
+    "WrapperTask",
+    "flatten",
+    "is_secret_name",
+    "load_task_class",
+]
+
+_SECRET_WORDS = ("password", "secret", "token", "key")
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_ID_MAX = 128
+_HASH_LEN = 10
+
+_REGISTRY: dict[tuple[str, str], type[Task]] = {}
+
+#: Called with (kind, value) by ``set_status_message`` and friends while an attempt runs.
+Reporter = Callable[[str, object], None]
+
+
+def is_secret_name(name: str) -> bool:
+    """True if a parameter (or setting) name marks a secret: it contains password/secret/token/key."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def flatten(struct: object) -> list[Any]:
+    """Flatten any nesting of lists, tuples, sets and dict values into a flat list.
+
+    ``None`` is dropped; a string or any other object is a leaf.
+    """
+    out: list[Any] = []
+    _flatten_into(struct, out)
+    return out
+
+
+def _flatten_into(struct: object, out: list[Any]) -> None:
+    if struct is None:
+        return
+    if isinstance(struct, Mapping):
+        for value in struct.values():
+            _flatten_into(value, out)
+    elif isinstance(struct, list | tuple | set | frozenset):
+        for item in struct:
+            _flatten_into(item, out)
+    else:
+        out.append(struct)
+
+
+class Task:
+    """Base class of every task: declare parameters as class attributes, override the methods.
+
+    Override ``requires()`` (what it needs), ``output()`` (what it makes), ``run()`` (how to
+    make it) and, rarely, ``complete()``. A generator ``run()`` may ``yield`` tasks: dynamic
+    dependencies, scheduled by the worker, after which ``run()`` starts again from the top.
+    """
+
+    task_namespace: ClassVar[str | None] = None
+    priority: ClassVar[int] = 0
+    resources: ClassVar[Mapping[str, int]] = {}
+    worker_timeout: ClassVar[float | None] = None
+    retry_count: ClassVar[int | None] = None
+    disabled: ClassVar[bool] = False
+    owner_email: ClassVar[str | list[str] | None] = None
+
+    _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
+    _reporter: Reporter | None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Collect the class's parameters (in declaration order) and register the class."""
+        super().__init_subclass__(**kwargs)
+        params: dict[str, Parameter[Any]] = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                if isinstance(value, Parameter):
+                    params[name] = value
+        cls._params = tuple(params.items())
+        _REGISTRY[(cls.__module__, cls.get_task_family())] = cls
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Bind parameters from positional (declaration order) and keyword arguments."""
+        family = self.get_task_family()
+        if len(args) > len(self._params):
+            raise ParameterError(
+                f"{family} takes {len(self._params)} positional parameter(s), got {len(args)}",
+                task=family,
+            )
+        given = dict(zip((name for name, _ in self._params), args, strict=False))
+        for name, value in kwargs.items():
+            if name in given:
+                raise ParameterError(
+                    f"{family}: parameter {name!r} given twice", task=family, parameter=name
+                )
+            given[name] = value
+        known = {name for name, _ in self._params}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            expected = ", ".join(sorted(known)) or "none"
+            raise ParameterError(
+                f"{family}: unknown parameter {unknown[0]!r}; expected one of: {expected}",
+                task=family,
+                parameter=unknown[0],
+                value=given[unknown[0]],
+            )
+        values: dict[str, Any] = {}
+        for name, param in self._params:
+            values[name] = _bind(family, name, param, given)
+        self.param_kwargs: dict[str, Any] = values
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self._str_params: dict[str, str] | None = None
+        self._task_id: str | None = None
+        self._hash: int | None = None
+        self._reporter = None
+
+    # --- identity -------------------------------------------------------------------------
+
+    @classmethod
+    def get_task_family(cls) -> str:
+        """The class name, prefixed by ``task_namespace`` and a dot when the class sets one."""
+        namespace = cls.__dict__.get("task_namespace") or cls.task_namespace
+        return f"{namespace}.{cls.__name__}" if namespace else cls.__name__
+
+    @property
+    def task_family(self) -> str:
+        """The task's family: its class name, with the namespace prefix."""
+        return self.get_task_family()
+
+    @property
+    def task_module(self) -> str:
+        """The module the task's class is defined in."""
+        return type(self).__module__
+
+    @property
+    def task_id(self) -> str:
+        """A deterministic id from the family and the significant parameters."""
+        if self._task_id is None:
+            self._task_id = _make_task_id(self.task_family, self._significant_str_params())
+        return self._task_id
+
+    def to_str_params(self) -> dict[str, str]:
+        """Every parameter in its string form (the wire and CLI representation)."""
+        if self._str_params is None:
+            self._str_params = {
+                name: param.serialize(self.param_kwargs[name]) for name, param in self._params
+            }
+        return dict(self._str_params)
+
+    @classmethod
+    def from_str_params(cls, params: Mapping[str, str]) -> Task:
+        """Build the task from the string form made by :meth:`to_str_params`."""
+        return cls(**{name: str(value) for name, value in params.items()})
+
+    def _significant_str_params(self) -> dict[str, str]:
+        self.to_str_params()
+        assert self._str_params is not None
+        significant = {name for name, param in self._params if param.significant}
+        return {k: v for k, v in self._str_params.items() if k in significant}
+
+    def __eq__(self, other: object) -> bool:
+        """Two tasks are equal when their task ids are."""
+        return isinstance(other, Task) and other.task_id == self.task_id
+
+    def __hash__(self) -> int:
+        """Hash of the task id."""
+        if self._hash is None:
+            self._hash = hash(self.task_id)
+        return self._hash
+
+    def __repr__(self) -> str:
+        """``Family(param=value, ...)`` with secret-named values hidden."""
+        shown = ", ".join(
+            f"{name}={'***' if is_secret_name(name) else value}"
+            for name, value in self._significant_str_params().items()
+        )
+        return f"{self.task_family}({shown})"
+
+    # --- the graph ------------------------------------------------------------------------
+
+    def requires(self) -> Any:
+        """The tasks this one needs: a task or any nesting of lists/tuples/dicts (default none)."""
+        return []
+
+    def deps(self) -> list[Task]:
+        """The flattened requirements; raises TaskDefinitionError for anything not a Task."""
+        return checked_tasks(self, self.requires(), "requires()")
+
+    def input(self) -> Any:
+        """The outputs of the requirements, in the same nesting as ``requires()``."""
+        return _outputs_of(self.requires())
+
+    def output(self) -> Any:
+        """The targets this task makes: a Target or any nesting of them (default none)."""
+        return []
+
+    def complete(self) -> bool:
+        """True iff the task has at least one output and every output exists."""
+        outputs = flatten(self.output())
+        return bool(outputs) and all(target.exists() for target in outputs)
+
+    def run(self) -> Any:
+        """Do the work. A generator may yield tasks: dynamic dependencies."""
+
+    def on_success(self) -> None:
+        """Called after a successful run()."""
+
+    def on_failure(self, exception: BaseException) -> str | None:
+        """Called when run() raised; the returned text, if any, is the failure explanation."""
+        return None
+
+    # --- reporting from inside run() ------------------------------------------------------
+
+    def set_status_message(self, message: str) -> None:
+        """Publish a status message for this task to the scheduler and the hooks."""
+        self._report("status_message", str(message))
+
+    def set_progress_percentage(self, percentage: float) -> None:
+        """Publish progress (0..100) for this task to the scheduler and the hooks."""
+        value = float(percentage)
+        if not 0.0 <= value <= 100.0:
+            raise ValueError(f"progress percentage must be within 0..100, got {percentage!r}")
+        self._report("progress", value)
+
+    def set_tracking_url(self, url: str) -> None:
+        """Publish a tracking URL for this task to the scheduler and the hooks."""
+        self._report("tracking_url", str(url))
+
+    def _report(self, kind: str, value: object) -> None:
+        if self._reporter is not None:
+            self._reporter(kind, value)
+
+    # --- class-level helpers the worker uses ----------------------------------------------
+
+    @classmethod
+    def parameters(cls) -> tuple[tuple[str, Parameter[Any]], ...]:
+        """The class's parameters as ``(name, Parameter)`` pairs, in declaration order."""
+        return cls._params
+
+    @classmethod
+    def is_external(cls) -> bool:
+        """True for tasks whose data is made elsewhere (subclasses of ExternalTask)."""
+        return issubclass(cls, ExternalTask)
+
+    def has_own_completion(self) -> bool:
+        """True if the task has outputs or overrides complete() (check_complete_on_run)."""
+        return type(self).complete is not Task.complete or bool(flatten(self.output()))
+
+
+class ExternalTask(Task):
+    """A task with no run(): its output is made elsewhere; incomplete means missing data."""
+
+
+class WrapperTask(Task):
+    """A task that only groups others: complete when all its requirements are complete."""
+
+    def complete(self) -> bool:
+        """True when every requirement is complete."""
+        return all(task.complete() for task in self.deps())
+
+
+def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any]) -> Any:
+    if name not in given:
+        if not param.has_default:
+            raise ParameterError(
+                f"{family}: missing required parameter {name!r}", task=family, parameter=name
+            )
+        return param.default
+    value = given[name]
+    try:
+        return param.normalize(value)
+    except ValueError as exc:
+        shown = "***" if is_secret_name(name) else repr(value)
+        raise ParameterError(
+            f"{family}: parameter {name!r} = {shown}: {exc}",
+            task=family,
+            parameter=name,
+            value=value,
+        ) from None
+
+
+def _make_task_id(family: str, params: Mapping[str, str]) -> str:
+    canonical = json.dumps([family, sorted(params.items())], separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:_HASH_LEN]
+    safe_family = _ID_UNSAFE.sub("_", family)
+    parts = [
+        _ID_UNSAFE.sub("_", value)[:16]
+        for name, value in sorted(params.items())
+        if not is_secret_name(name)
+    ][:3]
+    head = "_".join([safe_family, *parts])
+    return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"
+
+
+def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
+    """Flatten ``struct`` and check every leaf is a Task, naming the owner and what it returned."""
+    if isinstance(struct, str | bytes | int | float | Target):
+        raise TaskDefinitionError(
+            f"{owner!r}.{what} returned {struct!r} ({type(struct).__name__}); "
+            "expected a Task or a list/tuple/dict of Tasks",
+            task_id=owner.task_id,
+        )
+    if isinstance(struct, list | tuple) and any(item is None for item in struct):
+        raise TaskDefinitionError(
+            f"{owner!r}.{what} returned a list holding None; expected only Tasks",
+            task_id=owner.task_id,
+        )
+    out = flatten(struct)
+    for item in out:
+        if not isinstance(item, Task):
+            raise TaskDefinitionError(
+                f"{owner!r}.{what} returned {item!r} ({type(item).__name__}) inside its result; "
+                "expected only Tasks",
+                task_id=owner.task_id,
+            )
+    return out
+
+
+def _outputs_of(struct: object) -> Any:
+    if isinstance(struct, Task):
+        return struct.output()
+    if isinstance(struct, Mapping):
+        return {key: _outputs_of(value) for key, value in struct.items()}
+    if isinstance(struct, list | tuple):
+        return type(struct)(_outputs_of(item) for item in struct)
+    return struct
+
+
+def is_generator_run(task: Task) -> bool:
+    """True when the task's run() is a generator function (it may yield dependencies)."""
+    return inspect.isgeneratorfunction(type(task).run)
+
+
+def load_task_class(module: str, family: str) -> type[Task]:
+    """Import ``module`` and return its task class of ``family``; TaskLoadError if impossible."""
+    found = _REGISTRY.get((module, family))
+    if found is not None:
+        return found
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any import-time failure of user code is a load error
+        raise TaskLoadError(
+            f"cannot import task module {module!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    found = _REGISTRY.get((module, family))
+    if found is None:
+        known = sorted(fam for mod, fam in _REGISTRY if mod == module)
+        hint = ", ".join(known) or "none"
+        raise TaskLoadError(
+            f"module {module!r} has no task family {family!r}; tasks defined there: {hint}"
+        )
+    return found
+
+
+def iter_registered(module: str) -> Iterator[type[Task]]:
+    """Task classes registered from ``module`` (used for CLI help)."""
+    return (cls for (mod, _), cls in _REGISTRY.items() if mod == module)

@@ -1,0 +1,95 @@
+"""Test kit for conveyor's own tests, plugin authors and embedders.
+
+* :class:`RecordingPlugin` — a hook plugin that records every event it receives, in order.
+* :class:`FakeClock` — a manual clock to inject into :class:`conveyor.Scheduler`.
+* :func:`hook_names` — every hook conveyor defines.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import hookspecs
+from ..events import Event
+
+__all__ = ["FakeClock", "Recorded", "RecordingPlugin", "hook_names"]
+
+
+def hook_names() -> list[str]:
+    """The names of every hook spec in :mod:`conveyor.hookspecs`."""
+    return sorted(n for n in dir(hookspecs) if n.startswith("conveyor_"))
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One hook call: the hook's name and its event."""
+
+    hook: str
+    event: Event
+
+
+class RecordingPlugin:
+    """A hook plugin implementing every hook; ``records`` keeps each call in order.
+
+    Register it with ``Worker(plugins=[RecordingPlugin()])``.
+    """
+
+    name = "conveyor.testing.recorder"
+
+    def __init__(self) -> None:
+        """Start with no records."""
+        self.records: list[Recorded] = []
+        self._lock = threading.Lock()
+
+    def _record(self, event: Event) -> None:
+        with self._lock:
+            self.records.append(Recorded(event.hook, event))
+
+    def hooks(self) -> list[str]:
+        """The hook names recorded, in order."""
+        return [r.hook for r in self.records]
+
+    def events(self, hook: str, task_id: str | None = None) -> list[Any]:
+        """The events of one hook (optionally of one task), in order."""
+        short = hook if hook.startswith("conveyor_") else f"conveyor_{hook}"
+        return [
+            r.event
+            for r in self.records
+            if r.hook == short and (task_id is None or r.event.task_id == task_id)
+        ]
+
+    def for_task(self, task_id: str) -> Iterator[Recorded]:
+        """The records of one task, in order."""
+        return (r for r in self.records if r.event.task_id == task_id)
+
+
+def _make_recorder(name: str) -> Any:
+    def record(self: RecordingPlugin, event: Event) -> None:
+        self._record(event)
+
+    record.__name__ = name
+    record.__doc__ = f"Record a {name} event."
+    return hookspecs.hookimpl(record)
+
+
+for _name in hook_names():
+    setattr(RecordingPlugin, _name, _make_recorder(_name))
+
+
+class FakeClock:
+    """A clock that only moves when told: pass ``clock=fake`` to ``conveyor.Scheduler``."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        """Start at ``start`` seconds."""
+        self.now = start
+
+    def __call__(self) -> float:
+        """The current fake time."""
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward."""
+        self.now += seconds

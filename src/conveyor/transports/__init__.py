@@ -1,0 +1,1 @@
+"""Scheduler transports: how a worker talks to its scheduler."""

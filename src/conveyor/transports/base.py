@@ -1,0 +1,50 @@
+"""The scheduler transport protocol: every call a worker makes to its scheduler.
+
+The in-process :class:`conveyor.Scheduler` satisfies it directly; the ``http`` transport
+(next) speaks the same calls to a central server. Arguments and results are plain values
+(strings, numbers, :class:`~conveyor.scheduler.policy.TaskSpec`), never live task objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from ..scheduler.policy import TaskSpec, Work, WorkLeft
+
+__all__ = ["SchedulerTransport"]
+
+
+@runtime_checkable
+class SchedulerTransport(Protocol):
+    """What a worker needs from a scheduler."""
+
+    def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
+        """Register or update tasks for a worker."""
+
+    def get_work(self, worker_id: str, assistant: bool = False) -> Work | None:
+        """Hand out the best runnable task, marking it running, or None."""
+
+    def work_left(self, worker_id: str) -> WorkLeft:
+        """Count what may still run for this worker."""
+
+    def task_done(self, worker_id: str, task_id: str) -> None:
+        """Report a successful attempt."""
+
+    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+        """Report a failed attempt; returns the new status."""
+
+    def annotate(self, task_id: str, kind: str, value: Any) -> None:
+        """Store a status message, progress or tracking URL."""
+
+    def ping(self, worker_id: str) -> None:
+        """Keep the worker alive."""
+
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
+        """Current status of each given task id."""
+
+    def explanation(self, task_id: str) -> str:
+        """The stored failure explanation of a task."""
+
+    def task_list(self) -> list[dict[str, Any]]:
+        """Every registered task, shaped as SPEC §7's task list."""

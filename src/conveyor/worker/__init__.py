@@ -1,0 +1,1 @@
+"""The worker: graph walk, run loop, reporting."""

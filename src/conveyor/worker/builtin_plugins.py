@@ -1,0 +1,138 @@
+"""conveyor's own features written as plugins of its hooks: summary records and transition logs.
+
+They are registered through the same :class:`~conveyor.plugins.HookRelay` as a third party's
+plugin; if one of them needed something the hooks do not give, a hook would be missing.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from .. import events as ev
+from ..hookspecs import hookimpl
+
+__all__ = ["SummaryPlugin", "TransitionLogPlugin"]
+
+
+class SummaryPlugin:
+    """Collects, from the hooks, what the execution summary reports about attempts."""
+
+    def __init__(self) -> None:
+        """Start with empty records."""
+        self.already_done: set[str] = set()
+        self.completed: set[str] = set()
+        self.failed: dict[str, str] = {}
+        self.broken: set[str] = set()
+        self.started: set[str] = set()
+
+    @hookimpl
+    def conveyor_task_complete_checked(self, event: ev.CompleteChecked) -> None:
+        """A task found complete before this worker ran it is 'already done'."""
+        if event.complete and event.task_id not in self.completed:
+            self.already_done.add(event.task_id)
+        else:
+            self.already_done.discard(event.task_id)
+
+    @hookimpl
+    def conveyor_task_started(self, event: ev.TaskStarted) -> None:
+        """Remember which tasks this worker attempted."""
+        self.started.add(event.task_id)
+
+    @hookimpl
+    def conveyor_task_succeeded(self, event: ev.TaskSucceeded) -> None:
+        """Record a success (it clears an earlier failure of the same task)."""
+        self.completed.add(event.task_id)
+        self.failed.pop(event.task_id, None)
+
+    @hookimpl
+    def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
+        """Record a failed attempt."""
+        self.failed[event.task_id] = "failed"
+
+    @hookimpl
+    def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
+        """Record a timed-out attempt."""
+        self.failed[event.task_id] = "timed out"
+
+    @hookimpl
+    def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
+        """Record an attempt whose process died."""
+        self.failed[event.task_id] = "process died"
+
+    @hookimpl
+    def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
+        """Record a task that failed scheduling."""
+        self.broken.add(event.task_id)
+
+
+class TransitionLogPlugin:
+    """Logs every transition as one structlog event with task_id, family, worker_id, state."""
+
+    def __init__(self) -> None:
+        """Bind the ``conveyor.worker`` logger."""
+        self.log = structlog.get_logger("conveyor.worker").bind()
+
+    def _log(self, event: ev.Event, **extra: object) -> None:
+        self.log.info(
+            event.hook.removeprefix("conveyor_"),
+            task_id=event.task_id,
+            family=event.family,
+            worker_id=event.worker_id,
+            state=event.state,
+            **extra,
+        )
+
+    @hookimpl
+    def conveyor_task_complete_checked(self, event: ev.CompleteChecked) -> None:
+        """Log a completeness check."""
+        self._log(event, complete=event.complete)
+
+    @hookimpl
+    def conveyor_task_dependencies_discovered(self, event: ev.DependenciesDiscovered) -> None:
+        """Log discovered dependencies."""
+        self._log(event, dependencies=len(event.dependencies), dynamic=event.dynamic)
+
+    @hookimpl
+    def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
+        """Log a broken task (the error itself is logged by the worker)."""
+        self._log(event, phase=event.phase)
+
+    @hookimpl
+    def conveyor_task_started(self, event: ev.TaskStarted) -> None:
+        """Log an attempt's start."""
+        self._log(event, executor=event.executor, attempt=event.attempt)
+
+    @hookimpl
+    def conveyor_task_status_message(self, event: ev.TaskStatusMessage) -> None:
+        """Log a status message."""
+        self._log(event, message=event.message)
+
+    @hookimpl
+    def conveyor_task_progress(self, event: ev.TaskProgress) -> None:
+        """Log progress."""
+        self._log(event, percentage=event.percentage)
+
+    @hookimpl
+    def conveyor_task_tracking_url(self, event: ev.TaskTrackingUrl) -> None:
+        """Log a tracking URL."""
+        self._log(event, url=event.url)
+
+    @hookimpl
+    def conveyor_task_succeeded(self, event: ev.TaskSucceeded) -> None:
+        """Log a success."""
+        self._log(event, duration=round(event.duration, 6))
+
+    @hookimpl
+    def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
+        """Log a failure (its explanation is logged by the worker)."""
+        self._log(event, exception_type=event.exception_type)
+
+    @hookimpl
+    def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
+        """Log a timeout."""
+        self._log(event, timeout=event.timeout)
+
+    @hookimpl
+    def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
+        """Log a dead attempt process."""
+        self._log(event, exitcode=event.exitcode, signal=event.signal)

@@ -1,0 +1,119 @@
+"""complete() checks for the graph walk: sequential, or concurrent with a deadline.
+
+A check yields ``(task, complete, error)``: ``error`` is "" when ``complete()`` returned a real
+bool, else the explanation (it raised, returned something else, or did not return in time).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+
+from ..task import Task
+
+__all__ = ["CheckResult", "ParallelChecks", "SequentialChecks", "check_complete"]
+
+CheckResult = tuple[Task, bool, str]
+
+
+def check_complete(task: Task) -> CheckResult:
+    """Call ``task.complete()`` and vet its answer."""
+    try:
+        value = task.complete()
+    except Exception:
+        return task, False, f"{task!r}.complete() raised:\n{traceback.format_exc()}"
+    if type(value) is not bool:
+        return (
+            task,
+            False,
+            f"{task!r}.complete() returned {value!r} ({type(value).__name__}); "
+            "expected a bool (True or False)",
+        )
+    return task, value, ""
+
+
+class SequentialChecks:
+    """Checks each task as it is submitted, in the caller's thread (depth-first order)."""
+
+    def __init__(self) -> None:
+        """Start with nothing outstanding."""
+        self._done: deque[CheckResult] = deque()
+
+    def submit(self, task: Task) -> None:
+        """Check ``task`` now."""
+        self._done.append(check_complete(task))
+
+    def outstanding(self) -> bool:
+        """True while results are waiting to be taken."""
+        return bool(self._done)
+
+    def next(self) -> CheckResult:
+        """The most recent unconsumed result."""
+        return self._done.pop()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class ParallelChecks:
+    """Checks tasks on daemon threads; a check past ``timeout`` seconds is reported as hung.
+
+    Daemon threads are used on purpose: a hung ``complete()`` must not keep the process alive.
+    """
+
+    def __init__(self, threads: int, timeout: float) -> None:
+        """Start ``threads`` checker threads; ``timeout`` 0 means wait forever."""
+        self._timeout = timeout
+        self._jobs: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[CheckResult] = queue.SimpleQueue()
+        self._inflight: dict[str, tuple[Task, float]] = {}
+        self._threads = [
+            threading.Thread(target=self._serve, name="conveyor-check", daemon=True)
+            for _ in range(max(1, threads))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self) -> None:
+        while (task := self._jobs.get()) is not None:
+            self._results.put(check_complete(task))
+
+    def submit(self, task: Task) -> None:
+        """Queue a check of ``task``."""
+        deadline = time.monotonic() + self._timeout if self._timeout > 0 else float("inf")
+        self._inflight[task.task_id] = (task, deadline)
+        self._jobs.put(task)
+
+    def outstanding(self) -> bool:
+        """True while a submitted check has not been taken."""
+        return bool(self._inflight)
+
+    def next(self) -> CheckResult:
+        """Wait for the next result, or the first check that ran out of time."""
+        while True:
+            deadline = min(d for _, d in self._inflight.values())
+            wait = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
+            try:
+                task, complete, error = self._results.get(timeout=wait)
+            except queue.Empty:
+                return self._expire_first()
+            if self._inflight.pop(task.task_id, None) is not None:
+                return task, complete, error
+
+    def _expire_first(self) -> CheckResult:
+        task_id = min(self._inflight, key=lambda t: self._inflight[t][1])
+        task, _ = self._inflight.pop(task_id)
+        return (
+            task,
+            False,
+            f"{task!r}.complete() did not return within {self._timeout:g} s "
+            "([worker] complete_check_timeout); expected it to return a bool",
+        )
+
+    def close(self) -> None:
+        """Stop the idle threads (a hung one is abandoned; it is a daemon)."""
+        for _ in self._threads:
+            self._jobs.put(None)

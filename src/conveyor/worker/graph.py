@@ -1,0 +1,69 @@
+"""The worker's view of its task graph: one :class:`Node` per task, and cycle detection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..core.states import TaskState
+from ..task import Task
+
+__all__ = ["Node", "find_cycle", "label"]
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """One task as this worker tracks it."""
+
+    task: Task
+    task_id: str
+    params: Mapping[str, str]
+    state: TaskState = TaskState.NEW
+    deps: tuple[str, ...] = ()
+    dynamic: list[str] = field(default_factory=list)
+    attempts: int = 0
+    external: bool = False
+    limited: bool = False
+    reschedules: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+    def all_deps(self) -> tuple[str, ...]:
+        """Static and dynamic dependency ids."""
+        return (*self.deps, *self.dynamic) if self.dynamic else self.deps
+
+
+def label(task: Task) -> str:
+    """A short human label: ``Family`` or ``Family(p=v, ...)`` (secret values hidden)."""
+    text = repr(task)
+    return text[:-2] if text.endswith("()") else text
+
+
+def find_cycle(start: Iterable[str], nodes: Mapping[str, Node]) -> list[str] | None:
+    """A dependency cycle among PENDING nodes reachable from ``start``, as ids (first repeated
+    last), or None. Iterative depth-first search: O(nodes + edges)."""
+    done: set[str] = set()
+    for root in start:
+        if root in done:
+            continue
+        path: list[str] = []
+        on_path: set[str] = set()
+        stack: list[tuple[str, int]] = [(root, 0)]
+        while stack:
+            task_id, index = stack.pop()
+            if index == 0:
+                path.append(task_id)
+                on_path.add(task_id)
+            deps = nodes[task_id].all_deps()
+            if index < len(deps):
+                stack.append((task_id, index + 1))
+                dep = deps[index]
+                if dep in on_path:
+                    return [*path[path.index(dep) :], dep]
+                node = nodes.get(dep)
+                if dep not in done and node is not None and node.state is TaskState.PENDING:
+                    stack.append((dep, 0))
+                continue
+            path.pop()
+            on_path.discard(task_id)
+            done.add(task_id)
+    return None

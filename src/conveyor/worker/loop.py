@@ -1,0 +1,562 @@
+"""The worker loop: the glue between the pure state machine and the outside world.
+
+``Worker.add()`` walks the graph (complete() checks, requires(), registration); ``Worker.run()``
+asks the scheduler for work, hands it to the executor and turns every message that comes back
+into a state transition, a hook and a scheduler update. All of that happens on the thread that
+called ``run()``; executors may report from any thread through :meth:`Worker._post`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from types import FrameType, TracebackType
+from typing import Any
+
+import structlog
+
+from .. import events as ev
+from ..backends import load_backend
+from ..config import Config
+from ..core.states import TaskState, Trigger, advance
+from ..errors import ConveyorError, TaskLoadError
+from ..executors.base import (
+    FAILED,
+    NEEDS_DEPS,
+    PROCESS_DIED,
+    SUCCEEDED,
+    TIMED_OUT,
+    AttemptRequest,
+    Executor,
+    ExecutorContext,
+    Message,
+    Note,
+    Outcome,
+)
+from ..plugins import HookRelay, load_hook_plugins
+from ..scheduler import resolve_config
+from ..scheduler.policy import DISABLED, DONE, PENDING, UNKNOWN, TaskSpec, Work
+from ..task import Task, load_task_class
+from ..transports.base import SchedulerTransport
+from .checks import ParallelChecks, SequentialChecks
+from .graph import Node, find_cycle, label
+from .report import RunReport, build_report
+from .builtin_plugins import SummaryPlugin, TransitionLogPlugin
+
+__all__ = ["Worker"]
+
+log = structlog.get_logger("conveyor.worker")
+_ids = itertools.count(1)
+_WAKE = object()
+
+
+class Worker:
+    """Walks task graphs, registers them with a scheduler and runs what it is handed.
+
+    Use it as a context manager::
+
+        with conveyor.Worker() as worker:
+            worker.add(MyTask(date="2026-11-30"))
+            ok = worker.run()
+    """
+
+    def __init__(
+        self,
+        scheduler: SchedulerTransport | None = None,
+        *,
+        config: Config | str | os.PathLike[str] | None = None,
+        worker_id: str | None = None,
+        plugins: Sequence[object] = (),
+    ) -> None:
+        """Resolve the configuration, load plugins and backends; PluginError/ConfigError."""
+        self.config = resolve_config(config)
+        self.settings = self.config.worker
+        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_ids)}"
+        self.hooks = HookRelay()
+        self._summary = SummaryPlugin()
+        self._register_plugins(plugins)
+        self._transport = scheduler if scheduler is not None else self._make_transport()
+        self._executor = self._make_executor()
+        self._graph: dict[str, Node] = {}
+        self._requested: list[str] = []
+        self._running: dict[str, Node] = {}
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._loop_thread = threading.get_ident()
+        self._draining = False
+        self._scheduled = 0
+        self.report: RunReport | None = None
+
+    # --- set-up ---------------------------------------------------------------------------
+
+    def _register_plugins(self, extra: Sequence[object]) -> None:
+        self.hooks.register(self._summary, "conveyor.summary")
+        self.hooks.register(TransitionLogPlugin(), "conveyor.transition-log")
+        loaded, _failures = load_hook_plugins(self.config.plugins)
+        for source in loaded:
+            self.hooks.register(source.plugin, source.name)
+        for index, plugin in enumerate(extra):
+            name = getattr(plugin, "name", None) or f"{type(plugin).__name__}-{index}"
+            self.hooks.register(plugin, str(name))
+
+    def _make_transport(self) -> SchedulerTransport:
+        factory = load_backend("conveyor.schedulers", self.config.scheduler.transport)
+        transport: SchedulerTransport = factory(self.config)
+        return transport
+
+    def _make_executor(self) -> Executor:
+        name = self.settings.executor
+        if name == "auto":
+            name = "inline" if self.settings.workers == 1 else "thread"
+        cls = load_backend("conveyor.executors", name)
+        settings = self.config.backends.get("executors", {}).get(name, {})
+        context = ExecutorContext(self.settings.workers, self.settings.kill_grace, settings)
+        executor: Executor = cls(context)
+        return executor
+
+    def __enter__(self) -> Worker:
+        """Enter the context: the worker is ready."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Leave the context: wait for and release the executor."""
+        self.close()
+
+    def close(self) -> None:
+        """Release the executor (waits for attempts still running)."""
+        self._executor.close()
+
+    # --- transitions ----------------------------------------------------------------------
+
+    def _transit(
+        self, node: Node, trigger: Trigger, event_cls: type[ev.Event], **fields: Any
+    ) -> None:
+        """Apply one transition to ``node`` and fire its hook (the only way states change)."""
+        node.state = advance(node.state, trigger)
+        task = node.task
+        self.hooks.fire(
+            event_cls(
+                task_id=node.task_id,
+                family=task.task_family,
+                module=task.task_module,
+                params=node.params,
+                worker_id=self.id,
+                timestamp=time.time(),
+                state=node.state.name,
+                **fields,
+            )
+        )
+
+    # --- the graph walk -------------------------------------------------------------------
+
+    def add(self, task: Task) -> bool:
+        """Walk ``task``'s graph and register it; False if any task in it is broken."""
+        if not isinstance(task, Task):
+            raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
+        self._requested.append(task.task_id)
+        return self._walk([task])
+
+    def _walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
+        recheck_ids = set(recheck)
+        checks = self._checks()
+        visited: set[str] = set()
+        specs: list[TaskSpec] = []
+        pending: list[str] = []
+        ok = True
+        try:
+            for root in roots:
+                self._submit(root, checks, visited, recheck_ids)
+            while checks.outstanding():
+                task, complete, error = checks.next()
+                node = self._graph[task.task_id]
+                if error:
+                    ok = False
+                    self._broken(node, error, "complete", specs)
+                    continue
+                # reversed: the sequential walk is depth-first (LIFO), so the first
+                # requirement is visited (and registered) first
+                for dep in reversed(self._visit(node, complete, specs, pending)):
+                    self._submit(dep, checks, visited, recheck_ids)
+        finally:
+            checks.close()
+        ok = self._break_cycles(pending, specs) and ok
+        self._transport.add_tasks(self.id, specs, self.settings.assistant)
+        return ok
+
+    def _checks(self) -> SequentialChecks | ParallelChecks:
+        if self.settings.parallel_scheduling:
+            threads = max(2, self.settings.workers)
+            return ParallelChecks(threads, self.settings.complete_check_timeout)
+        return SequentialChecks()
+
+    def _submit(
+        self,
+        task: Task,
+        checks: SequentialChecks | ParallelChecks,
+        visited: set[str],
+        recheck: set[str],
+    ) -> None:
+        task_id = task.task_id
+        if task_id in visited:
+            return
+        visited.add(task_id)
+        node = self._graph.get(task_id)
+        if node is None:
+            node = Node(task, task_id, task.to_str_params(), external=task.is_external())
+            self._graph[task_id] = node
+        elif task_id not in recheck or node.state not in _RECHECKABLE:
+            return
+        checks.submit(node.task)
+
+    def _visit(
+        self, node: Node, complete: bool, specs: list[TaskSpec], pending: list[str]
+    ) -> list[Task]:
+        """Record a check result; register the task; return the dependencies to walk."""
+        if complete:
+            self._transit(node, Trigger.CHECKED_COMPLETE, ev.CompleteChecked, complete=True)
+            specs.append(TaskSpec(node.task_id, *self._identity(node), status=DONE))
+            return []
+        self._transit(node, Trigger.CHECKED_INCOMPLETE, ev.CompleteChecked, complete=False)
+        if node.state is TaskState.PENDING:  # an external task re-checked
+            return []
+        deps, status, runnable = self._requirements(node, specs)
+        if deps is None:
+            return []
+        node.deps = tuple(dep.task_id for dep in deps)
+        self._transit(
+            node, Trigger.DEPS_FOUND, ev.DependenciesDiscovered,
+            dependencies=node.deps, dynamic=False,
+        )
+        specs.append(self._spec(node, status, runnable))
+        pending.append(node.task_id)
+        return deps
+
+    def _requirements(
+        self, node: Node, specs: list[TaskSpec]
+    ) -> tuple[list[Task] | None, str, bool]:
+        """The dependencies to walk, the status to register and whether it may run here."""
+        task = node.task
+        if node.external:
+            return [], PENDING, self.settings.retry_external_tasks
+        if task.disabled:
+            return [], DISABLED, False
+        limit = self.settings.task_limit
+        if limit and self._scheduled >= limit and node.attempts == 0:
+            node.limited = True
+            return [], PENDING, False
+        try:
+            deps = task.deps()
+        except Exception as exc:
+            self._broken(node, _requires_error(task, exc), "requires", specs)
+            return None, UNKNOWN, False
+        self._scheduled += 1
+        return deps, PENDING, True
+
+    def _broken(self, node: Node, error: str, phase: str, specs: list[TaskSpec]) -> None:
+        node.error = error
+        self._transit(node, Trigger.BROKEN, ev.TaskBroken, error=error, phase=phase)
+        specs.append(self._spec(node, UNKNOWN, False, explanation=error))
+        log.error("task broken", task_id=node.task_id, phase=phase, error=error)
+
+    def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> bool:
+        ok = True
+        while (cycle := find_cycle(pending, self._graph)) is not None:
+            ok = False
+            path = " -> ".join(label(self._graph[t].task) for t in cycle)
+            for task_id in dict.fromkeys(cycle):
+                self._broken(self._graph[task_id], f"dependency cycle: {path}", "requires", specs)
+        return ok
+
+    def _identity(self, node: Node) -> tuple[str, str, dict[str, str]]:
+        task = node.task
+        return task.task_family, task.task_module, dict(node.params)
+
+    def _spec(self, node: Node, status: str, runnable: bool, explanation: str = "") -> TaskSpec:
+        task = node.task
+        return TaskSpec(
+            node.task_id,
+            *self._identity(node),
+            status=status,
+            deps=node.all_deps(),
+            priority=task.priority,
+            resources=dict(task.resources),
+            runnable=runnable,
+            retry_count=task.retry_count,
+            explanation=explanation,
+        )
+
+    def tasks(self) -> dict[str, Task]:
+        """Every task of this worker's graph, by task id."""
+        return {task_id: node.task for task_id, node in self._graph.items()}
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(self) -> bool:
+        """Run until nothing is left for this worker; True iff everything it ran succeeded."""
+        self._loop_thread = threading.get_ident()
+        self._draining = False
+        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=time.time()))
+        stop_ping = self._start_pinger()
+        restore = self._install_signal_handlers()
+        try:
+            self._loop()
+        finally:
+            restore()
+            stop_ping.set()
+        self.report = build_report(
+            self._graph, self._requested, self._transport, self._summary
+        )
+        self.hooks.fire(
+            ev.WorkerStopped(
+                worker_id=self.id,
+                timestamp=time.time(),
+                ok=self.report.ok,
+                summary=self.report.summary,
+            )
+        )
+        return self.report.ok
+
+    def _loop(self) -> None:
+        slots = max(1, self.settings.workers)
+        while True:
+            self._drain_inbox()
+            if self._draining:
+                if not self._running:
+                    return
+                self._wait_for_message(None)
+                continue
+            if len(self._running) >= slots:
+                self._wait_for_message(None)
+                continue
+            work = self._transport.get_work(self.id, self.settings.assistant)
+            if work is not None:
+                self._start(work)
+            elif self._running:
+                self._wait_for_message(None)
+            elif not self._keep_waiting():
+                return
+            else:
+                pause = self.settings.wait_interval + random.uniform(0, self.settings.wait_jitter)
+                self._wait_for_message(pause)
+
+    def _keep_waiting(self) -> bool:
+        if not self.settings.keep_alive:
+            return False
+        left = self._transport.work_left(self.id)
+        if self.settings.count_uniques:
+            return left.unique_pending > 0
+        return left.pending + left.running_elsewhere > 0
+
+    def _wait_for_message(self, timeout: float | None) -> None:
+        try:
+            message = self._inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if message is not _WAKE:
+            self._handle(message)
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                message = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if message is not _WAKE:
+                self._handle(message)
+
+    def _post(self, message: Message) -> None:
+        """Deliver an executor message: now on the loop thread, else through the inbox."""
+        if threading.get_ident() == self._loop_thread:
+            self._handle(message)
+        else:
+            self._inbox.put(message)
+
+    def _start(self, work: Work) -> None:
+        node = self._graph.get(work.task_id) or self._adopt(work)
+        if node is None:
+            return
+        node.attempts += 1
+        timeout = self._timeout_of(node.task)
+        self._running[node.task_id] = node
+        self._transit(
+            node, Trigger.STARTED, ev.TaskStarted,
+            executor=self._executor.name, attempt=node.attempts,
+        )
+        if timeout and not self._executor.can_kill:
+            self._post(self._cannot_enforce(node, timeout))
+            return
+        request = AttemptRequest(
+            node.task, node.task_id, node.attempts, timeout, self.settings.check_complete_on_run
+        )
+        self._executor.start(request, self._post)
+
+    def _timeout_of(self, task: Task) -> float:
+        if task.worker_timeout is not None:
+            return float(task.worker_timeout)
+        return float(self.settings.timeout)
+
+    def _cannot_enforce(self, node: Node, timeout: float) -> Outcome:
+        return Outcome(
+            node.task_id,
+            FAILED,
+            error=(
+                f"{node.task!r} has a timeout of {timeout:g} s, but the {self._executor.name!r} "
+                "executor cannot enforce timeouts and no process executor (fork/subprocess) is "
+                "installed yet; remove the timeout or choose an executor that can kill"
+            ),
+            exception_type="TimeoutNotEnforceable",
+        )
+
+    def _adopt(self, work: Work) -> Node | None:
+        """A task another worker registered (assistant mode): load it from task_modules only."""
+        try:
+            task = self._load_foreign(work)
+        except ConveyorError as exc:
+            self._transport.task_failed(self.id, work.task_id, str(exc))
+            log.error("refused task", task_id=work.task_id, error=str(exc))
+            return None
+        node = Node(task, work.task_id, dict(work.params), TaskState.PENDING)
+        self._graph[work.task_id] = node
+        return node
+
+    def _load_foreign(self, work: Work) -> Task:
+        allowed = self.settings.task_modules
+        if not any(work.module == m or work.module.startswith(m + ".") for m in allowed):
+            raise TaskLoadError(
+                f"task {work.task_id} is from module {work.module!r}, which is not in "
+                f"[worker] task_modules ({', '.join(allowed) or 'empty'}); refused without "
+                "importing it"
+            )
+        cls = load_task_class(work.module, work.family)
+        return cls.from_str_params(work.params)
+
+    # --- messages from executors ----------------------------------------------------------
+
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, Note):
+            self._on_note(message)
+        else:
+            self._on_outcome(message)
+
+    def _on_note(self, note: Note) -> None:
+        node = self._running.get(note.task_id)
+        if node is None:
+            return
+        trigger, event_cls, field = _NOTES[note.kind]
+        self._transit(node, trigger, event_cls, **{field: note.value})
+        self._transport.annotate(note.task_id, note.kind, note.value)
+
+    def _on_outcome(self, outcome: Outcome) -> None:
+        node = self._running.pop(outcome.task_id, None)
+        if node is None:
+            return
+        if outcome.kind == SUCCEEDED:
+            self._transport.task_done(self.id, node.task_id)
+            self._transit(node, Trigger.SUCCEEDED, ev.TaskSucceeded, duration=outcome.duration)
+        elif outcome.kind == NEEDS_DEPS:
+            self._on_new_deps(node, outcome.new_deps)
+        else:
+            self._on_failure(node, outcome)
+
+    def _on_failure(self, node: Node, outcome: Outcome) -> None:
+        node.error = outcome.error or outcome.kind
+        reschedule = self._may_reschedule(node, outcome.missing)
+        if not reschedule:
+            self._transport.task_failed(self.id, node.task_id, node.error)
+        if outcome.kind == TIMED_OUT:
+            self._transit(node, Trigger.TIMED_OUT, ev.TaskTimedOut, timeout=outcome.timeout)
+        elif outcome.kind == PROCESS_DIED:
+            self._transit(
+                node, Trigger.PROCESS_DIED, ev.ProcessDied,
+                exitcode=outcome.exitcode, signal=outcome.signal,
+            )
+        else:
+            self._transit(
+                node, Trigger.FAILED, ev.TaskFailed,
+                error=node.error, exception_type=outcome.exception_type,
+                duration=outcome.duration,
+            )
+        log.error("task failed", task_id=node.task_id, error=node.error)
+        if reschedule:
+            self._walk([node.task], recheck=(node.task_id, *outcome.missing))
+
+    def _may_reschedule(self, node: Node, missing: Sequence[str]) -> bool:
+        if not missing:
+            return False
+        counts = node.reschedules
+        for task_id in missing:
+            counts[task_id] = counts.get(task_id, 0) + 1
+        return all(counts[t] <= self.settings.max_reschedules for t in missing)
+
+    def _on_new_deps(self, node: Node, new_deps: Sequence[Task]) -> None:
+        ids = tuple(dep.task_id for dep in new_deps)
+        node.dynamic.extend(t for t in ids if t not in node.dynamic)
+        self._transit(
+            node, Trigger.DEPS_YIELDED, ev.DependenciesDiscovered, dependencies=ids, dynamic=True
+        )
+        self._walk(new_deps)
+        self._transport.add_tasks(
+            self.id, [self._spec(node, PENDING, True)], self.settings.assistant
+        )
+
+    # --- liveness and signals -------------------------------------------------------------
+
+    def _start_pinger(self) -> threading.Event:
+        stop = threading.Event()
+        interval = self.settings.ping_interval
+
+        def ping() -> None:
+            while not stop.wait(interval):
+                try:
+                    self._transport.ping(self.id)
+                except Exception as exc:  # the pinger must survive any error
+                    log.warning("ping failed", error=str(exc))
+
+        if interval > 0:
+            threading.Thread(target=ping, name="conveyor-ping", daemon=True).start()
+        return stop
+
+    def _install_signal_handlers(self) -> Any:
+        if not self.settings.install_signal_handlers:
+            return lambda: None
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def drain(signum: int, frame: FrameType | None) -> None:
+            self.drain()
+
+        previous = signal.signal(signal.SIGUSR1, drain)
+        return lambda: signal.signal(signal.SIGUSR1, previous)
+
+    def drain(self) -> None:
+        """Stop asking for work; let running attempts finish (what SIGUSR1 does)."""
+        self._draining = True
+        self._inbox.put(_WAKE)
+
+
+_RECHECKABLE = frozenset(
+    {TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING}
+)
+_NOTES: dict[str, tuple[Trigger, type[ev.Event], str]] = {
+    "status_message": (Trigger.STATUS_MESSAGE, ev.TaskStatusMessage, "message"),
+    "progress": (Trigger.PROGRESS, ev.TaskProgress, "percentage"),
+    "tracking_url": (Trigger.TRACKING_URL, ev.TaskTrackingUrl, "url"),
+}
+
+
+def _requires_error(task: Task, exc: Exception) -> str:
+    if isinstance(exc, ConveyorError):
+        return str(exc)
+    return f"{task!r}.requires() raised:\n{traceback.format_exc()}"

@@ -1,0 +1,125 @@
+"""What a finished ``Worker.run()`` reports: final states, errors, summary, exit code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..core.states import TaskState
+from ..core.summary import Category, SummaryFacts, exit_code, render_summary
+from ..scheduler.policy import DISABLED, DONE, FAILED, RUNNING, UNKNOWN
+from ..transports.base import SchedulerTransport
+from .builtin_plugins import SummaryPlugin
+from .graph import Node, label
+
+__all__ = ["RunReport", "build_report"]
+
+_BAD = (FAILED, DISABLED, UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """The outcome of one ``Worker.run()``."""
+
+    ok: bool
+    exit_code: int
+    summary: str
+    states: Mapping[str, str]
+    errors: Mapping[str, str]
+
+
+def build_report(
+    graph: Mapping[str, Node],
+    requested: Sequence[str],
+    transport: SchedulerTransport,
+    records: SummaryPlugin,
+    interrupted: str = "",
+) -> RunReport:
+    """Ask the scheduler for final states and classify every task of the graph."""
+    statuses = transport.statuses(graph)
+    states = {t: _state(node, statuses.get(t, UNKNOWN)) for t, node in graph.items()}
+    upstream = _upstream_problems(graph, states)
+    categories = {
+        t: _categorize(node, states[t], records, upstream.get(t, "")) for t, node in graph.items()
+    }
+    facts = SummaryFacts(
+        categories=categories,
+        families={t: node.task.task_family for t, node in graph.items()},
+        labels={t: label(node.task) for t, node in graph.items()},
+        requested=list(dict.fromkeys(requested)),
+        interrupted=interrupted,
+    )
+    errors = {
+        t: node.error or transport.explanation(t)
+        for t, node in graph.items()
+        if states[t] in _BAD
+    }
+    ok = not records.broken and all(states.get(t) == DONE for t in records.started)
+    return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
+
+
+def _state(node: Node, status: str) -> str:
+    if node.state is TaskState.BROKEN:
+        return UNKNOWN
+    return status
+
+
+def _categorize(node: Node, state: str, records: SummaryPlugin, upstream: str) -> Category:
+    tid = node.task_id
+    if state == UNKNOWN:
+        return Category.BROKEN
+    if state == DONE:
+        if tid in records.completed:
+            return Category.COMPLETED
+        return Category.ALREADY_DONE if tid in records.already_done else Category.DONE_ELSEWHERE
+    if state == FAILED:
+        return Category.FAILED
+    if state == DISABLED:
+        return Category.DISABLED
+    if state == RUNNING:
+        return Category.RUNNING_ELSEWHERE
+    if node.external:
+        return Category.MISSING_EXTERNAL
+    if upstream:
+        return Category(upstream)
+    return Category.NOT_SCHEDULED if node.limited else Category.PENDING
+
+
+def _upstream_problems(graph: Mapping[str, Node], states: Mapping[str, str]) -> dict[str, str]:
+    """For each task, the category value of a problem upstream ('' if none).
+
+    Iterative post-order depth-first search with memoisation: O(nodes + edges).
+    """
+    memo: dict[str, str] = {}
+    visiting: set[str] = set()  # guards against cycles (their members are already broken)
+    for root in graph:
+        stack: list[tuple[str, bool]] = [(root, False)]
+        while stack:
+            task_id, expanded = stack.pop()
+            if task_id in memo:
+                continue
+            deps = [d for d in graph[task_id].all_deps() if d in graph]
+            if not expanded:
+                memo_missing = [d for d in deps if d not in memo and d not in visiting]
+                if memo_missing:
+                    visiting.add(task_id)
+                    stack.append((task_id, True))
+                    stack.extend((d, False) for d in memo_missing)
+                    continue
+            visiting.discard(task_id)
+            memo[task_id] = _problem_from(deps, graph, states, memo)
+    return memo
+
+
+def _problem_from(
+    deps: Sequence[str], graph: Mapping[str, Node], states: Mapping[str, str], memo: dict[str, str]
+) -> str:
+    found = ""
+    for dep in deps:
+        state = states[dep]
+        if state in _BAD or memo.get(dep) == Category.UPSTREAM_FAILED.value:
+            return Category.UPSTREAM_FAILED.value
+        if state != DONE and (graph[dep].external or memo.get(dep)):
+            found = Category.UPSTREAM_MISSING.value
+    return found
+
