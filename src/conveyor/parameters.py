@@ -240,6 +240,8 @@ class IntParameter(Parameter[int]):
         return str(value)
 
     def _coerce(self, value: object) -> int:
+        if type(value) is int:  # the common case, without an ABC check
+            return value
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
         if isinstance(value, float) and value.is_integer():

@@ -95,6 +95,14 @@ class HookRelay:
         """Names of the registered plugins."""
         return [name for name, _ in self.pm.list_name_plugin()]
 
+    def wants(self, hook: str) -> bool:
+        """True if any registered plugin implements ``hook`` (lets callers skip building
+        an event nobody receives)."""
+        impls = self._impls.get(hook)
+        if impls is None:
+            impls = self._collect(hook)
+        return bool(impls)
+
     def fire(self, event: Event) -> None:
         """Deliver ``event`` to every implementation of its hook, each guarded on its own."""
         impls = self._impls.get(event.hook)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -61,7 +60,9 @@ def flatten(struct: object) -> list[Any]:
 def _flatten_into(struct: object, out: list[Any]) -> None:
     if struct is None:
         return
-    if isinstance(struct, Mapping):
+    if isinstance(struct, Task):  # the common leaf, checked before the ABC below
+        out.append(struct)
+    elif isinstance(struct, Mapping):
         for value in struct.values():
             _flatten_into(value, out)
     elif isinstance(struct, list | tuple | set | frozenset):
@@ -88,6 +89,9 @@ class Task:
     owner_email: ClassVar[str | list[str] | None] = None
 
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
+    _param_names: ClassVar[frozenset[str]] = frozenset()
+    _id_params: ClassVar[tuple[tuple[str, bool], ...]] = ()
+    _family: ClassVar[str] = "Task"
     _reporter: Reporter | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -99,11 +103,31 @@ class Task:
                 if isinstance(value, Parameter):
                     params[name] = value
         cls._params = tuple(params.items())
-        _REGISTRY[(cls.__module__, cls.get_task_family())] = cls
+        cls._param_names = frozenset(params)
+        cls._id_params = tuple(
+            (name, is_secret_name(name)) for name, param in cls._params if param.significant
+        )
+        cls._family = cls.get_task_family()
+        _REGISTRY[(cls.__module__, cls._family)] = cls
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Bind parameters from positional (declaration order) and keyword arguments."""
-        family = self.get_task_family()
+        given = self._merge_args(args, kwargs) if args else kwargs
+        for name in given:
+            if name not in self._param_names:
+                self._unknown(name, given[name])
+        values: dict[str, Any] = {}
+        for name, param in self._params:
+            values[name] = _bind(self._family, name, param, given)
+        self.param_kwargs: dict[str, Any] = values
+        self.__dict__.update(values)
+        self._str_params: dict[str, str] | None = None
+        self._task_id: str | None = None
+        self._hash: int | None = None
+        self._reporter = None
+
+    def _merge_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        family = self._family
         if len(args) > len(self._params):
             raise ParameterError(
                 f"{family} takes {len(self._params)} positional parameter(s), got {len(args)}",
@@ -116,26 +140,17 @@ class Task:
                     f"{family}: parameter {name!r} given twice", task=family, parameter=name
                 )
             given[name] = value
-        known = {name for name, _ in self._params}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            expected = ", ".join(sorted(known)) or "none"
-            raise ParameterError(
-                f"{family}: unknown parameter {unknown[0]!r}; expected one of: {expected}",
-                task=family,
-                parameter=unknown[0],
-                value=given[unknown[0]],
-            )
-        values: dict[str, Any] = {}
-        for name, param in self._params:
-            values[name] = _bind(family, name, param, given)
-        self.param_kwargs: dict[str, Any] = values
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
-        self._str_params: dict[str, str] | None = None
-        self._task_id: str | None = None
-        self._hash: int | None = None
-        self._reporter = None
+        return given
+
+    def _unknown(self, name: str, value: object) -> None:
+        family = self._family
+        expected = ", ".join(sorted(self._param_names)) or "none"
+        raise ParameterError(
+            f"{family}: unknown parameter {name!r}; expected one of: {expected}",
+            task=family,
+            parameter=name,
+            value=value,
+        )
 
     # --- identity -------------------------------------------------------------------------
 
@@ -148,7 +163,7 @@ class Task:
     @property
     def task_family(self) -> str:
         """The task's family: its class name, with the namespace prefix."""
-        return self.get_task_family()
+        return self._family
 
     @property
     def task_module(self) -> str:
@@ -159,16 +174,21 @@ class Task:
     def task_id(self) -> str:
         """A deterministic id from the family and the significant parameters."""
         if self._task_id is None:
-            self._task_id = _make_task_id(self.task_family, self._significant_str_params())
+            self._task_id = _make_task_id(self._family, self._id_params, self._string_params())
         return self._task_id
 
     def to_str_params(self) -> dict[str, str]:
         """Every parameter in its string form (the wire and CLI representation)."""
+        return dict(self._string_params())
+
+    def _string_params(self) -> dict[str, str]:
+        """The cached string form; callers must not mutate it."""
         if self._str_params is None:
+            values = self.param_kwargs
             self._str_params = {
-                name: param.serialize(self.param_kwargs[name]) for name, param in self._params
+                name: param.serialize(values[name]) for name, param in self._params
             }
-        return dict(self._str_params)
+        return self._str_params
 
     @classmethod
     def from_str_params(cls, params: Mapping[str, str]) -> Task:
@@ -176,10 +196,8 @@ class Task:
         return cls(**{name: str(value) for name, value in params.items()})
 
     def _significant_str_params(self) -> dict[str, str]:
-        self.to_str_params()
-        assert self._str_params is not None
-        significant = {name for name, param in self._params if param.significant}
-        return {k: v for k, v in self._str_params.items() if k in significant}
+        strings = self._string_params()
+        return {name: strings[name] for name, _ in self._id_params}
 
     def __eq__(self, other: object) -> bool:
         """Two tasks are equal when their task ids are."""
@@ -302,21 +320,30 @@ def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any
         ) from None
 
 
-def _make_task_id(family: str, params: Mapping[str, str]) -> str:
-    canonical = json.dumps([family, sorted(params.items())], separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode()).hexdigest()[:_HASH_LEN]
-    safe_family = _ID_UNSAFE.sub("_", family)
-    parts = [
-        _ID_UNSAFE.sub("_", value)[:16]
-        for name, value in sorted(params.items())
-        if not is_secret_name(name)
-    ][:3]
-    head = "_".join([safe_family, *parts])
+def _make_task_id(
+    family: str, id_params: tuple[tuple[str, bool], ...], strings: Mapping[str, str]
+) -> str:
+    """``Family_v1_v2_v3_<hash>``: readable prefix, hash over every significant parameter.
+
+    The hash input is length-prefixed, so no two (family, params) pairs share it; values of
+    secret-named parameters are covered by the hash only.
+    """
+    parts = [f"{len(family)}:{family}"]
+    shown = []
+    for name, secret in sorted(id_params):
+        value = strings[name]
+        parts.append(f"{len(name)}:{name}{len(value)}:{value}")
+        if not secret and len(shown) < 3:
+            shown.append(_ID_UNSAFE.sub("_", value)[:16])
+    digest = hashlib.sha256("".join(parts).encode()).hexdigest()[:_HASH_LEN]
+    head = "_".join([_ID_UNSAFE.sub("_", family), *shown])
     return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"
 
 
 def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     """Flatten ``struct`` and check every leaf is a Task, naming the owner and what it returned."""
+    if isinstance(struct, Task):
+        return [struct]
     if isinstance(struct, str | bytes | int | float | Target):
         raise TaskDefinitionError(
             f"{owner!r}.{what} returned {struct!r} ({type(struct).__name__}); "

@@ -38,6 +38,8 @@ class TaskState(Enum):
     FAILED = "FAILED"
     BROKEN = "BROKEN"
 
+    __hash__ = object.__hash__  # members are singletons; identity hashing keeps advance() fast
+
 
 class Trigger(Enum):
     """Something that happened to a task; ``hook`` is the hook it is delivered to."""
@@ -55,6 +57,8 @@ class Trigger(Enum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     PROCESS_DIED = "process_died"
+
+    __hash__ = object.__hash__  # members are singletons; identity hashing keeps advance() fast
 
     @property
     def hook(self) -> str:

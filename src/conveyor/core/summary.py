@@ -8,7 +8,7 @@ final verdict line) and into the exit code of SPEC §6.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,11 +36,14 @@ class Category(Enum):
 
 @dataclass(frozen=True, slots=True)
 class SummaryFacts:
-    """Everything the summary needs: each task's category, family and label."""
+    """Everything the summary needs: each task's category and family, and a labeller.
+
+    ``label`` is called only for the few tasks the summary names, not for every task.
+    """
 
     categories: Mapping[str, Category]
     families: Mapping[str, str]
-    labels: Mapping[str, str]
+    label: Callable[[str], str]
     requested: Sequence[str]
     interrupted: str = ""
 
@@ -92,8 +95,8 @@ def _family_lines(ids: Sequence[str], facts: SummaryFacts) -> list[str]:
     by_family = Counter(facts.families[t] for t in ids)
     lines = []
     for family, count in sorted(by_family.items()):
-        members = [facts.labels[t] for t in ids if facts.families[t] == family]
-        shown = ", ".join(members[:_SHOWN_PER_FAMILY])
+        members = [t for t in ids if facts.families[t] == family][:_SHOWN_PER_FAMILY]
+        shown = ", ".join(facts.label(t) for t in members)
         more = f" ... and {count - _SHOWN_PER_FAMILY} more" if count > _SHOWN_PER_FAMILY else ""
         lines.append(f"    - {count} {family}: {shown}{more}")
     return lines

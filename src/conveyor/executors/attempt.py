@@ -39,17 +39,18 @@ def run_attempt(request: AttemptRequest, sink: Sink) -> Outcome:
         sink(Note(task_id, kind, value))
 
     task._reporter = report
+    tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
     try:
-        with structlog.contextvars.bound_contextvars(task_id=task_id):
-            return _attempt(task, request, started)
+        return _attempt(task, request, started)
     finally:
+        structlog.contextvars.reset_contextvars(**tokens)
         task._reporter = None
 
 
 def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
     task_id = request.task_id
     try:
-        _check_dependencies(task)
+        _check_dependencies(task, request.deps)
         new_deps = _drive(task, task.run())
         if new_deps:
             return Outcome(task_id, NEEDS_DEPS, _since(started), new_deps=new_deps)
@@ -80,8 +81,8 @@ def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
     return Outcome(task_id, SUCCEEDED, _since(started))
 
 
-def _check_dependencies(task: Task) -> None:
-    missing = [dep for dep in task.deps() if not dep.complete()]
+def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:
+    missing = [dep for dep in (task.deps() if deps is None else deps) if not dep.complete()]
     if missing:
         names = ", ".join(repr(dep) for dep in missing)
         raise _Failure(

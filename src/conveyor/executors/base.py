@@ -42,6 +42,9 @@ class AttemptRequest:
     attempt: int
     timeout: float = 0.0
     check_complete: bool = True
+    deps: tuple[Task, ...] | None = None
+    """The task's requirements when the worker already has them (saves calling requires()
+    again); None means the executor calls ``task.deps()``."""
 
 
 @dataclass(frozen=True, slots=True)

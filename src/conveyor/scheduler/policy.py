@@ -100,7 +100,7 @@ class TaskRecord:
     runners: set[str] = field(default_factory=set)
     worker: str | None = None
     retry_count: int | None = None
-    failures: deque[float] = field(default_factory=deque)
+    failures: deque[float] | None = None  # allocated on the first failure
     wake_at: float = 0.0
     explanation: str = ""
     status_message: str = ""
@@ -160,14 +160,14 @@ class SchedulerCore:
         first = not rec.registered
         rec.registered = True
         if spec.family:
-            rec.family, rec.module, rec.params = spec.family, spec.module, dict(spec.params)
+            rec.family, rec.module, rec.params = spec.family, spec.module, spec.params
         rec.stakeholders.add(worker_id)
         self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
         if spec.runnable:
             rec.runners.add(worker_id)
         if spec.retry_count is not None:
             rec.retry_count = spec.retry_count
-        rec.resources = dict(spec.resources)
+        rec.resources = spec.resources
         if first or spec.deps or spec.status == PENDING:
             self._set_deps(rec, spec.deps, merge=not first)
         self._apply_status(rec, spec, worker_id)
@@ -289,7 +289,7 @@ class SchedulerCore:
                 self._parked.setdefault(blocked, []).append((key, entry))
                 continue
             self._take(rec, worker_id)
-            return Work(rec.task_id, rec.family, rec.module, dict(rec.params))
+            return Work(rec.task_id, rec.family, rec.module, rec.params)
         return None
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:
@@ -323,7 +323,7 @@ class SchedulerCore:
                 return
             if rec.status == RUNNING:
                 self._release(rec)
-            rec.failures.clear()
+            rec.failures = None
             self._set_status(rec, DONE)
 
     def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
@@ -339,12 +339,13 @@ class SchedulerCore:
 
     def _fail(self, rec: TaskRecord, explanation: str, now: float) -> str:
         rec.explanation = explanation
-        rec.failures.append(now)
-        while rec.failures and rec.failures[0] < now - self.disable_window:
-            rec.failures.popleft()
+        failures = rec.failures = rec.failures or deque()
+        failures.append(now)
+        while failures and failures[0] < now - self.disable_window:
+            failures.popleft()
         limit = rec.retry_count if rec.retry_count is not None else self.retry_count
-        if limit > 0 and len(rec.failures) >= limit:
-            rec.failures.clear()
+        if limit > 0 and len(failures) >= limit:
+            failures.clear()
             self._set_status(rec, DISABLED)
             self._schedule_wake(rec, now + self.disable_persist)
         else:

@@ -6,6 +6,8 @@ plugin; if one of them needed something the hooks do not give, a hook would be m
 
 from __future__ import annotations
 
+import logging
+
 import structlog
 
 from .. import events as ev
@@ -66,11 +68,17 @@ class SummaryPlugin:
 
 
 class TransitionLogPlugin:
-    """Logs every transition as one structlog event with task_id, family, worker_id, state."""
+    """Logs every transition as one structlog event with task_id, family, worker_id, state.
+
+    ``enabled`` is False when the configured level filters out info events; the worker then
+    does not register the plugin at all, which keeps the per-task cost at warning level low.
+    """
 
     def __init__(self) -> None:
         """Bind the ``conveyor.worker`` logger."""
         self.log = structlog.get_logger("conveyor.worker").bind()
+        is_enabled_for = getattr(self.log, "is_enabled_for", None)
+        self.enabled = is_enabled_for is None or bool(is_enabled_for(logging.INFO))
 
     def _log(self, event: ev.Event, **extra: object) -> None:
         self.log.info(

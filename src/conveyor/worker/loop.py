@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -98,7 +98,9 @@ class Worker:
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
         self.hooks.register(self._summary, "conveyor.summary")
-        self.hooks.register(TransitionLogPlugin(), "conveyor.transition-log")
+        transition_log = TransitionLogPlugin()
+        if transition_log.enabled:
+            self.hooks.register(transition_log, "conveyor.transition-log")
         loaded, _failures = load_hook_plugins(self.config.plugins)
         for source in loaded:
             self.hooks.register(source.plugin, source.name)
@@ -145,6 +147,8 @@ class Worker:
     ) -> None:
         """Apply one transition to ``node`` and fire its hook (the only way states change)."""
         node.state = advance(node.state, trigger)
+        if not self.hooks.wants(event_cls.hook):
+            return
         task = node.task
         self.hooks.fire(
             event_cls(
@@ -154,7 +158,7 @@ class Worker:
                 params=node.params,
                 worker_id=self.id,
                 timestamp=time.time(),
-                state=node.state.name,
+                state=_STATE_NAMES[node.state],
                 **fields,
             )
         )
@@ -279,9 +283,9 @@ class Worker:
                 self._broken(self._graph[task_id], f"dependency cycle: {path}", "requires", specs)
         return ok
 
-    def _identity(self, node: Node) -> tuple[str, str, dict[str, str]]:
+    def _identity(self, node: Node) -> tuple[str, str, Mapping[str, str]]:
         task = node.task
-        return task.task_family, task.task_module, dict(node.params)
+        return task.task_family, task.task_module, node.params
 
     def _spec(self, node: Node, status: str, runnable: bool, explanation: str = "") -> TaskSpec:
         task = node.task
@@ -291,7 +295,7 @@ class Worker:
             status=status,
             deps=node.all_deps(),
             priority=task.priority,
-            resources=dict(task.resources),
+            resources=task.resources,
             runnable=runnable,
             retry_count=task.retry_count,
             explanation=explanation,
@@ -397,8 +401,15 @@ class Worker:
         if timeout and not self._executor.can_kill:
             self._post(self._cannot_enforce(node, timeout))
             return
+        graph = self._graph
+        known = tuple(graph[d].task for d in node.deps if d in graph)
         request = AttemptRequest(
-            node.task, node.task_id, node.attempts, timeout, self.settings.check_complete_on_run
+            node.task,
+            node.task_id,
+            node.attempts,
+            timeout,
+            self.settings.check_complete_on_run,
+            known if len(known) == len(node.deps) else None,
         )
         self._executor.start(request, self._post)
 
@@ -502,7 +513,8 @@ class Worker:
 
     def _on_new_deps(self, node: Node, new_deps: Sequence[Task]) -> None:
         ids = tuple(dep.task_id for dep in new_deps)
-        node.dynamic.extend(t for t in ids if t not in node.dynamic)
+        seen = set(node.dynamic)
+        node.dynamic.extend(t for t in dict.fromkeys(ids) if t not in seen)
         self._transit(
             node, Trigger.DEPS_YIELDED, ev.DependenciesDiscovered, dependencies=ids, dynamic=True
         )
@@ -546,6 +558,7 @@ class Worker:
         self._inbox.put(_WAKE)
 
 
+_STATE_NAMES = {state: state.name for state in TaskState}
 _RECHECKABLE = frozenset(
     {TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING}
 )

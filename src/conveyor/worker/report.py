@@ -45,7 +45,7 @@ def build_report(
     facts = SummaryFacts(
         categories=categories,
         families={t: node.task.task_family for t, node in graph.items()},
-        labels={t: label(node.task) for t, node in graph.items()},
+        label=lambda t: label(graph[t].task),
         requested=list(dict.fromkeys(requested)),
         interrupted=interrupted,
     )
