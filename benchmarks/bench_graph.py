@@ -98,8 +98,11 @@ def measure(shape: str, n: int, executor: str, workers: int) -> dict[str, Any]:
     root = ROOTS[shape](n)
     started = time.perf_counter()
     result = conveyor.build(
-        root, config=conveyor.load_config(None), log_level="warning",
-        executor=executor, workers=workers,
+        root,
+        config=conveyor.load_config(None),
+        log_level="warning",
+        executor=executor,
+        workers=workers,
     )
     wall = time.perf_counter() - started
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -131,8 +134,19 @@ def main() -> None:
     env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
     for shape in args.shape:
         for n in args.n:
-            cmd = [sys.executable, __file__, "--one", "--shape", shape, "--n", str(n),
-                   "--executor", args.executor, "--workers", str(args.workers)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                "--shape",
+                shape,
+                "--n",
+                str(n),
+                "--executor",
+                args.executor,
+                "--workers",
+                str(args.workers),
+            ]
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
             print(out.stdout.strip(), flush=True)
 

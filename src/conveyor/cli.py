@@ -106,7 +106,9 @@ def _run_parser(task_cls: type[Task] | None) -> _Parser:
             flag = "--" + name.replace("_", "-")
             taken.add(flag)
             if param.is_flag:
-                parser.add_argument(flag, dest=f"param:{name}", action=argparse.BooleanOptionalAction)
+                parser.add_argument(
+                    flag, dest=f"param:{name}", action=argparse.BooleanOptionalAction
+                )
                 taken.add("--no-" + name.replace("_", "-"))
             else:
                 parser.add_argument(flag, dest=f"param:{name}", metavar=param.type_name.upper())

@@ -42,7 +42,7 @@ Reporter = Callable[[str, object], None]
 
 
 def is_secret_name(name: str) -> bool:
-    """True if a parameter (or setting) name marks a secret: it contains password/secret/token/key."""
+    """True if a parameter or setting name marks a secret (password, secret, token, key)."""
     lowered = name.lower()
     return any(word in lowered for word in _SECRET_WORDS)
 
@@ -185,9 +185,7 @@ class Task:
         """The cached string form; callers must not mutate it."""
         if self._str_params is None:
             values = self.param_kwargs
-            self._str_params = {
-                name: param.serialize(values[name]) for name, param in self._params
-            }
+            self._str_params = {name: param.serialize(values[name]) for name, param in self._params}
         return self._str_params
 
     @classmethod
@@ -329,7 +327,7 @@ def _make_task_id(
     secret-named parameters are covered by the hash only.
     """
     parts = [f"{len(family)}:{family}"]
-    shown = []
+    shown: list[str] = []
     for name, secret in sorted(id_params):
         value = strings[name]
         parts.append(f"{len(name)}:{name}{len(value)}:{value}")

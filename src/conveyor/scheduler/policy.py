@@ -368,7 +368,9 @@ class SchedulerCore:
             self._prune_workers(now)
 
     def _prune_workers(self, now: float) -> None:
-        silent = [w for w, seen in self._workers.items() if seen < now - self.worker_disconnect_delay]
+        silent = [
+            w for w, seen in self._workers.items() if seen < now - self.worker_disconnect_delay
+        ]
         for worker_id in silent:
             del self._workers[worker_id]
             self._assistants.discard(worker_id)

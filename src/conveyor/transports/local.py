@@ -8,6 +8,6 @@ from ..scheduler import Scheduler
 __all__ = ["LocalTransport"]
 
 
-def LocalTransport(config: Config) -> Scheduler:  # noqa: N802 - an entry-point factory
+def LocalTransport(config: Config) -> Scheduler:
     """Build the in-process scheduler from the ``[scheduler]`` section of ``config``."""
     return Scheduler(config)

@@ -46,10 +46,10 @@ from ..scheduler import resolve_config
 from ..scheduler.policy import DISABLED, DONE, PENDING, UNKNOWN, TaskSpec, Work
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport
+from .builtin_plugins import SummaryPlugin, TransitionLogPlugin
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
 from .report import RunReport, build_report
-from .builtin_plugins import SummaryPlugin, TransitionLogPlugin
 
 __all__ = ["Worker"]
 
@@ -240,8 +240,11 @@ class Worker:
             return []
         node.deps = tuple(dep.task_id for dep in deps)
         self._transit(
-            node, Trigger.DEPS_FOUND, ev.DependenciesDiscovered,
-            dependencies=node.deps, dynamic=False,
+            node,
+            Trigger.DEPS_FOUND,
+            ev.DependenciesDiscovered,
+            dependencies=node.deps,
+            dynamic=False,
         )
         specs.append(self._spec(node, status, runnable))
         pending.append(node.task_id)
@@ -319,9 +322,7 @@ class Worker:
         finally:
             restore()
             stop_ping.set()
-        self.report = build_report(
-            self._graph, self._requested, self._transport, self._summary
-        )
+        self.report = build_report(self._graph, self._requested, self._transport, self._summary)
         self.hooks.fire(
             ev.WorkerStopped(
                 worker_id=self.id,
@@ -395,8 +396,11 @@ class Worker:
         timeout = self._timeout_of(node.task)
         self._running[node.task_id] = node
         self._transit(
-            node, Trigger.STARTED, ev.TaskStarted,
-            executor=self._executor.name, attempt=node.attempts,
+            node,
+            Trigger.STARTED,
+            ev.TaskStarted,
+            executor=self._executor.name,
+            attempt=node.attempts,
         )
         if timeout and not self._executor.can_kill:
             self._post(self._cannot_enforce(node, timeout))
@@ -490,13 +494,19 @@ class Worker:
             self._transit(node, Trigger.TIMED_OUT, ev.TaskTimedOut, timeout=outcome.timeout)
         elif outcome.kind == PROCESS_DIED:
             self._transit(
-                node, Trigger.PROCESS_DIED, ev.ProcessDied,
-                exitcode=outcome.exitcode, signal=outcome.signal,
+                node,
+                Trigger.PROCESS_DIED,
+                ev.ProcessDied,
+                exitcode=outcome.exitcode,
+                signal=outcome.signal,
             )
         else:
             self._transit(
-                node, Trigger.FAILED, ev.TaskFailed,
-                error=node.error, exception_type=outcome.exception_type,
+                node,
+                Trigger.FAILED,
+                ev.TaskFailed,
+                error=node.error,
+                exception_type=outcome.exception_type,
                 duration=outcome.duration,
             )
         log.error("task failed", task_id=node.task_id, error=node.error)
@@ -559,9 +569,7 @@ class Worker:
 
 
 _STATE_NAMES = {state: state.name for state in TaskState}
-_RECHECKABLE = frozenset(
-    {TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING}
-)
+_RECHECKABLE = frozenset({TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING})
 _NOTES: dict[str, tuple[Trigger, type[ev.Event], str]] = {
     "status_message": (Trigger.STATUS_MESSAGE, ev.TaskStatusMessage, "message"),
     "progress": (Trigger.PROGRESS, ev.TaskProgress, "percentage"),

@@ -50,9 +50,7 @@ def build_report(
         interrupted=interrupted,
     )
     errors = {
-        t: node.error or transport.explanation(t)
-        for t, node in graph.items()
-        if states[t] in _BAD
+        t: node.error or transport.explanation(t) for t, node in graph.items() if states[t] in _BAD
     }
     ok = not records.broken and all(states.get(t) == DONE for t in records.started)
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
@@ -122,4 +120,3 @@ def _problem_from(
         if state != DONE and (graph[dep].external or memo.get(dep)):
             found = Category.UPSTREAM_MISSING.value
     return found
-
