@@ -43,6 +43,9 @@ def load_backend(group: str, name: str) -> Any:
     key = (group, name)
     if key in _cache:
         return _cache[key]
+    installed = installed_names(group)
+    if name not in installed:
+        raise BackendNotFound(group, name, installed)
     errors: list[BaseException] = []
 
     def on_failure(_mgr: Any, _ep: Any, err: BaseException) -> None:
@@ -63,7 +66,7 @@ def load_backend(group: str, name: str) -> Any:
                 f"{type(err).__name__}: {err}",
                 plugin=name,
             ) from None
-        raise BackendNotFound(group, name, installed_names(group)) from None
+        raise BackendNotFound(group, name, installed) from None
     _cache[key] = manager.driver
     return manager.driver
 

@@ -297,6 +297,8 @@ def _suggest(name: str, valid: Iterable[str]) -> str:
     close = difflib.get_close_matches(name.lower(), options, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]!r}?"
+    if not options:
+        return "this section takes no keys"
     return "expected one of: " + ", ".join(options)
 
 

@@ -85,6 +85,10 @@ class Worker:
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
         self._executor = self._make_executor()
+        for notifier in self.config.notifiers.enabled:
+            # selected notifiers must exist (exit 2 otherwise); dispatching to them comes with
+            # the notifier issue
+            load_backend("conveyor.notifiers", notifier)
         self._graph: dict[str, Node] = {}
         self._requested: list[str] = []
         self._running: dict[str, Node] = {}
@@ -118,7 +122,8 @@ class Worker:
         if name == "auto":
             name = "inline" if self.settings.workers == 1 else "thread"
         cls = load_backend("conveyor.executors", name)
-        settings = self.config.backends.get("executors", {}).get(name, {})
+        schema = getattr(cls, "settings_schema", {})
+        settings = self.config.backend_settings("executors", name, schema)
         context = ExecutorContext(self.settings.workers, self.settings.kill_grace, settings)
         executor: Executor = cls(context)
         return executor
