@@ -67,6 +67,8 @@ class BadRequires(conveyor.Task):
     kind = conveyor.Parameter()
 
     def requires(self):
+        if self.kind == "raise":
+            raise OSError("no inventory")
         garbage = {
             "str": "hello",
             "int": 5,
@@ -105,6 +107,7 @@ def bad(case):
         "requires-int": lambda: BadRequires(kind="int"),
         "requires-target": lambda: BadRequires(kind="target"),
         "requires-none": lambda: BadRequires(kind="none"),
+        "requires-raises": lambda: BadRequires(kind="raise"),
         "cycle": lambda: A(),
         "hang": lambda: Hangs(),
     }[case]()
@@ -133,12 +136,20 @@ SCHEDULING_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "requires-int": ("BadRequires", ("BadRequires", "requires()", "returned 5", "expected")),
     "requires-target": ("BadRequires", ("BadRequires", "requires()", "LocalTarget", "expected")),
     "requires-none": ("BadRequires", ("BadRequires", "requires()", "None", "expected")),
+    "requires-raises": ("BadRequires", ("BadRequires", "requires()", "OSError", "no inventory")),
     "cycle": ("A", ("A -> B -> A",)),
 }
 
 
 def _no_traceback(stderr: str) -> None:
     assert "Traceback" not in stderr, stderr
+
+
+def _assert_real_suggestion(message: str) -> None:
+    """If ``message`` suggests a hook ("did you mean 'x'?"), 'x' must be a hook that exists."""
+    if "did you mean" in message:
+        suggestion = message.split("did you mean", 1)[1].split("'")[1]
+        assert suggestion in hook_names(), message
 
 
 def _error_line(stderr: str) -> str:
@@ -217,6 +228,7 @@ def test_build_scheduling_error_result(case: str, tasks_mod: ModuleType, tmp_pat
         ("requires-int", "requires"),
         ("requires-target", "requires"),
         ("requires-none", "requires"),
+        ("requires-raises", "requires"),
     ],
 )
 def test_worker_add_false_and_broken_hook(
@@ -251,7 +263,7 @@ def test_cli_hanging_complete_times_out_and_process_exits(
     tasks: str, run_cli: RunCli, tmp_path: Path
 ) -> None:
     """A complete() that never returns is reported after complete_check_timeout; the CLI exits."""
-    write_toml(tmp_path, "[worker]\nparallel_scheduling = true\ncomplete_check_timeout = 0.5\n")
+    write_toml(tmp_path, "[worker]\nparallel_scheduling = true\ncomplete_check_timeout = 1.5\n")
     leaf = tmp_path / "leaf.txt"
     proc = run_cli(
         "run", f"{tasks}.Top", "--case", "hang", "--out", str(leaf), cwd=tmp_path, timeout=30
@@ -260,7 +272,7 @@ def test_cli_hanging_complete_times_out_and_process_exits(
     assert proc.returncode == 3, output
     assert "Hangs" in proc.stdout
     assert "Hangs().complete()" in proc.stderr
-    assert "0.5" in proc.stderr
+    assert "1.5" in proc.stderr
     assert leaf.read_text() == "leaf"
 
 
@@ -272,7 +284,7 @@ def test_build_hanging_complete_times_out(tasks_mod: ModuleType, tmp_path: Path)
             tasks_mod.Top(case="hang", out=str(leaf)),
             config=conveyor.Config(),
             parallel_scheduling=True,
-            complete_check_timeout=0.3,
+            complete_check_timeout=1.0,
         )
     finally:
         tasks_mod.RELEASE.set()  # let the abandoned checker thread finish
@@ -381,7 +393,9 @@ def test_unknown_config_key_suggests_the_closest(
     """An unknown [worker] key exits 2 naming section and key and suggesting 'workers'."""
     config = write_toml(tmp_path, "[worker]\nworkerz = 2\n", name="custom.toml")
     leaf = tmp_path / "leaf.txt"
-    proc = run_cli("run", f"{tasks}.Leaf", "--out", str(leaf), "--config", str(config), cwd=tmp_path)
+    proc = run_cli(
+        "run", f"{tasks}.Leaf", "--out", str(leaf), "--config", str(config), cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     _no_traceback(proc.stderr)
     assert proc.stderr.strip().splitlines() == [_error_line(proc.stderr)]
@@ -494,9 +508,7 @@ def test_local_plugin_with_unknown_hook_exits_2(
     line = _error_line(proc.stderr)
     assert plugin in line
     assert "conveyor_task_exploded" in line
-    if "did you mean" in line:  # a suggestion must be a hook that exists
-        suggestion = line.split("did you mean", 1)[1].split("'")[1]
-        assert suggestion in hook_names(), line
+    _assert_real_suggestion(line)
     assert not leaf.exists()
 
 
@@ -514,6 +526,7 @@ def test_worker_plugin_with_unknown_hook_raises_plugin_error() -> None:
     assert "Exploder" in info.value.plugin
     assert "conveyor_task_exploded" in str(info.value)
     assert "Exploder" in str(info.value)
+    _assert_real_suggestion(str(info.value))
 
 
 def test_build_local_plugin_with_unknown_hook_raises_plugin_error(

@@ -150,14 +150,30 @@ def cmd_run(args: list[str]) -> int:
     module, family = _task_location(task_name, _module_from(early, after))
     sys.path.insert(0, os.getcwd())
     task_cls = load_task_class(module, family)
-    parser = _run_parser(task_cls)
-    late = vars(parser.parse_args(after))
-    options = {k: v for k, v in {**early, **late}.items() if not k.startswith("param:")}
+    late = _parse_task_args(_run_parser(task_cls), after, task_cls)
+    merged = {**early, **{k: v for k, v in late.items() if v is not None}}
+    options = {k: v for k, v in merged.items() if not k.startswith("param:")}
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
     task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
     config = _run_config(options)
     configure_logging(config.logging)
     return _run_task(task, config)
+
+
+def _parse_task_args(parser: _Parser, after: list[str], task_cls: type[Task]) -> dict[str, Any]:
+    """Parse what follows TASK; an unknown flag is named along with the valid ones."""
+    namespace, unknown = parser.parse_known_args(after)
+    if unknown:
+        flags = [
+            "--" + name.replace("_", "-") + ("/--no-" + name.replace("_", "-") if p.is_flag else "")
+            for name, p in task_cls.parameters()
+        ]
+        raise UsageError(
+            f"conveyor run: unknown argument {unknown[0]!r} for task {task_cls.get_task_family()}; "
+            f"its parameters are: {', '.join(flags) or '(none)'}; run's own options are: "
+            + ", ".join(_RUN_OPTIONS)
+        )
+    return vars(namespace)
 
 
 def _module_from(early: dict[str, Any], after: list[str]) -> str | None:

@@ -82,7 +82,11 @@ class HookRelay:
         for caller in self.pm.get_hookcallers(plugin) or ():
             if caller.spec is None:
                 self.pm.unregister(plugin)
-                known = [n for n in dir(self.pm.hook) if n.startswith("conveyor_")]
+                known = [
+                    n
+                    for n in dir(self.pm.hook)
+                    if n.startswith("conveyor_") and getattr(self.pm.hook, n).spec is not None
+                ]
                 close = difflib.get_close_matches(caller.name, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise PluginError(

@@ -183,7 +183,6 @@ class Worker:
         visited: set[str] = set()
         specs: list[TaskSpec] = []
         pending: list[str] = []
-        ok = True
         try:
             for root in roots:
                 self._submit(root, checks, visited, recheck_ids)
@@ -191,7 +190,6 @@ class Worker:
                 task, complete, error = checks.next()
                 node = self._graph[task.task_id]
                 if error:
-                    ok = False
                     self._broken(node, error, "complete", specs)
                     continue
                 # reversed: the sequential walk is depth-first (LIFO), so the first
@@ -200,9 +198,10 @@ class Worker:
                     self._submit(dep, checks, visited, recheck_ids)
         finally:
             checks.close()
-        ok = self._break_cycles(pending, specs) and ok
+        self._break_cycles(pending, specs)
         self._transport.add_tasks(self.id, specs, self.settings.assistant)
-        return ok
+        graph = self._graph
+        return not any(graph[t].state is TaskState.BROKEN for t in visited)
 
     def _checks(self) -> SequentialChecks | ParallelChecks:
         if self.settings.parallel_scheduling:
@@ -282,14 +281,11 @@ class Worker:
         specs.append(self._spec(node, UNKNOWN, False, explanation=error))
         log.error("task broken", task_id=node.task_id, phase=phase, error=error)
 
-    def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> bool:
-        ok = True
+    def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
         while (cycle := find_cycle(pending, self._graph)) is not None:
-            ok = False
             path = " -> ".join(label(self._graph[t].task) for t in cycle)
             for task_id in dict.fromkeys(cycle):
                 self._broken(self._graph[task_id], f"dependency cycle: {path}", "requires", specs)
-        return ok
 
     def _identity(self, node: Node) -> tuple[str, str, Mapping[str, str]]:
         task = node.task
