@@ -57,17 +57,19 @@ def flatten(struct: object) -> list[Any]:
     return out
 
 
-def _flatten_into(struct: object, out: list[Any]) -> None:
+def _flatten_into(struct: object, out: list[Any], keep_none: bool = False) -> None:
     if struct is None:
+        if keep_none:
+            out.append(None)
         return
     if isinstance(struct, Task):  # the common leaf, checked before the ABC below
         out.append(struct)
     elif isinstance(struct, Mapping):
         for value in struct.values():
-            _flatten_into(value, out)
+            _flatten_into(value, out, keep_none)
     elif isinstance(struct, list | tuple | set | frozenset):
         for item in struct:
-            _flatten_into(item, out)
+            _flatten_into(item, out, keep_none)
     else:
         out.append(struct)
 
@@ -145,8 +147,9 @@ class Task:
     def _unknown(self, name: str, value: object) -> None:
         family = self._family
         expected = ", ".join(sorted(self._param_names)) or "none"
+        shown = "***" if is_secret_name(name) else repr(value)
         raise ParameterError(
-            f"{family}: unknown parameter {name!r}; expected one of: {expected}",
+            f"{family}: unknown parameter {name!r} (= {shown}); expected one of: {expected}",
             task=family,
             parameter=name,
             value=value,
@@ -309,9 +312,11 @@ def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any
     try:
         return param.normalize(value)
     except ValueError as exc:
+        # the parameter's own message repeats the value: leave it out for secrets
+        detail = f"expected {param.type_name}" if is_secret_name(name) else str(exc)
         shown = "***" if is_secret_name(name) else repr(value)
         raise ParameterError(
-            f"{family}: parameter {name!r} = {shown}: {exc}",
+            f"{family}: parameter {name!r} = {shown}: {detail}",
             task=family,
             parameter=name,
             value=value,
@@ -342,18 +347,16 @@ def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     """Flatten ``struct`` and check every leaf is a Task, naming the owner and what it returned."""
     if isinstance(struct, Task):
         return [struct]
+    if struct is None:  # "nothing", as Luigi reads it; a None *inside* a list is an error
+        return []
     if isinstance(struct, str | bytes | int | float | Target):
         raise TaskDefinitionError(
             f"{owner!r}.{what} returned {struct!r} ({type(struct).__name__}); "
             "expected a Task or a list/tuple/dict of Tasks",
             task_id=owner.task_id,
         )
-    if isinstance(struct, list | tuple) and any(item is None for item in struct):
-        raise TaskDefinitionError(
-            f"{owner!r}.{what} returned a list holding None; expected only Tasks",
-            task_id=owner.task_id,
-        )
-    out = flatten(struct)
+    out: list[Any] = []
+    _flatten_into(struct, out, keep_none=True)
     for item in out:
         if not isinstance(item, Task):
             raise TaskDefinitionError(

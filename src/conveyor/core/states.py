@@ -122,5 +122,5 @@ def mermaid_diagram() -> str:
     lines = ["stateDiagram-v2", "    [*] --> NEW"]
     for (source, trigger), target in TRANSITIONS.items():
         lines.append(f"    {source.name} --> {target.name}: {trigger.name.lower()}")
-    lines.extend(["    DONE --> [*]", "    COMPLETE --> [*]"])
+    lines.extend(["    DONE --> [*]", "    COMPLETE --> [*]", "    BROKEN --> [*]"])
     return "\n".join(lines)

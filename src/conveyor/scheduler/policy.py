@@ -138,7 +138,7 @@ class SchedulerCore:
         self._tasks: dict[str, TaskRecord] = {}
         self._seq = 0
         self._heaps: dict[str, list[_Entry]] = {}
-        self._parked: dict[str, list[tuple[str, _Entry]]] = {}
+        self._parked: dict[str, list[tuple[_Entry, str]]] = {}
         self._used: dict[str, int] = {}
         self._wakeups: list[tuple[float, str]] = []
         self._workers: dict[str, float] = {}
@@ -286,7 +286,7 @@ class SchedulerCore:
                 continue
             blocked = self._blocking_resource(rec)
             if blocked is not None:
-                self._parked.setdefault(blocked, []).append((key, entry))
+                heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
                 continue
             self._take(rec, worker_id)
             return Work(rec.task_id, rec.family, rec.module, rec.params)
@@ -309,8 +309,21 @@ class SchedulerCore:
         rec.worker = None
         for name, amount in rec.resources.items():
             self._used[name] -= amount
-            for key, entry in self._parked.pop(name, []):
+            self._unpark(name, amount)
+
+    def _unpark(self, name: str, freed: int) -> None:
+        """Give the best ``freed`` tasks parked on resource ``name`` another chance.
+
+        Only as many as the freed capacity could admit go back to their heaps (stale entries
+        are dropped on the way), so a long queue behind a resource costs O(log n) per task.
+        """
+        parked = self._parked.get(name)
+        while parked and freed > 0:
+            entry, key = heapq.heappop(parked)
+            rec = self._tasks[entry[2]]
+            if rec.status == PENDING and not rec.unmet and -entry[0] == rec.priority:
                 heapq.heappush(self._heaps.setdefault(key, []), entry)
+                freed -= 1
 
     # --- results --------------------------------------------------------------------------
 
@@ -412,22 +425,54 @@ class SchedulerCore:
         return now
 
     def work_left(self, worker_id: str) -> WorkLeft:
-        """Count this worker's tasks that may still run: pending here or running elsewhere."""
+        """Count this worker's tasks that may still run: pending here or running elsewhere.
+
+        A pending task counts only if it can still make progress: it (or a retry of it) may be
+        handed out, and no dependency is stuck (DISABLED, broken, or pending with nobody able
+        to run it, like missing external data).
+        """
         with self._lock:
             self._wake(self.clock())
             pending = unique = elsewhere = 0
+            memo: dict[str, bool] = {}
             for task_id in self._by_worker.get(worker_id, ()):
                 rec = self._tasks[task_id]
                 if rec.status == RUNNING and rec.worker != worker_id:
                     elsewhere += 1
-                elif rec.status in (PENDING, FAILED) and rec.runners:
+                elif rec.status in (PENDING, FAILED) and self._can_progress(rec, memo):
                     pending += 1
                     unique += rec.stakeholders == {worker_id}
             return WorkLeft(pending, unique, elsewhere)
 
+    def _can_progress(self, start: TaskRecord, memo: dict[str, bool]) -> bool:
+        """True if ``start`` may still run (iterative post-order search, memoised)."""
+        visiting: set[str] = set()  # on the current path: a cycle counts as no obstacle
+        stack: list[tuple[TaskRecord, bool]] = [(start, False)]
+        while stack:
+            rec, expanded = stack.pop()
+            if rec.task_id in memo:
+                continue
+            if rec.status in (DONE, RUNNING):
+                memo[rec.task_id] = True
+                continue
+            if rec.status in (DISABLED, UNKNOWN) or not rec.runners:
+                memo[rec.task_id] = False
+                continue
+            deps = [self._tasks[d] for d in rec.deps]
+            todo = [d for d in deps if d.task_id not in memo and d.task_id not in visiting]
+            if todo and not expanded:
+                visiting.add(rec.task_id)
+                stack.append((rec, True))
+                stack.extend((d, False) for d in todo)
+                continue
+            visiting.discard(rec.task_id)
+            memo[rec.task_id] = all(memo.get(d.task_id, True) for d in deps)
+        return memo[start.task_id]
+
     def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
         """The status of each known task id."""
         with self._lock:
+            self._wake(self.clock())
             return {t: self._tasks[t].status for t in task_ids if t in self._tasks}
 
     def explanation(self, task_id: str) -> str:
@@ -439,6 +484,7 @@ class SchedulerCore:
     def task_list(self) -> list[dict[str, Any]]:
         """Every registered task, shaped as the server's ``GET /api/v1/tasks`` entries."""
         with self._lock:
+            self._wake(self.clock())
             return [_describe(rec) for rec in self._tasks.values() if rec.registered]
 
     def worker_list(self) -> list[dict[str, Any]]:

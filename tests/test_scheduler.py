@@ -1,0 +1,544 @@
+"""Tests for the scheduling policy (SchedulerCore) and the in-process conveyor.Scheduler."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import conveyor
+from conveyor.scheduler import Scheduler, TaskSpec, policy
+from conveyor.scheduler.policy import SchedulerCore
+from conveyor.testing import FakeClock
+
+RETRY_DELAY = 10.0
+DISABLE_WINDOW = 100.0
+DISABLE_PERSIST = 1000.0
+DISCONNECT = 60.0
+TASK_LIST_KEYS = {
+    "task_id",
+    "family",
+    "params",
+    "status",
+    "worker",
+    "priority",
+    "dependencies",
+    "status_message",
+    "progress",
+    "tracking_url",
+}
+
+MakeCore = Callable[..., SchedulerCore]
+
+
+def spec(task_id: str, **fields: Any) -> TaskSpec:
+    """A TaskSpec whose family and params are derived from its id."""
+    return TaskSpec(
+        task_id=task_id,
+        family="Fam",
+        module="tests.fake_tasks",
+        params={"id": task_id},
+        **fields,
+    )
+
+
+def specs(*task_ids: str, **fields: Any) -> list[TaskSpec]:
+    """One TaskSpec per id, with the same extra fields."""
+    return [spec(task_id, **fields) for task_id in task_ids]
+
+
+def handed_out(core: SchedulerCore, worker: str, limit: int = 1000) -> list[str]:
+    """Ask for work until None; return the ids handed out, in order."""
+    got = []
+    while (work := core.get_work(worker)) is not None:
+        got.append(work.task_id)
+        assert len(got) <= limit
+    return got
+
+
+def status(core: SchedulerCore, task_id: str) -> str:
+    """The scheduler's status of one task."""
+    return core.statuses([task_id])[task_id]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A manual clock."""
+    return FakeClock()
+
+
+@pytest.fixture
+def make(clock: FakeClock) -> MakeCore:
+    """Build a SchedulerCore on the fake clock with short, distinct policy durations."""
+
+    def build(**settings: Any) -> SchedulerCore:
+        defaults: dict[str, Any] = {
+            "retry_delay": RETRY_DELAY,
+            "retry_count": 3,
+            "disable_window": DISABLE_WINDOW,
+            "disable_persist": DISABLE_PERSIST,
+            "worker_disconnect_delay": DISCONNECT,
+        }
+        return SchedulerCore(clock=clock, **(defaults | settings))
+
+    return build
+
+
+@pytest.fixture
+def core(make: MakeCore) -> SchedulerCore:
+    """A SchedulerCore with the default test settings and no declared resources."""
+    return make()
+
+
+# --- order ---------------------------------------------------------------------------------
+
+
+def test_highest_priority_is_handed_out_first(core: SchedulerCore):
+    """Ready tasks come out by priority, highest first."""
+    core.add_tasks(
+        "w", [spec("low", priority=1), spec("high", priority=5), spec("mid", priority=3)]
+    )
+    assert handed_out(core, "w") == ["high", "mid", "low"]
+
+
+def test_equal_priority_is_handed_out_oldest_first(core: SchedulerCore):
+    """Among equal priorities, the task registered first comes out first."""
+    core.add_tasks("w", specs("third-name", "first-name"))
+    core.add_tasks("w", specs("a-later-one"))
+    core.add_tasks("w", [spec("urgent", priority=1)])
+    assert handed_out(core, "w") == ["urgent", "third-name", "first-name", "a-later-one"]
+
+
+def test_dependency_inherits_its_dependents_priority(core: SchedulerCore):
+    """A low-priority dependency of a high-priority task beats an unrelated medium task."""
+    core.add_tasks("w", [spec("dep", priority=0), spec("medium", priority=5)])
+    core.add_tasks("w", [spec("top", priority=10, deps=("dep",))])
+    assert core.get_work("w").task_id == "dep"
+    core.task_done("w", "dep")
+    assert handed_out(core, "w") == ["top", "medium"]
+
+
+def test_priority_is_inherited_through_a_chain_registered_top_down(core: SchedulerCore):
+    """Registering the dependent first, its transitive dependencies still inherit its priority."""
+    core.add_tasks("w", [spec("top", priority=9, deps=("mid",))])
+    core.add_tasks("w", [spec("mid", deps=("bottom",)), spec("other", priority=5)])
+    core.add_tasks("w", [spec("bottom")])
+    assert core.get_work("w").task_id == "bottom"
+    priorities = {entry["task_id"]: entry["priority"] for entry in core.task_list()}
+    assert priorities == {"top": 9, "mid": 9, "bottom": 9, "other": 5}
+
+
+def test_task_is_handed_out_only_when_every_dependency_is_done(core: SchedulerCore):
+    """A task waits until all its dependencies are DONE, not merely running."""
+    core.add_tasks("w", [*specs("b", "c"), spec("a", deps=("b", "c"))])
+    assert sorted(handed_out(core, "w")) == ["b", "c"]
+    core.task_done("w", "b")
+    assert core.get_work("w") is None
+    core.task_done("w", "c")
+    assert core.get_work("w").task_id == "a"
+
+
+def test_failed_dependency_keeps_its_dependent_pending(core: SchedulerCore):
+    """While a dependency is FAILED its dependent is never handed out."""
+    core.add_tasks("w", [spec("dep"), spec("top", deps=("dep",))])
+    assert core.get_work("w").task_id == "dep"
+    core.task_failed("w", "dep", "boom")
+    assert core.get_work("w") is None
+    assert core.statuses(["dep", "top"]) == {"dep": "FAILED", "top": "PENDING"}
+
+
+def test_dependency_registered_done_does_not_block(core: SchedulerCore):
+    """A dependency registered as already DONE counts as met."""
+    core.add_tasks("w", [spec("dep", status="DONE", runnable=False), spec("top", deps=("dep",))])
+    assert handed_out(core, "w") == ["top"]
+
+
+def test_dynamic_dependencies_send_the_running_task_back_to_wait(make: MakeCore):
+    """Re-registering a running task PENDING with new deps frees its resources until they finish."""
+    core = make(resources={"db": 1})
+    core.add_tasks("w", [spec("parent", resources={"db": 1})])
+    assert core.get_work("w").task_id == "parent"
+    core.add_tasks("w", [spec("parent", deps=("child",), resources={"db": 1}), spec("child")])
+    assert status(core, "parent") == "PENDING"
+    core.add_tasks("w", [spec("other-db", resources={"db": 1})])
+    assert handed_out(core, "w") == ["child", "other-db"]
+    core.task_done("w", "child")
+    core.task_done("w", "other-db")
+    assert core.get_work("w").task_id == "parent"
+
+
+# --- resources -----------------------------------------------------------------------------
+
+
+def test_resource_capacity_is_respected(make: MakeCore):
+    """No more tasks run on a resource than its capacity; the next starts when one finishes."""
+    core = make(resources={"db": 2})
+    core.add_tasks("w", specs("q1", "q2", "q3", resources={"db": 1}))
+    assert handed_out(core, "w") == ["q1", "q2"]
+    core.task_done("w", "q1")
+    assert handed_out(core, "w") == ["q3"]
+
+
+def test_undeclared_resource_has_capacity_one(core: SchedulerCore):
+    """A resource missing from the configuration admits one task at a time."""
+    core.add_tasks("w", specs("g1", "g2", resources={"gpu": 1}))
+    core.add_tasks("w", specs("plain"))
+    assert handed_out(core, "w") == ["g1", "plain"]
+    core.task_failed("w", "g1", "boom")
+    assert handed_out(core, "w") == ["g2"]
+
+
+def test_task_needing_several_units_waits_for_all_of_them(make: MakeCore):
+    """A task needing 2 units of a capacity-2 resource waits until nothing else holds it."""
+    core = make(resources={"db": 2})
+    core.add_tasks("w", [spec("small", resources={"db": 1})])
+    core.add_tasks("w", [spec("big", resources={"db": 2})])
+    assert handed_out(core, "w") == ["small"]
+    core.task_done("w", "small")
+    assert handed_out(core, "w") == ["big"]
+
+
+def test_resources_are_shared_across_workers(make: MakeCore):
+    """Capacity is global: a second worker cannot exceed it either."""
+    core = make(resources={"db": 1})
+    core.add_tasks("w1", specs("a", resources={"db": 1}))
+    core.add_tasks("w2", specs("b", resources={"db": 1}))
+    assert core.get_work("w1").task_id == "a"
+    assert core.get_work("w2") is None
+    core.task_done("w1", "a")
+    assert core.get_work("w2").task_id == "b"
+
+
+# --- one running instance ------------------------------------------------------------------
+
+
+def test_one_running_instance_per_task_id(core: SchedulerCore):
+    """Two workers registering the same task: only the first to ask runs it."""
+    core.add_tasks("w1", specs("shared"))
+    core.add_tasks("w2", specs("shared"))
+    assert core.get_work("w1").task_id == "shared"
+    assert core.get_work("w2") is None
+    core.task_done("w1", "shared")
+    assert core.get_work("w2") is None
+    assert status(core, "shared") == "DONE"
+
+
+def test_second_worker_gets_a_different_task(core: SchedulerCore):
+    """A worker whose best task runs elsewhere gets its next task instead."""
+    core.add_tasks("w1", specs("shared"))
+    core.add_tasks("w2", [spec("shared", priority=5), spec("own")])
+    assert core.get_work("w1").task_id == "shared"
+    assert core.get_work("w2").task_id == "own"
+
+
+# --- failures, retries, disabling -----------------------------------------------------------
+
+
+def test_failed_task_is_pending_again_after_retry_delay(core: SchedulerCore, clock: FakeClock):
+    """A FAILED task is not handed out before retry_delay, and is after it."""
+    core.add_tasks("w", specs("flaky"))
+    core.get_work("w")
+    assert core.task_failed("w", "flaky", "boom") == "FAILED"
+    clock.advance(RETRY_DELAY - 1)
+    assert core.get_work("w") is None
+    assert status(core, "flaky") == "FAILED"
+    assert core.explanation("flaky") == "boom"
+    clock.advance(1)
+    assert core.get_work("w").task_id == "flaky"
+
+
+def _fail_repeatedly(core: SchedulerCore, clock: FakeClock, task_id: str, times: int) -> list[str]:
+    """Run and fail ``task_id`` ``times`` times, waiting retry_delay in between."""
+    results = []
+    for _ in range(times):
+        clock.advance(RETRY_DELAY)
+        work = core.get_work("w")
+        assert work is not None and work.task_id == task_id
+        results.append(core.task_failed("w", task_id, "boom"))
+    return results
+
+
+def test_task_is_disabled_after_retry_count_failures(core: SchedulerCore, clock: FakeClock):
+    """The retry_count-th failure within disable_window disables the task until disable_persist."""
+    core.add_tasks("w", specs("bad"))
+    assert _fail_repeatedly(core, clock, "bad", 3) == ["FAILED", "FAILED", "DISABLED"]
+    clock.advance(RETRY_DELAY)
+    assert core.get_work("w") is None
+    clock.advance(DISABLE_PERSIST - RETRY_DELAY - 1)
+    assert core.get_work("w") is None
+    assert status(core, "bad") == "DISABLED"
+    clock.advance(1)
+    assert core.get_work("w").task_id == "bad"
+    assert core.task_failed("w", "bad", "boom again") == "FAILED"
+
+
+def test_failures_outside_the_window_do_not_disable(core: SchedulerCore, clock: FakeClock):
+    """Failures further apart than disable_window never add up to retry_count."""
+    core.add_tasks("w", specs("slow-flaky"))
+    results = []
+    for _ in range(5):
+        clock.advance(DISABLE_WINDOW + 1)
+        assert core.get_work("w").task_id == "slow-flaky"
+        results.append(core.task_failed("w", "slow-flaky", "boom"))
+    assert results == ["FAILED"] * 5
+
+
+def test_task_spec_retry_count_overrides_the_scheduler(core: SchedulerCore, clock: FakeClock):
+    """A TaskSpec retry_count of 1 disables on the first failure; others keep the default."""
+    core.add_tasks("w", [spec("fragile", retry_count=1, priority=1), spec("normal")])
+    assert _fail_repeatedly(core, clock, "fragile", 1) == ["DISABLED"]
+    assert _fail_repeatedly(core, clock, "normal", 1) == ["FAILED"]
+
+
+# --- liveness --------------------------------------------------------------------------------
+
+
+def test_silent_worker_loses_its_running_task(core: SchedulerCore, clock: FakeClock):
+    """After worker_disconnect_delay without contact, a worker's RUNNING task becomes FAILED."""
+    core.add_tasks("gone", specs("orphan"))
+    core.add_tasks("alive", specs("orphan"))
+    assert core.get_work("gone").task_id == "orphan"
+    clock.advance(DISCONNECT + 1)
+    assert core.get_work("alive") is None
+    assert status(core, "orphan") == "FAILED"
+    assert "gone" in core.explanation("orphan")
+    clock.advance(RETRY_DELAY)
+    assert core.get_work("alive").task_id == "orphan"
+
+
+def test_worker_that_pings_keeps_its_running_task(core: SchedulerCore, clock: FakeClock):
+    """A worker pinging more often than worker_disconnect_delay keeps its task RUNNING."""
+    core.add_tasks("busy", specs("long"))
+    core.add_tasks("other", specs("x"))
+    core.get_work("busy")
+    for _ in range(5):
+        clock.advance(DISCONNECT / 2)
+        core.ping("busy")
+        core.get_work("other")
+    assert status(core, "long") == "RUNNING"
+
+
+def test_time_based_transitions_show_in_queries_without_get_work(
+    core: SchedulerCore, clock: FakeClock
+):
+    """statuses() and task_list() reflect retry_delay and disconnects with no get_work call."""
+    core.add_tasks("gone", specs("orphan", "flaky"))
+    core.get_work("gone")
+    core.get_work("gone")
+    core.task_failed("gone", "flaky", "boom")
+    clock.advance(DISCONNECT + 1)
+    assert core.statuses(["orphan", "flaky"]) == {"orphan": "FAILED", "flaky": "PENDING"}
+    listed = {entry["task_id"]: entry["status"] for entry in core.task_list()}
+    assert listed == {"orphan": "FAILED", "flaky": "PENDING"}
+
+
+# --- annotations and queries ---------------------------------------------------------------
+
+
+def test_annotations_show_in_the_task_list(core: SchedulerCore):
+    """annotate() values appear in task_list(), whose entries have exactly the SPEC §7 keys."""
+    core.add_tasks("w", [spec("dep"), spec("job", deps=("dep",), priority=2)])
+    core.task_done("w", "dep")
+    core.get_work("w")
+    core.annotate("job", "status_message", "halfway")
+    core.annotate("job", "progress", 50)
+    core.annotate("job", "tracking_url", "http://example.invalid/job")
+    entries = {entry["task_id"]: entry for entry in core.task_list()}
+    assert all(set(entry) == TASK_LIST_KEYS for entry in entries.values())
+    assert entries["job"] == {
+        "task_id": "job",
+        "family": "Fam",
+        "params": {"id": "job"},
+        "status": "RUNNING",
+        "worker": "w",
+        "priority": 2,
+        "dependencies": ["dep"],
+        "status_message": "halfway",
+        "progress": 50.0,
+        "tracking_url": "http://example.invalid/job",
+    }
+    assert entries["dep"]["status"] == "DONE"
+
+
+def test_work_left_counts_pending_unique_and_running_elsewhere(core: SchedulerCore):
+    """work_left() counts this worker's pending tasks, those only it wants, and others' runs."""
+    core.add_tasks("v", specs("r"))
+    assert core.get_work("v").task_id == "r"
+    core.add_tasks("w", specs("p1", "p2", "s", "r"))
+    core.add_tasks("v", specs("s"))
+    left = core.work_left("w")
+    assert (left.pending, left.unique_pending, left.running_elsewhere) == (3, 2, 1)
+    assert core.get_work("w").task_id == "p1"
+    left = core.work_left("w")
+    assert (left.pending, left.unique_pending, left.running_elsewhere) == (2, 1, 1)
+
+
+def test_work_left_ignores_tasks_blocked_by_a_disabled_dependency(
+    core: SchedulerCore, clock: FakeClock
+):
+    """As in Luigi, a task whose upstream is DISABLED does not count as work left to wait for."""
+    core.add_tasks("w", [spec("base", retry_count=1), spec("top", deps=("base",))])
+    assert core.get_work("w").task_id == "base"
+    assert core.task_failed("w", "base", "boom") == "DISABLED"
+    clock.advance(RETRY_DELAY)
+    assert core.get_work("w") is None
+    left = core.work_left("w")
+    assert (left.pending, left.unique_pending, left.running_elsewhere) == (0, 0, 0)
+
+
+def test_assistant_runs_tasks_registered_by_another_worker(core: SchedulerCore):
+    """An assistant gets a runnable task another worker registered; a plain worker does not."""
+    core.add_tasks("owner", specs("t"))
+    assert core.get_work("bystander") is None
+    work = core.get_work("helper", assistant=True)
+    assert work is not None and (work.task_id, work.module) == ("t", "tests.fake_tasks")
+    assert core.task_list()[0]["worker"] == "helper"
+
+
+def test_assistant_that_arrived_first_gets_later_tasks(core: SchedulerCore):
+    """An assistant already polling gets tasks registered after it joined."""
+    assert core.get_work("helper", assistant=True) is None
+    core.add_tasks("owner", [spec("t1"), spec("t2", priority=3)])
+    assert core.get_work("helper", assistant=True).task_id == "t2"
+
+
+def test_assistant_never_gets_a_task_nobody_may_run(core: SchedulerCore):
+    """A task registered only as not runnable is not handed to assistants."""
+    core.add_tasks("owner", specs("external", runnable=False))
+    assert core.get_work("helper", assistant=True) is None
+
+
+# --- conveyor.Scheduler --------------------------------------------------------------------
+
+
+@pytest.fixture
+def isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in an empty directory so no stray worker.toml is discovered."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_scheduler_keyword_overrides_configure_the_policy(isolated_cwd: Path, clock: FakeClock):
+    """Scheduler(retry_delay=5, resources={"db": 2}) applies both and keeps other defaults."""
+    scheduler = conveyor.Scheduler(retry_delay=5, resources={"db": 2}, clock=clock)
+    assert isinstance(scheduler, SchedulerCore)
+    assert (scheduler.retry_delay, scheduler.capacity) == (5, {"db": 2})
+    assert (scheduler.retry_count, scheduler.worker_disconnect_delay) == (3, 60)
+    scheduler.add_tasks("w", specs("d1", "d2", "d3", resources={"db": 1}))
+    assert handed_out(scheduler, "w") == ["d1", "d2"]
+    scheduler.task_failed("w", "d1", "boom")
+    assert handed_out(scheduler, "w") == ["d3"]
+    scheduler.task_done("w", "d2")
+    clock.advance(4)
+    assert handed_out(scheduler, "w") == []
+    clock.advance(1)
+    assert handed_out(scheduler, "w") == ["d1"]
+
+
+def test_scheduler_reads_worker_toml_and_overrides_win(isolated_cwd: Path, clock: FakeClock):
+    """The [scheduler] section configures Scheduler; keyword overrides beat the file."""
+    toml = "[scheduler]\nretry_delay = 7\nretry_count = 9\n[scheduler.resources]\ndb = 3\n"
+    (isolated_cwd / "worker.toml").write_text(toml)
+    from_file = Scheduler(clock=clock)
+    assert (from_file.retry_delay, from_file.retry_count, from_file.capacity) == (7, 9, {"db": 3})
+    overridden = Scheduler(clock=clock, retry_delay=1, resources={"api": 4})
+    assert (overridden.retry_delay, overridden.retry_count) == (1, 9)
+    assert overridden.capacity == {"api": 4}
+
+
+# --- complexity (counted, never timed) -------------------------------------------------------
+
+
+class CountingHeapq:
+    """Stands in for the heapq module inside conveyor.scheduler.policy and counts operations."""
+
+    def __init__(self) -> None:
+        """Start with zero counts."""
+        self.pops = 0
+        self.pushes = 0
+
+    def heappop(self, heap: list[Any]) -> Any:
+        """Count, then delegate to heapq.heappop."""
+        self.pops += 1
+        return heapq.heappop(heap)
+
+    def heappush(self, heap: list[Any], item: Any) -> None:
+        """Count, then delegate to heapq.heappush."""
+        self.pushes += 1
+        heapq.heappush(heap, item)
+
+    def total(self) -> int:
+        """Pops plus pushes so far."""
+        return self.pops + self.pushes
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> CountingHeapq:
+    """Replace the policy module's heapq with a counting wrapper."""
+    counter = CountingHeapq()
+    monkeypatch.setattr(policy, "heapq", counter)
+    return counter
+
+
+def _register_many(core: SchedulerCore, count: int, **fields: Any) -> None:
+    """Register ``count`` independent tasks for worker ``w``."""
+    core.add_tasks("w", (spec(f"t{i:05d}", **fields) for i in range(count)))
+
+
+def _ops_per_call(counter: CountingHeapq, calls: Iterable[Callable[[], object]]) -> list[int]:
+    """Heap operations spent by each call."""
+    spent = []
+    for call in calls:
+        before = counter.total()
+        call()
+        spent.append(counter.total() - before)
+    return spent
+
+
+def test_get_work_costs_a_bounded_number_of_heap_operations(
+    core: SchedulerCore, counting: CountingHeapq
+):
+    """With 20,000 ready tasks, each get_work and task_done does O(1) heap operations."""
+    _register_many(core, 20_000)
+    got: list[str] = []
+    spent = _ops_per_call(
+        counting, [lambda: got.append(core.get_work("w").task_id) for _ in range(200)]
+    )
+    assert got == [f"t{i:05d}" for i in range(200)]
+    assert max(spent) <= 3
+    done = _ops_per_call(counting, [lambda t=t: core.task_done("w", t) for t in got])
+    assert max(done) <= 3
+
+
+def test_resource_bound_queue_costs_bounded_heap_operations_per_task(
+    make: MakeCore, counting: CountingHeapq
+):
+    """Draining 1,000 tasks through a capacity-1 resource with 2 slots costs O(1) ops per task."""
+    core = make(resources={"db": 1})
+    count = 1_000
+    _register_many(core, count, resources={"db": 1})
+    before = counting.total()
+    finished = 0
+    while finished < count:
+        work = core.get_work("w")
+        assert work is not None
+        assert core.get_work("w") is None  # a second slot asks while the resource is held
+        core.task_done("w", work.task_id)
+        finished += 1
+    assert counting.total() - before <= 20 * count
+
+
+def test_many_blocked_tasks_do_not_slow_down_unrelated_ones(
+    make: MakeCore, counting: CountingHeapq
+):
+    """Once parked, tasks blocked on a resource cost nothing to later get_work calls."""
+    core = make(resources={"db": 1})
+    _register_many(core, 5_000, resources={"db": 1})
+    assert core.get_work("w") is not None
+    assert core.get_work("w") is None
+    core.add_tasks("w", specs("free-1", "free-2", "free-3"))
+    spent = _ops_per_call(counting, [lambda: core.get_work("w") for _ in range(4)])
+    assert max(spent) <= 3
