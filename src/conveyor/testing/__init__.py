@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from .. import hookspecs
 from ..events import Event
 
 __all__ = ["FakeClock", "Recorded", "RecordingPlugin", "hook_names"]
+
+
+_recorder_ids = itertools.count(1)
 
 
 def hook_names() -> list[str]:
@@ -37,10 +41,9 @@ class RecordingPlugin:
     Register it with ``Worker(plugins=[RecordingPlugin()])``.
     """
 
-    name = "conveyor.testing.recorder"
-
-    def __init__(self) -> None:
-        """Start with no records."""
+    def __init__(self, name: str | None = None) -> None:
+        """Start with no records; ``name`` (unique by default) is the plugin's name."""
+        self.name = name or f"conveyor.testing.recorder-{next(_recorder_ids)}"
         self.records: list[Recorded] = []
         self._lock = threading.Lock()
 
