@@ -345,7 +345,7 @@ def test_same_named_option_before_task_stays_conveyors(
     proc = run_cli("run", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert out.read_text() == "3"
-    assert started_executors(proc.stderr) == ["thread"]  # auto with 2 workers is not inline
+    assert started_executors(proc.stderr) == ["fork"]  # auto with 2 workers forks
 
 
 @pytest.mark.parametrize("position", ["after", "before"])

@@ -1064,15 +1064,18 @@ def test_sigusr1_lets_the_running_task_finish_and_starts_nothing(
     assert result.exit_code == 5
 
 
-def test_worker_timeout_under_inline_fails_clearly(tmp_path: Path) -> None:
-    """A task with worker_timeout under inline fails with an error naming the timeout."""
+def test_worker_timeout_under_inline_runs_isolated_in_a_child(tmp_path: Path) -> None:
+    """A task with worker_timeout under inline runs in a forked child (which can be killed)."""
+    rec = RecordingPlugin()
     task = WkWithTimeout(root=str(tmp_path))
-    result = conveyor.build(task, executor="inline")
-    assert result.states[task.task_id] == "FAILED"
-    error = result.errors[task.task_id]
-    assert "timeout" in error.lower()
-    assert "30" in error
-    assert result.exit_code == 1
+    with conveyor.Worker(config=make_config(tmp_path, executor="inline"), plugins=[rec]) as worker:
+        worker.add(task)
+        worker.run()
+    assert [e.executor for e in rec.events("task_started", task.task_id)] == ["fork"]
+    assert worker.report is not None
+    assert worker.report.states[task.task_id] == "DONE"
+    assert os.path.exists(task.output().path)
+    assert called("timeout.run") == []  # it ran in the child, not in this process
 
 
 def test_worker_add_reports_a_broken_graph(tmp_path: Path) -> None:

@@ -48,8 +48,14 @@ class SummaryFacts:
     interrupted: str = ""
 
 
+_INTERRUPT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+
+
 def exit_code(facts: SummaryFacts) -> int:
-    """SPEC §6: 3 scheduling error, 1 failure, 4 missing data, 5 incomplete, else 0."""
+    """SPEC §6: 130/143 interrupted, 3 scheduling error, 1 failure, 4 missing data,
+    5 incomplete, else 0."""
+    if facts.interrupted in _INTERRUPT_CODES:
+        return _INTERRUPT_CODES[facts.interrupted]
     present = set(facts.categories.values())
     if Category.BROKEN in present:
         return 3
@@ -69,6 +75,8 @@ _VERDICTS = {
     3: "Verdict: failed - at least one task failed scheduling (broken requires()/complete()).",
     4: "Verdict: incomplete - external data is missing.",
     5: "Verdict: incomplete - a requested task is still incomplete.",
+    130: "Verdict: interrupted by SIGINT - running tasks were stopped and reported failed.",
+    143: "Verdict: interrupted by SIGTERM - running tasks were stopped and reported failed.",
 }
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "AttemptRequest",
     "Executor",
     "ExecutorContext",
+    "Interrupted",
     "Message",
     "Note",
     "Outcome",
@@ -88,6 +89,8 @@ class ExecutorContext:
     workers: int = 1
     kill_grace: float = 5.0
     settings: Mapping[str, Any] = field(default_factory=dict)
+    log_level: str = "info"
+    log_format: str = "json"
 
 
 @runtime_checkable
@@ -102,3 +105,14 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Wait for running attempts and release resources."""
+
+
+class Interrupted(BaseException):
+    """Raised inside an inline attempt when the worker gets SIGTERM or SIGINT.
+
+    A BaseException so that the task's own ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.signal_name = signal_name

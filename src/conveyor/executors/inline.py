@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from .attempt import run_attempt
-from .base import AttemptRequest, ExecutorContext, Sink
+from .base import FAILED, AttemptRequest, ExecutorContext, Interrupted, Outcome, Sink
 
 __all__ = ["InlineExecutor"]
 
@@ -19,10 +19,22 @@ class InlineExecutor:
     def __init__(self, context: ExecutorContext | None = None) -> None:
         """Inline needs no settings; ``context`` is accepted for a uniform constructor."""
         self.context = context or ExecutorContext()
+        self.active = False
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
-        """Run the attempt now and report its outcome before returning."""
-        sink(run_attempt(request, sink))
+        """Run the attempt now and report its outcome before returning.
+
+        While it runs, ``active`` is True: the worker's SIGTERM/SIGINT handler then raises
+        :class:`Interrupted` into the task, which ends the attempt as failed (interrupted).
+        """
+        self.active = True
+        try:
+            outcome = run_attempt(request, sink)
+        except Interrupted as exc:
+            outcome = Outcome(request.task_id, FAILED, error=str(exc), exception_type="Interrupted")
+        finally:
+            self.active = False
+        sink(outcome)
 
     def close(self) -> None:
         """Nothing to release."""

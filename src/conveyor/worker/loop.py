@@ -12,13 +12,12 @@ import itertools
 import os
 import queue
 import random
-import signal
 import socket
 import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import structlog
@@ -29,7 +28,6 @@ from ..config import Config
 from ..core.states import TaskState, Trigger, advance
 from ..errors import ConveyorError, TaskLoadError
 from ..executors.base import (
-    FAILED,
     NEEDS_DEPS,
     PROCESS_DIED,
     SUCCEEDED,
@@ -37,6 +35,7 @@ from ..executors.base import (
     AttemptRequest,
     Executor,
     ExecutorContext,
+    Interrupted,
     Message,
     Note,
     Outcome,
@@ -50,6 +49,7 @@ from .builtin_plugins import SummaryPlugin, TransitionLogPlugin
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
 from .report import RunReport, build_report
+from .signals import install_signal_handlers
 
 __all__ = ["Worker"]
 
@@ -85,6 +85,8 @@ class Worker:
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
         self._executor = self._make_executor()
+        self._isolator: Executor | None = None
+        self._interrupted = ""
         for notifier in self.config.notifiers.enabled:
             # selected notifiers must exist (exit 2 otherwise); dispatching to them comes with
             # the notifier issue
@@ -117,16 +119,30 @@ class Worker:
         transport: SchedulerTransport = factory(self.config)
         return transport
 
-    def _make_executor(self) -> Executor:
-        name = self.settings.executor
+    def _make_executor(self, name: str | None = None) -> Executor:
+        name = name or self.settings.executor
         if name == "auto":
-            name = "inline" if self.settings.workers == 1 else "thread"
+            name = "inline" if self.settings.workers == 1 else _PROCESS_EXECUTOR
         cls = load_backend("conveyor.executors", name)
         schema = getattr(cls, "settings_schema", {})
-        settings = self.config.backend_settings("executors", name, schema)
-        context = ExecutorContext(self.settings.workers, self.settings.kill_grace, settings)
+        logging = self.config.logging
+        context = ExecutorContext(
+            self.settings.workers,
+            self.settings.kill_grace,
+            self.config.backend_settings("executors", name, schema),
+            logging.level,
+            "json" if logging.format == "auto" else logging.format,
+        )
         executor: Executor = cls(context)
         return executor
+
+    def _executor_for(self, timeout: float) -> Executor:
+        """The configured executor, or — for a timeout it cannot enforce — a process one."""
+        if not timeout or self._executor.can_kill:
+            return self._executor
+        if self._isolator is None:
+            self._isolator = self._make_executor(_PROCESS_EXECUTOR)
+        return self._isolator
 
     def __enter__(self) -> Worker:
         """Enter the context: the worker is ready."""
@@ -142,8 +158,10 @@ class Worker:
         self.close()
 
     def close(self) -> None:
-        """Release the executor (waits for attempts still running)."""
+        """Release the executors (waits for attempts still running)."""
         self._executor.close()
+        if self._isolator is not None:
+            self._isolator.close()
 
     # --- transitions ----------------------------------------------------------------------
 
@@ -315,13 +333,15 @@ class Worker:
         """Run until nothing is left for this worker; True iff everything it ran succeeded."""
         self._loop_thread = threading.get_ident()
         self._draining = False
+        self._interrupted = ""
         self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=time.time()))
         stop_ping = self._start_pinger()
-        restore = self._install_signal_handlers()
+        restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
         try:
             self._loop()
         finally:
-            restore()
+            if restore is not None:
+                restore()
             stop_ping.set()
         self.report = build_report(self._graph, self._requested, self._transport, self._summary)
         self.hooks.fire(
@@ -395,17 +415,15 @@ class Worker:
             return
         node.attempts += 1
         timeout = self._timeout_of(node.task)
+        executor = self._executor_for(timeout)
         self._running[node.task_id] = node
         self._transit(
             node,
             Trigger.STARTED,
             ev.TaskStarted,
-            executor=self._executor.name,
+            executor=executor.name,
             attempt=node.attempts,
         )
-        if timeout and not self._executor.can_kill:
-            self._post(self._cannot_enforce(node, timeout))
-            return
         graph = self._graph
         known = tuple(graph[d].task for d in node.deps if d in graph)
         request = AttemptRequest(
@@ -416,24 +434,12 @@ class Worker:
             self.settings.check_complete_on_run,
             known if len(known) == len(node.deps) else None,
         )
-        self._executor.start(request, self._post)
+        executor.start(request, self._post)
 
     def _timeout_of(self, task: Task) -> float:
         if task.worker_timeout is not None:
             return float(task.worker_timeout)
         return float(self.settings.timeout)
-
-    def _cannot_enforce(self, node: Node, timeout: float) -> Outcome:
-        return Outcome(
-            node.task_id,
-            FAILED,
-            error=(
-                f"{node.task!r} has a timeout of {timeout:g} s, but the {self._executor.name!r} "
-                "executor cannot enforce timeouts and no process executor (fork/subprocess) is "
-                "installed yet; remove the timeout or choose an executor that can kill"
-            ),
-            exception_type="TimeoutNotEnforceable",
-        )
 
     def _adopt(self, work: Work) -> Node | None:
         """A task another worker registered (assistant mode): load it from task_modules only."""
@@ -551,24 +557,31 @@ class Worker:
             threading.Thread(target=ping, name="conveyor-ping", daemon=True).start()
         return stop
 
-    def _install_signal_handlers(self) -> Any:
-        if not self.settings.install_signal_handlers:
-            return lambda: None
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def drain(signum: int, frame: FrameType | None) -> None:
-            self.drain()
-
-        previous = signal.signal(signal.SIGUSR1, drain)
-        return lambda: signal.signal(signal.SIGUSR1, previous)
-
     def drain(self) -> None:
         """Stop asking for work; let running attempts finish (what SIGUSR1 does)."""
         self._draining = True
         self._inbox.put(_WAKE)
 
+    def interrupt(self, signal_name: str, hard: bool = False) -> None:
+        """Stop asking for work and kill running attempts (what SIGTERM / SIGINT do).
 
+        Process attempts get SIGTERM on their whole tree, then SIGKILL after ``kill_grace``
+        (at once when ``hard``); an inline attempt running in this thread is interrupted by
+        raising :class:`~conveyor.executors.base.Interrupted` into it. They are reported
+        failed (interrupted) and the run's exit code becomes 128 + the signal number.
+        """
+        self._interrupted = self._interrupted or signal_name
+        self._draining = True
+        for executor in (self._executor, self._isolator):
+            stop = getattr(executor, "interrupt", None)
+            if stop is not None:
+                stop(signal_name, hard)
+        self._inbox.put(_WAKE)
+        if getattr(self._executor, "active", False) and threading.get_ident() == self._loop_thread:
+            raise Interrupted(signal_name)
+
+
+_PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"
 _STATE_NAMES = {state: state.name for state in TaskState}
 _RECHECKABLE = frozenset({TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING})
 _NOTES: dict[str, tuple[Trigger, type[ev.Event], str]] = {

@@ -1,0 +1,72 @@
+"""The ``fork`` executor: one forked child process per attempt.
+
+The child shares everything the worker had imported (no start-up cost), runs in its own
+process group, and reports through a pipe (see :mod:`conveyor.executors.channel`). The
+:class:`~conveyor.executors.supervisor.Supervisor` enforces timeouts and reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import ClassVar
+
+from .base import AttemptRequest, ExecutorContext, Sink
+from .child import reset_signals, run_in_child, start_watchdog
+from .supervisor import Child, Supervisor
+
+__all__ = ["ForkExecutor"]
+
+
+class ForkExecutor:
+    """Runs each attempt in a forked child; enforces timeouts on the whole process tree."""
+
+    name: ClassVar[str] = "fork"
+    can_kill: ClassVar[bool] = True
+
+    def __init__(self, context: ExecutorContext | None = None) -> None:
+        """Create the executor; its supervisor thread starts with the first attempt."""
+        self.context = context or ExecutorContext()
+        self.supervisor = Supervisor(self.context.kill_grace)
+
+    def start(self, request: AttemptRequest, sink: Sink) -> None:
+        """Fork a child for the attempt and hand it to the supervisor."""
+        inherited = self.supervisor.own_fds()
+        msg_r, msg_w = os.pipe()
+        dog_r, dog_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, measured by the process tests
+            _child(request, msg_w, dog_r, [msg_r, dog_w, *inherited])
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
+        os.close(msg_w)
+        os.close(dog_r)
+        self.supervisor.watch(Child(pid, request.task_id, sink, msg_r, dog_w, request.timeout))
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""
+        self.supervisor.interrupt(reason, hard)
+
+    def close(self) -> None:
+        """Wait for every attempt process to end and be reaped."""
+        self.supervisor.close()
+
+
+def _child(request: AttemptRequest, msg_w: int, dog_r: int, close: list[int]) -> None:
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        reset_signals()
+        for fd in close:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        start_watchdog(dog_r)
+        run_in_child(request, msg_w)
+    except BaseException:  # the worker sees PROCESS_DIED with this code
+        code = 70
+    finally:
+        os._exit(code)

@@ -1,0 +1,83 @@
+"""The ``subprocess`` executor: a fresh Python interpreter per attempt.
+
+The child (``python -m conveyor.executors.runner``) receives the task as module, family and
+string parameters on its standard input — never a pickle — imports the module, rebuilds the
+task and runs it. It works where forking is unsafe, at the price of an interpreter start per
+attempt. The worker's ``sys.path`` is passed on, so the child imports what the worker could.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, ClassVar
+
+from .base import AttemptRequest, ExecutorContext, Sink
+from .supervisor import Child, Supervisor
+
+__all__ = ["SubprocessExecutor"]
+
+
+class SubprocessExecutor:
+    """Runs each attempt in a new interpreter in its own session; enforces timeouts."""
+
+    name: ClassVar[str] = "subprocess"
+    can_kill: ClassVar[bool] = True
+
+    def __init__(self, context: ExecutorContext | None = None) -> None:
+        """Create the executor; its supervisor thread starts with the first attempt."""
+        self.context = context or ExecutorContext()
+        self.supervisor = Supervisor(self.context.kill_grace)
+
+    def start(self, request: AttemptRequest, sink: Sink) -> None:
+        """Start the runner for the attempt and hand it to the supervisor."""
+        msg_r, msg_w = os.pipe()
+        dog_r, dog_w = os.pipe()
+        ctx = self.context
+        payload = json.dumps(_payload(request, msg_w, dog_r, ctx.log_level, ctx.log_format))
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "conveyor.executors.runner"],
+                stdin=subprocess.PIPE,
+                pass_fds=(msg_w, dog_r),
+                start_new_session=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+            )
+        finally:
+            os.close(msg_w)
+            os.close(dog_r)
+        child = Child(proc.pid, request.task_id, sink, msg_r, dog_w, request.timeout, popen=proc)
+        self.supervisor.watch(child)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(payload.encode())
+            proc.stdin.close()
+        except OSError:
+            pass  # the child died before reading: the supervisor reports PROCESS_DIED
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""
+        self.supervisor.interrupt(reason, hard)
+
+    def close(self) -> None:
+        """Wait for every attempt process to end and be reaped."""
+        self.supervisor.close()
+
+
+def _payload(
+    request: AttemptRequest, msg_fd: int, dog_fd: int, log_level: str, log_format: str
+) -> dict[str, Any]:
+    task = request.task
+    return {
+        "module": task.task_module,
+        "family": task.task_family,
+        "params": task.to_str_params(),
+        "task_id": request.task_id,
+        "attempt": request.attempt,
+        "check_complete": request.check_complete,
+        "msg_fd": msg_fd,
+        "dog_fd": dog_fd,
+        "logging": {"level": log_level, "format": log_format},
+    }

@@ -1,0 +1,298 @@
+"""Watching attempt processes: messages, exits, timeouts and kills, on one thread.
+
+Every child an executor starts is handed to the :class:`Supervisor`, which multiplexes, with a
+selector, each child's message pipe and a pidfd that becomes readable when the child exits.
+It enforces deadlines (SIGTERM to the whole tree, SIGKILL ``kill_grace`` seconds later), reaps
+every child, kills what is left of its process group, and reports exactly one outcome per
+attempt: the child's own, or TIMED_OUT, PROCESS_DIED, or an interruption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from .base import FAILED, PROCESS_DIED, TIMED_OUT, Outcome, Sink
+from .channel import LineReader, decode
+from .proctree import descendants, signal_tree
+
+__all__ = ["Child", "Supervisor"]
+
+_POLL = 0.1  # seconds between waitpid() polls where pidfd_open is unavailable
+
+
+@dataclass(eq=False)
+class Child:
+    """One attempt process as the supervisor tracks it."""
+
+    pid: int
+    task_id: str
+    sink: Sink
+    msg_fd: int
+    dog_fd: int
+    timeout: float
+    started: float = field(default_factory=time.monotonic)
+    pidfd: int | None = None
+    reader: LineReader = field(default_factory=LineReader)
+    outcome: Outcome | None = None
+    reason: str = ""
+    kill_at: float | None = None
+    tree: list[psutil.Process] = field(default_factory=list)
+    popen: Any = None
+
+    @property
+    def deadline(self) -> float:
+        """When the attempt times out (monotonic seconds), or infinity."""
+        return self.started + self.timeout if self.timeout > 0 else float("inf")
+
+
+class Supervisor:
+    """Owns every running attempt process of one executor."""
+
+    def __init__(self, kill_grace: float) -> None:
+        """Create an idle supervisor; its thread starts with the first child."""
+        self.kill_grace = kill_grace
+        self._lock = threading.Lock()
+        self._children: dict[int, Child] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._idle = threading.Condition(self._lock)
+
+    # --- called from the worker's thread ---------------------------------------------------
+
+    def own_fds(self) -> list[int]:
+        """Descriptors a newly forked child must close (the other children's and ours)."""
+        with self._lock:
+            fds = [self._wake_r, self._wake_w]
+            for child in self._children.values():
+                fds.extend(fd for fd in (child.msg_fd, child.dog_fd, child.pidfd) if fd is not None)
+            return fds
+
+    def watch(self, child: Child) -> None:
+        """Start supervising ``child`` (already running)."""
+        child.pidfd = _pidfd(child.pid)
+        with self._lock:
+            self._children[child.pid] = child
+            self._selector.register(child.msg_fd, selectors.EVENT_READ, ("msg", child))
+            if child.pidfd is not None:
+                self._selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="conveyor-supervisor", daemon=True
+                )
+                self._thread.start()
+        self._wake()
+
+    def interrupt(self, reason: str, hard: bool) -> None:
+        """Kill every running attempt (TERM then KILL, or KILL at once) as interrupted."""
+        with self._lock:
+            children = list(self._children.values())
+        for child in children:
+            child.reason = child.reason or reason
+            self._terminate(child, hard)
+        self._wake()
+
+    def running(self) -> int:
+        """How many attempt processes are alive."""
+        with self._lock:
+            return len(self._children)
+
+    def close(self) -> None:
+        """Wait for every child to be reaped, then stop the thread and release descriptors."""
+        with self._lock:
+            while self._children:
+                self._idle.wait(timeout=1.0)
+            self._closing = True
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._selector.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # --- the supervisor thread -------------------------------------------------------------
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _run(self) -> None:
+        while not self._closing:
+            for key, _ in self._selector.select(self._next_timeout()):
+                if key.data is None:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        os.read(self._wake_r, 4096)
+                elif key.data[0] == "msg":
+                    self._read(key.data[1])
+                else:
+                    self._reap(key.data[1])
+            self._check_clocks()
+
+    def _next_timeout(self) -> float | None:
+        with self._lock:
+            children = list(self._children.values())
+        times = [c.kill_at if c.kill_at is not None else c.deadline for c in children]
+        polling = any(c.pidfd is None for c in children)
+        nearest = min(times, default=float("inf"))
+        wait = max(0.0, nearest - time.monotonic()) if nearest != float("inf") else None
+        if polling:
+            wait = _POLL if wait is None else min(wait, _POLL)
+        return wait
+
+    def _read(self, child: Child) -> None:
+        """Read what the selector says is available; stop watching the pipe at end of file."""
+        try:
+            data = os.read(child.msg_fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(child.msg_fd)
+            return
+        self._deliver(child, data)
+
+    def _deliver(self, child: Child, data: bytes) -> None:
+        for line in child.reader.feed(data):
+            message = decode(line, child.task_id)
+            if isinstance(message, Outcome):
+                child.outcome = message
+            else:
+                child.sink(message)
+
+    def _drain(self, child: Child) -> None:
+        """Take whatever the exited child left in its pipe, without waiting for more (a
+        grandchild may still hold the write end)."""
+        os.set_blocking(child.msg_fd, False)
+        while True:
+            try:
+                data = os.read(child.msg_fd, 65536)
+            except OSError:  # BlockingIOError included: nothing more now
+                return
+            if not data:
+                return
+            self._deliver(child, data)
+
+    def _check_clocks(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            children = list(self._children.values())
+        for child in children:
+            if child.kill_at is not None and now >= child.kill_at:
+                child.kill_at = float("inf")
+                signal_tree(child.pid, signal.SIGKILL, child.tree)
+            elif child.kill_at is None and now >= child.deadline and child.outcome is None:
+                child.reason = child.reason or "timeout"
+                self._terminate(child, hard=False)
+            if child.pidfd is None:
+                self._poll_exit(child)
+
+    def _terminate(self, child: Child, hard: bool) -> None:
+        child.tree = child.tree or descendants(child.pid)
+        if hard:
+            child.kill_at = float("inf")
+            signal_tree(child.pid, signal.SIGKILL, child.tree)
+        elif child.kill_at is None:
+            child.kill_at = time.monotonic() + self.kill_grace
+            signal_tree(child.pid, signal.SIGTERM, child.tree)
+
+    def _poll_exit(self, child: Child) -> None:
+        with contextlib.suppress(ChildProcessError):
+            pid, _ = os.waitpid(child.pid, os.WNOHANG)
+            if pid == 0:
+                return
+        self._reap(child, waited=True)
+
+    def _reap(self, child: Child, waited: bool = False) -> None:
+        """The child exited: collect its status and last messages, clean up, report."""
+        status = None
+        if not waited:
+            with contextlib.suppress(ChildProcessError):
+                _, status = os.waitpid(child.pid, 0)
+        self._drain(child)
+        signal_tree(child.pid, signal.SIGKILL, child.tree)  # nothing of the attempt outlives it
+        self._forget(child)
+        if child.popen is not None:
+            child.popen.returncode = _exit_code(status)
+        child.sink(self._outcome_of(child, status))
+
+    def _forget(self, child: Child) -> None:
+        with self._lock:
+            self._children.pop(child.pid, None)
+            for fd in (child.msg_fd, child.pidfd):
+                if fd is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        self._selector.unregister(fd)
+            for fd in (child.msg_fd, child.dog_fd, child.pidfd):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._idle.notify_all()
+
+    def _outcome_of(self, child: Child, status: int | None) -> Outcome:
+        elapsed = time.monotonic() - child.started
+        if child.reason == "timeout":
+            return Outcome(
+                child.task_id,
+                TIMED_OUT,
+                elapsed,
+                timeout=child.timeout,
+                error=f"timed out after {child.timeout:g} s; its process tree was killed",
+                exception_type="Timeout",
+            )
+        if child.reason:
+            return Outcome(
+                child.task_id,
+                FAILED,
+                elapsed,
+                error=f"interrupted by {child.reason}",
+                exception_type="Interrupted",
+            )
+        if child.outcome is not None:
+            return child.outcome
+        exitcode, signum = _decode_status(status)
+        what = f"signal {signum}" if signum is not None else f"exit code {exitcode}"
+        return Outcome(
+            child.task_id,
+            PROCESS_DIED,
+            elapsed,
+            exitcode=exitcode,
+            signal=signum,
+            error=f"the task's process ended with {what} without reporting a result",
+            exception_type="ProcessDied",
+        )
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+def _decode_status(status: int | None) -> tuple[int | None, int | None]:
+    if status is None:
+        return None, None
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status), None
+
+
+def _exit_code(status: int | None) -> int | None:
+    return None if status is None else os.waitstatus_to_exitcode(status)
