@@ -1,5 +1,9 @@
 """Run N no-op tasks through build() with the in-process scheduler; print time and memory as JSON.
 
+With ``--executor fork`` or ``subprocess`` each task's completion is a marker file in a fresh
+temporary directory (a child process cannot update the worker's memory); otherwise it is kept
+in memory, so no file I/O is measured.
+
 Shapes: ``chain`` (each task needs the previous one), ``fanin`` (N leaves into one root),
 ``layered`` (layers of 100 tasks, each needing 3 tasks of the layer below), ``dynamic`` (a root
 whose run() yields N leaves). Each measurement runs in a fresh subprocess so peak memory is the
@@ -16,26 +20,39 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 import conveyor
 
 _DONE: set[str] = set()
+# With process executors a task's completion must be visible to the worker: it is a file.
+FILES = os.environ.get("CONVEYOR_BENCH_DIR", "")
+
+
+def _mark_done(task_id: str) -> None:
+    if FILES:
+        with open(os.path.join(FILES, task_id), "w"):
+            pass
+    else:
+        _DONE.add(task_id)
 
 
 class Noop(conveyor.Task):
-    """A task that is complete once it has run (kept in memory: no file I/O)."""
+    """A task that is complete once it has run (in memory, or a marker file for processes)."""
 
     i = conveyor.IntParameter()
     shape = conveyor.Parameter()
     n = conveyor.IntParameter()
 
     def complete(self) -> bool:
+        if FILES:
+            return os.path.exists(os.path.join(FILES, self.task_id))
         return self.task_id in _DONE
 
     def run(self) -> None:
-        _DONE.add(self.task_id)
+        _mark_done(self.task_id)
 
 
 class ChainLink(Noop):
@@ -81,7 +98,7 @@ class DynamicRoot(Noop):
 
     def run(self) -> Any:
         yield [Noop(i=k, shape=self.shape, n=self.n) for k in range(self.n - 1)]
-        _DONE.add(self.task_id)
+        _mark_done(self.task_id)
 
 
 ROOTS = {
@@ -129,11 +146,18 @@ def main() -> None:
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.shape[0], args.n[0], args.executor, args.workers)))
+        # import by name, so that task classes live in an importable module (the subprocess
+        # executor imports them in a fresh interpreter)
+        import bench_graph
+
+        result = bench_graph.measure(args.shape[0], args.n[0], args.executor, args.workers)
+        print(json.dumps(result))
         return
-    env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
     for shape in args.shape:
         for n in args.n:
+            env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            if args.executor in ("fork", "subprocess"):
+                env["CONVEYOR_BENCH_DIR"] = tempfile.mkdtemp(prefix="conveyor-bench-")
             cmd = [
                 sys.executable,
                 __file__,

@@ -5,39 +5,111 @@ The public API is re-exported here; see ``docs/`` for the guide.
 
 from __future__ import annotations
 
-from . import events
-from .config import Config, load_config
-from .errors import (
-    BackendNotFound,
-    ConfigError,
-    ConveyorError,
-    DependencyCycle,
-    InvalidTransition,
-    ParameterError,
-    PluginError,
-    SchedulerUnavailable,
-    TaskDefinitionError,
-    TaskLoadError,
-)
-from .hookspecs import hookimpl
-from .parameters import (
-    BoolParameter,
-    ChoiceParameter,
-    DateParameter,
-    DateTimeParameter,
-    DictParameter,
-    EnumParameter,
-    FloatParameter,
-    IntParameter,
-    ListParameter,
-    Parameter,
-    PathParameter,
-)
-from .run import RunResult, build
-from .scheduler import Scheduler
-from .targets import LocalTarget, Target
-from .task import ExternalTask, Task, WrapperTask, flatten
-from .worker.loop import Worker
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import events
+    from .config import Config, load_config
+    from .errors import (
+        BackendNotFound,
+        ConfigError,
+        ConveyorError,
+        DependencyCycle,
+        InvalidTransition,
+        ParameterError,
+        PluginError,
+        SchedulerUnavailable,
+        TaskDefinitionError,
+        TaskLoadError,
+    )
+    from .hookspecs import hookimpl
+    from .parameters import (
+        BoolParameter,
+        ChoiceParameter,
+        DateParameter,
+        DateTimeParameter,
+        DictParameter,
+        EnumParameter,
+        FloatParameter,
+        IntParameter,
+        ListParameter,
+        Parameter,
+        PathParameter,
+    )
+    from .run import RunResult, build
+    from .scheduler import Scheduler
+    from .targets import LocalTarget, Target
+    from .task import ExternalTask, Task, WrapperTask, flatten
+    from .worker.loop import Worker
+
+# Submodules are imported on first use (PEP 562), so that ``import conveyor`` -- done by every
+# task module, and by every subprocess attempt -- stays cheap.
+_EXPORTS = {
+    "events": ("conveyor.events", None),
+    "Config": ("conveyor.config", "Config"),
+    "load_config": ("conveyor.config", "load_config"),
+    **{
+        name: ("conveyor.errors", name)
+        for name in (
+            "BackendNotFound",
+            "ConfigError",
+            "ConveyorError",
+            "DependencyCycle",
+            "InvalidTransition",
+            "ParameterError",
+            "PluginError",
+            "SchedulerUnavailable",
+            "TaskDefinitionError",
+            "TaskLoadError",
+        )
+    },
+    "hookimpl": ("conveyor.hookspecs", "hookimpl"),
+    **{
+        name: ("conveyor.parameters", name)
+        for name in (
+            "BoolParameter",
+            "ChoiceParameter",
+            "DateParameter",
+            "DateTimeParameter",
+            "DictParameter",
+            "EnumParameter",
+            "FloatParameter",
+            "IntParameter",
+            "ListParameter",
+            "Parameter",
+            "PathParameter",
+        )
+    },
+    "RunResult": ("conveyor.run", "RunResult"),
+    "build": ("conveyor.run", "build"),
+    "Scheduler": ("conveyor.scheduler", "Scheduler"),
+    "LocalTarget": ("conveyor.targets", "LocalTarget"),
+    "Target": ("conveyor.targets", "Target"),
+    "ExternalTask": ("conveyor.task", "ExternalTask"),
+    "Task": ("conveyor.task", "Task"),
+    "WrapperTask": ("conveyor.task", "WrapperTask"),
+    "flatten": ("conveyor.task", "flatten"),
+    "Worker": ("conveyor.worker.loop", "Worker"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first access."""
+    try:
+        module_name, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'conveyor' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, for completion."""
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import gc
 import os
 import signal
 import sys
@@ -12,16 +15,48 @@ from .attempt import run_attempt
 from .base import AttemptRequest
 from .channel import PipeSink
 
-__all__ = ["run_in_child", "start_watchdog"]
+__all__ = ["arm_parent_death", "run_in_child", "start_watchdog"]
+
+_PR_SET_PDEATHSIG = 1
+# A real-time signal that task code has no reason to touch: the kernel sends it to the attempt
+# process when the worker dies, and its handler kills the attempt's whole process group.
+_DEATH_SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else None
+
+
+def _load_prctl() -> object | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _load_prctl()  # loaded in the worker, before any fork
+
+
+def _kill_group(signum: int = 0, frame: object = None) -> None:
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def arm_parent_death(worker_pid: int, dog_fd: int) -> None:
+    """Make sure the attempt's process group dies with the worker (SIGKILL included).
+
+    On Linux the kernel is asked (``PR_SET_PDEATHSIG``) to send a real-time signal whose
+    handler kills the group; elsewhere a watchdog thread does it when the pipe ``dog_fd``,
+    whose write end only the worker holds, reaches end of file.
+    """
+    if _prctl is not None and _DEATH_SIGNAL is not None:
+        signal.signal(_DEATH_SIGNAL, _kill_group)
+        if _prctl(_PR_SET_PDEATHSIG, int(_DEATH_SIGNAL), 0, 0, 0) == 0:  # type: ignore[operator]
+            if os.getppid() != worker_pid:  # the worker died before the request took effect
+                _kill_group()
+            return
+    start_watchdog(dog_fd)
 
 
 def start_watchdog(dog_fd: int) -> None:
-    """Kill this process group when the worker dies.
-
-    The worker holds the write end of a pipe whose read end is ``dog_fd`` and never writes to
-    it; when the worker exits for any reason (SIGKILL included) the read returns end of file
-    and the whole group — the attempt process and the processes it started — is killed.
-    """
+    """Kill this process group when the pipe ``dog_fd`` reaches end of file (worker gone)."""
 
     def watch() -> None:
         with contextlib.suppress(OSError):
@@ -40,6 +75,7 @@ def reset_signals() -> None:
 
 def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
     """Run the attempt and send its notes and outcome to the worker through ``msg_fd``."""
+    gc.freeze()  # the child's collections then leave the worker's objects (and pages) alone
     sink = PipeSink(msg_fd)
     sink(run_attempt(request, sink))
     for stream in (sys.stdout, sys.stderr):

@@ -13,7 +13,7 @@ import sys
 from typing import ClassVar
 
 from .base import AttemptRequest, ExecutorContext, Sink
-from .child import reset_signals, run_in_child, start_watchdog
+from .child import arm_parent_death, reset_signals, run_in_child
 from .supervisor import Child, Supervisor
 
 __all__ = ["ForkExecutor"]
@@ -32,15 +32,18 @@ class ForkExecutor:
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Fork a child for the attempt and hand it to the supervisor."""
-        inherited = self.supervisor.own_fds()
         msg_r, msg_w = os.pipe()
         dog_r, dog_w = os.pipe()
+        # taken after the pipes exist: a descriptor number freed by a finished attempt may
+        # have just been reused for this attempt's own pipe, which the child must keep
+        inherited = [fd for fd in self.supervisor.own_fds() if fd not in (msg_w, dog_r)]
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        worker_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, measured by the process tests
-            _child(request, msg_w, dog_r, [msg_r, dog_w, *inherited])
+            _child(request, worker_pid, msg_w, dog_r, [msg_r, dog_w, *inherited])
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
         os.close(msg_w)
@@ -56,7 +59,9 @@ class ForkExecutor:
         self.supervisor.close()
 
 
-def _child(request: AttemptRequest, msg_w: int, dog_r: int, close: list[int]) -> None:
+def _child(
+    request: AttemptRequest, worker_pid: int, msg_w: int, dog_r: int, close: list[int]
+) -> None:
     code = 0
     try:
         os.setpgid(0, 0)
@@ -64,7 +69,7 @@ def _child(request: AttemptRequest, msg_w: int, dog_r: int, close: list[int]) ->
         for fd in close:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        start_watchdog(dog_r)
+        arm_parent_death(worker_pid, dog_r)
         run_in_child(request, msg_w)
     except BaseException:  # the worker sees PROCESS_DIED with this code
         code = 70

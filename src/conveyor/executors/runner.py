@@ -17,14 +17,14 @@ from ..log import configure_logging
 from ..task import load_task_class
 from .base import FAILED, AttemptRequest, Outcome
 from .channel import PipeSink
-from .child import reset_signals, run_in_child, start_watchdog
+from .child import arm_parent_death, reset_signals, run_in_child
 
 
 def main() -> int:
     """Run the attempt described on standard input; exit 0 once its outcome is sent."""
     spec = json.loads(sys.stdin.buffer.read())
-    start_watchdog(spec["dog_fd"])
     reset_signals()
+    arm_parent_death(spec["worker_pid"], spec["dog_fd"])
     logging = spec.get("logging", {})
     configure_logging(
         LoggingSettings(level=logging.get("level", "info"), format=logging.get("format", "json"))

@@ -78,6 +78,7 @@ def _payload(
         "attempt": request.attempt,
         "check_complete": request.check_complete,
         "msg_fd": msg_fd,
+        "worker_pid": os.getpid(),
         "dog_fd": dog_fd,
         "logging": {"level": log_level, "format": log_format},
     }

@@ -47,6 +47,7 @@ class Child:
     kill_at: float | None = None
     tree: list[psutil.Process] = field(default_factory=list)
     popen: Any = None
+    closed: bool = False
 
     @property
     def deadline(self) -> float:
@@ -100,6 +101,8 @@ class Supervisor:
         with self._lock:
             children = list(self._children.values())
         for child in children:
+            if child.closed:
+                continue
             child.reason = child.reason or reason
             self._terminate(child, hard)
         self._wake()
@@ -135,6 +138,10 @@ class Supervisor:
                 if key.data is None:
                     with contextlib.suppress(BlockingIOError, OSError):
                         os.read(self._wake_r, 4096)
+                elif key.data[1].closed:
+                    # reaped earlier in this batch: its descriptor numbers may already belong
+                    # to a new attempt's pipe
+                    continue
                 elif key.data[0] == "msg":
                     self._read(key.data[1])
                 else:
@@ -190,6 +197,8 @@ class Supervisor:
         with self._lock:
             children = list(self._children.values())
         for child in children:
+            if child.closed:
+                continue
             if child.kill_at is not None and now >= child.kill_at:
                 child.kill_at = float("inf")
                 signal_tree(child.pid, signal.SIGKILL, child.tree)
@@ -230,6 +239,7 @@ class Supervisor:
 
     def _forget(self, child: Child) -> None:
         with self._lock:
+            child.closed = True
             self._children.pop(child.pid, None)
             for fd in (child.msg_fd, child.pidfd):
                 if fd is not None:
