@@ -343,7 +343,9 @@ class Worker:
             if restore is not None:
                 restore()
             stop_ping.set()
-        self.report = build_report(self._graph, self._requested, self._transport, self._summary)
+        self.report = build_report(
+            self._graph, self._requested, self._transport, self._summary, self._interrupted
+        )
         self.hooks.fire(
             ev.WorkerStopped(
                 worker_id=self.id,
