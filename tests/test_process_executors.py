@@ -814,7 +814,7 @@ def _fds_and_children() -> tuple[int, set[int]]:
     return me.num_fds(), {p.pid for p in me.children(recursive=True)}
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(("executor", "count"), [("fork", 1000), ("subprocess", 1000)])
 def test_many_tasks_leak_no_processes_or_descriptors(
     executor: str, count: int, mod: Any, tmp_path: Path
