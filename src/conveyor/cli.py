@@ -99,7 +99,8 @@ commands:
 
 def _run_parser(task_cls: type[Task] | None) -> _Parser:
     """The parser for run's options; with a task class, its parameters take precedence."""
-    parser = _Parser(prog="conveyor run", add_help=task_cls is None)
+    prog = "conveyor run" + (f" {task_cls.get_task_family()}" if task_cls else "")
+    parser = _Parser(prog=prog, add_help=task_cls is None)
     taken: set[str] = set()
     if task_cls is not None:
         for name, param in task_cls.parameters():
@@ -111,7 +112,12 @@ def _run_parser(task_cls: type[Task] | None) -> _Parser:
                 )
                 taken.add("--no-" + name.replace("_", "-"))
             else:
-                parser.add_argument(flag, dest=f"param:{name}", metavar=param.type_name.upper())
+                parser.add_argument(
+                    flag,
+                    dest=f"param:{name}",
+                    metavar=param.type_name.upper(),
+                    help=param.description or None,
+                )
     for flag, (dest, takes_value) in _RUN_OPTIONS.items():
         if flag in taken:
             continue
@@ -150,7 +156,11 @@ def cmd_run(args: list[str]) -> int:
     module, family = _task_location(task_name, _module_from(early, after))
     sys.path.insert(0, os.getcwd())
     task_cls = load_task_class(module, family)
-    late = _parse_task_args(_run_parser(task_cls), after, task_cls)
+    parser = _run_parser(task_cls)
+    if "-h" in after or "--help" in after:
+        parser.print_help()
+        return 0
+    late = _parse_task_args(parser, after, task_cls)
     merged = {**early, **{k: v for k, v in late.items() if v is not None}}
     options = {k: v for k, v in merged.items() if not k.startswith("param:")}
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}

@@ -488,7 +488,7 @@ def _apply(draft: _Draft, path: tuple[str, ...], value: Any, source: str) -> Non
     elif section in BACKEND_GROUPS:
         _apply_backend(draft, section, rest, value, source)
     else:
-        raise _unknown("section", section, [*SCHEMA, *BACKEND_GROUPS], source, section)
+        raise _unknown("section", section, sorted({*SCHEMA, *BACKEND_GROUPS}), source, section)
 
 
 def _table(label: str, value: Any, source: str) -> Mapping[str, Any]:

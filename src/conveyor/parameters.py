@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar, Final, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast, overload
 
 from .errors import ParameterError
 
@@ -171,6 +171,16 @@ class Parameter(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         """Remember the attribute name the parameter is declared under."""
         self.name = name
+
+    if TYPE_CHECKING:  # for type checkers only: ``task.param`` is the value, not the Parameter
+
+        @overload
+        def __get__(self, instance: None, owner: Any) -> Parameter[T]: ...
+
+        @overload
+        def __get__(self, instance: object, owner: Any) -> T: ...
+
+        def __get__(self, instance: object, owner: Any) -> Any: ...
 
     @property
     def has_default(self) -> bool:

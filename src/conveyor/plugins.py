@@ -80,6 +80,16 @@ class HookRelay:
 
     def _reject_unknown_hooks(self, plugin: object, name: str) -> None:
         for caller in self.pm.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and (impl.hookwrapper or impl.wrapper):
+                    self.pm.unregister(plugin)
+                    raise PluginError(
+                        f"plugin {name!r} implements {caller.name!r} as a hook wrapper; "
+                        "conveyor's hooks are observers called one by one, so implement it "
+                        "as a plain @conveyor.hookimpl",
+                        plugin=name,
+                        hook=caller.name,
+                    )
             if caller.spec is None:
                 self.pm.unregister(plugin)
                 known = [
@@ -151,12 +161,17 @@ def load_hook_plugins(
     blocked = blocked_names(settings, env)
     loaded: list[PluginSource] = []
     failures: list[LoadFailure] = []
-    if env.get("CONVEYOR_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() not in ("1", "true", "yes"):
+    autoload = env.get("CONVEYOR_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() not in (
+        "1",
+        "true",
+        "yes",
+    )
+    if autoload:
         _load_entry_points(blocked, loaded, failures)
     for spec in settings.local:
         if spec not in blocked:
             _load_local(spec, loaded, failures)
-    _check_required(settings.required, loaded, failures, blocked)
+    _check_required(settings.required, loaded, failures, blocked, autoload)
     for failure in failures:
         log.warning(
             "plugin failed to load; skipped",
@@ -224,6 +239,7 @@ def _check_required(
     loaded: list[PluginSource],
     failures: list[LoadFailure],
     blocked: set[str],
+    autoload: bool,
 ) -> None:
     have = {source.name for source in loaded}
     failed = {failure.name: failure for failure in failures}
@@ -234,6 +250,8 @@ def _check_required(
             reason = f"it failed to load: {failed[name].error}"
         elif name in blocked:
             reason = "it is disabled"
+        elif not autoload:
+            reason = "it was not loaded (CONVEYOR_DISABLE_PLUGIN_AUTOLOAD is set)"
         else:
             reason = "it is not installed"
         raise PluginError(f"required plugin {name!r} is unavailable: {reason}", plugin=name)

@@ -54,7 +54,8 @@ def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
         new_deps = _drive(task, task.run())
         if new_deps:
             return Outcome(task_id, NEEDS_DEPS, _since(started), new_deps=new_deps)
-        if request.check_complete and task.has_own_completion() and not task.complete():
+        must_check = request.check_complete or task.is_external()
+        if must_check and task.has_own_completion() and not task.complete():
             raise _Failure(
                 f"{task!r}: run() returned but the task is not complete "
                 "(an output is missing or complete() returned False)",

@@ -12,23 +12,17 @@ import os
 import sys
 from typing import ClassVar
 
-from .base import AttemptRequest, ExecutorContext, Sink
+from .base import AttemptRequest, Sink
 from .child import arm_parent_death, reset_signals, run_in_child
-from .supervisor import Child, Supervisor
+from .supervisor import Child, ProcessExecutor
 
 __all__ = ["ForkExecutor"]
 
 
-class ForkExecutor:
+class ForkExecutor(ProcessExecutor):
     """Runs each attempt in a forked child; enforces timeouts on the whole process tree."""
 
     name: ClassVar[str] = "fork"
-    can_kill: ClassVar[bool] = True
-
-    def __init__(self, context: ExecutorContext | None = None) -> None:
-        """Create the executor; its supervisor thread starts with the first attempt."""
-        self.context = context or ExecutorContext()
-        self.supervisor = Supervisor(self.context.kill_grace)
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Fork a child for the attempt and hand it to the supervisor."""
@@ -49,14 +43,6 @@ class ForkExecutor:
         os.close(msg_w)
         os.close(dog_r)
         self.supervisor.watch(Child(pid, request.task_id, sink, msg_r, dog_w, request.timeout))
-
-    def interrupt(self, reason: str, hard: bool = False) -> None:
-        """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""
-        self.supervisor.interrupt(reason, hard)
-
-    def close(self) -> None:
-        """Wait for every attempt process to end and be reaped."""
-        self.supervisor.close()
 
 
 def _child(

@@ -14,22 +14,16 @@ import subprocess
 import sys
 from typing import Any, ClassVar
 
-from .base import AttemptRequest, ExecutorContext, Sink
-from .supervisor import Child, Supervisor
+from .base import AttemptRequest, Sink
+from .supervisor import Child, ProcessExecutor
 
 __all__ = ["SubprocessExecutor"]
 
 
-class SubprocessExecutor:
+class SubprocessExecutor(ProcessExecutor):
     """Runs each attempt in a new interpreter in its own session; enforces timeouts."""
 
     name: ClassVar[str] = "subprocess"
-    can_kill: ClassVar[bool] = True
-
-    def __init__(self, context: ExecutorContext | None = None) -> None:
-        """Create the executor; its supervisor thread starts with the first attempt."""
-        self.context = context or ExecutorContext()
-        self.supervisor = Supervisor(self.context.kill_grace)
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Start the runner for the attempt and hand it to the supervisor."""
@@ -56,14 +50,6 @@ class SubprocessExecutor:
             proc.stdin.close()
         except OSError:
             pass  # the child died before reading: the supervisor reports PROCESS_DIED
-
-    def interrupt(self, reason: str, hard: bool = False) -> None:
-        """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""
-        self.supervisor.interrupt(reason, hard)
-
-    def close(self) -> None:
-        """Wait for every attempt process to end and be reaped."""
-        self.supervisor.close()
 
 
 def _payload(

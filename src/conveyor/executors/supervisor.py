@@ -16,15 +16,15 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 
-from .base import FAILED, PROCESS_DIED, TIMED_OUT, Outcome, Sink
+from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import LineReader, decode
 from .proctree import descendants, signal_tree
 
-__all__ = ["Child", "Supervisor"]
+__all__ = ["Child", "ProcessExecutor", "Supervisor"]
 
 _POLL = 0.1  # seconds between waitpid() polls where pidfd_open is unavailable
 
@@ -306,3 +306,26 @@ def _decode_status(status: int | None) -> tuple[int | None, int | None]:
 
 def _exit_code(status: int | None) -> int | None:
     return None if status is None else os.waitstatus_to_exitcode(status)
+
+
+class ProcessExecutor:
+    """What the process executors share: a supervisor, interruption and closing.
+
+    Subclasses implement ``start()``: create the attempt's process and ``watch()`` it.
+    """
+
+    name: ClassVar[str] = "process"
+    can_kill: ClassVar[bool] = True
+
+    def __init__(self, context: ExecutorContext | None = None) -> None:
+        """Create the executor; its supervisor thread starts with the first attempt."""
+        self.context = context or ExecutorContext()
+        self.supervisor = Supervisor(self.context.kill_grace)
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""
+        self.supervisor.interrupt(reason, hard)
+
+    def close(self) -> None:
+        """Wait for every attempt process to end and be reaped."""
+        self.supervisor.close()

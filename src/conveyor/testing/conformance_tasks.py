@@ -47,7 +47,7 @@ class YieldsDependency(_Conformance):
     """Yields one incomplete dynamic dependency."""
 
     def run(self) -> Iterator[Task]:
-        yield Writes(path=self.path + ".dep")
+        yield Writes(path=f"{self.path}.dep")
         with self.output().open("w") as out:
             out.write("ok")
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config import validate_backend_settings
 from ..executors.base import (
     FAILED,
     NEEDS_DEPS,
@@ -128,7 +129,9 @@ def check_executor(
     The timeout scenario runs only when the executor declares ``can_kill = True``.
     """
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="conformance"))
-    executor: Executor = executor_cls(ExecutorContext(workers=2, kill_grace=1.0))
+    schema = getattr(executor_cls, "settings_schema", {})
+    settings = validate_backend_settings("executors", "conformance", {}, schema)
+    executor: Executor = executor_cls(ExecutorContext(workers=2, kill_grace=1.0, settings=settings))
     assert isinstance(executor.name, str) and executor.name, "an executor needs a name"
     assert isinstance(executor.can_kill, bool), "can_kill must be a bool"
     scenarios = [_success, _failure, _incomplete, _dynamic]

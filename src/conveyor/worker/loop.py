@@ -26,7 +26,7 @@ from .. import events as ev
 from ..backends import load_backend
 from ..config import Config
 from ..core.states import TaskState, Trigger, advance
-from ..errors import ConveyorError, TaskLoadError
+from ..errors import ConveyorError, DependencyCycle, TaskLoadError
 from ..executors.base import (
     NEEDS_DEPS,
     PROCESS_DIED,
@@ -202,7 +202,8 @@ class Worker:
         specs: list[TaskSpec] = []
         pending: list[str] = []
         try:
-            for root in roots:
+            # reversed: the sequential walk is LIFO, so the first root is registered first
+            for root in reversed(list(roots)):
                 self._submit(root, checks, visited, recheck_ids)
             while checks.outstanding():
                 task, complete, error = checks.next()
@@ -280,6 +281,7 @@ class Worker:
         if node.external:
             return [], PENDING, self.settings.retry_external_tasks
         if task.disabled:
+            node.error = f"{task!r} is disabled (disabled = True on its class); it never runs"
             return [], DISABLED, False
         limit = self.settings.task_limit
         if limit and self._scheduled >= limit and node.attempts == 0:
@@ -301,9 +303,9 @@ class Worker:
 
     def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
         while (cycle := find_cycle(pending, self._graph)) is not None:
-            path = " -> ".join(label(self._graph[t].task) for t in cycle)
+            error = str(DependencyCycle([label(self._graph[t].task) for t in cycle]))
             for task_id in dict.fromkeys(cycle):
-                self._broken(self._graph[task_id], f"dependency cycle: {path}", "requires", specs)
+                self._broken(self._graph[task_id], error, "requires", specs)
 
     def _identity(self, node: Node) -> tuple[str, str, Mapping[str, str]]:
         task = node.task

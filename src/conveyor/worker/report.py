@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..core.states import TaskState
 from ..core.summary import Category, SummaryFacts, exit_code, render_summary
-from ..scheduler.policy import DISABLED, DONE, FAILED, RUNNING, UNKNOWN
+from ..scheduler.policy import DISABLED, DONE, FAILED, PENDING, RUNNING, UNKNOWN
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import SummaryPlugin
 from .graph import Node, label
@@ -70,14 +70,14 @@ def _categorize(node: Node, state: str, records: SummaryPlugin, upstream: str) -
         if tid in records.completed:
             return Category.COMPLETED
         return Category.ALREADY_DONE if tid in records.already_done else Category.DONE_ELSEWHERE
+    if node.external and state in (FAILED, PENDING):
+        return Category.MISSING_EXTERNAL
     if state == FAILED:
         return Category.FAILED
     if state == DISABLED:
         return Category.DISABLED
     if state == RUNNING:
         return Category.RUNNING_ELSEWHERE
-    if node.external:
-        return Category.MISSING_EXTERNAL
     if upstream:
         return Category(upstream)
     return Category.NOT_SCHEDULED if node.limited else Category.PENDING
