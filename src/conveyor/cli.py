@@ -72,15 +72,17 @@ def _dispatch(args: list[str]) -> int:
         print(f"conveyor {__version__}")
         return 0
     command, rest = args[0], args[1:]
-    handlers = {"run": cmd_run, "plugins": cmd_plugins, "config": cmd_config}
+    handlers = {
+        "run": cmd_run,
+        "plugins": cmd_plugins,
+        "config": cmd_config,
+        "scheduler": cmd_scheduler,
+        "worker": cmd_worker,
+        "tasks": cmd_tasks,
+    }
     if command in handlers:
         return handlers[command](rest)
-    if command in ("scheduler", "worker", "tasks"):
-        raise UsageError(
-            f"'conveyor {command}' needs the central scheduler server, which is not part of "
-            "this release yet; use 'conveyor run' with the in-process scheduler"
-        )
-    raise UsageError(f"unknown command {command!r}; expected one of: run, plugins, config")
+    raise UsageError(f"unknown command {command!r}; expected one of: {', '.join(handlers)}")
 
 
 _HELP = """usage: conveyor <command> [options]
@@ -89,6 +91,12 @@ commands:
   run TASK [--<param> VALUE ...]   run a task and everything it needs
   plugins [--json]                 list installed backends and hook plugins
   config [--config PATH]           validate and print the effective configuration
+  scheduler [--host H] [--port P] [--state-path PATH] [--config PATH]
+                                   serve the central scheduler (needs the 'server' extra)
+  worker --scheduler-url URL [--workers N] [--config PATH]
+                                   a long-running assistant of a central scheduler
+  tasks --scheduler-url URL [--json]
+                                   the central scheduler's task list
   --version                        print the version
 
 'conveyor run --help' lists run's options."""
@@ -284,6 +292,67 @@ def _table(rows: Sequence[Any]) -> str:
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:4])) + "  " + line[4]
         for line in (header, *body)
     )
+
+
+def cmd_scheduler(args: list[str]) -> int:
+    """``conveyor scheduler``: serve the central scheduler until stopped."""
+    parser = _Parser(prog="conveyor scheduler")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--state-path")
+    parser.add_argument("--config")
+    opts = parser.parse_args(args)
+    config = load_config(opts.config)
+    overrides = {"host": opts.host, "port": opts.port, "state_path": opts.state_path}
+    config = config.with_section("server", **overrides)
+    configure_logging(config.logging)
+    from .server.main import serve
+
+    return serve(config)
+
+
+def cmd_worker(args: list[str]) -> int:
+    """``conveyor worker``: run tasks for a central scheduler (assistant) until a signal."""
+    parser = _Parser(prog="conveyor worker")
+    parser.add_argument("--scheduler-url", required=True)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--config")
+    opts = parser.parse_args(args)
+    config = load_config(opts.config).with_overrides(
+        scheduler_url=opts.scheduler_url, workers=opts.workers, assistant=True, keep_alive=True
+    )
+    configure_logging(config.logging)
+    sys.path.insert(0, os.getcwd())
+    with Worker(config=config) as worker:
+        worker.run()
+    report = worker.report
+    assert report is not None
+    print(report.summary)
+    return report.exit_code if report.exit_code in (130, 143) else 0
+
+
+def cmd_tasks(args: list[str]) -> int:
+    """``conveyor tasks``: print the central scheduler's task list."""
+    parser = _Parser(prog="conveyor tasks")
+    parser.add_argument("--scheduler-url", required=True)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--config")
+    opts = parser.parse_args(args)
+    config = load_config(opts.config).with_overrides(scheduler_url=opts.scheduler_url)
+    from .transports.http import HttpTransport
+
+    tasks = HttpTransport(config).task_list()
+    if opts.json:
+        print(json.dumps({"tasks": tasks}, indent=2))
+        return 0
+    rows = [
+        (t["status"], t["task_id"], t["worker"] or "", t["status_message"] or "") for t in tasks
+    ]
+    header = ("STATUS", "TASK", "WORKER", "MESSAGE")
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
+    for row in (header, *rows):
+        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:3])) + "  " + row[3])
+    return 0
 
 
 def cmd_config(args: list[str]) -> int:

@@ -145,6 +145,8 @@ class SchedulerCore:
         self._assistants: set[str] = set()
         self._by_worker: dict[str, set[str]] = {}
         self._next_prune = 0.0
+        self._dirty: set[str] | None = None  # changed task ids, when persistence is on
+        self._dirty_workers: set[str] = set()
 
     # --- registration ---------------------------------------------------------------------
 
@@ -157,6 +159,7 @@ class SchedulerCore:
 
     def _add(self, worker_id: str, spec: TaskSpec) -> None:
         rec = self._record(spec.task_id)
+        self._touch(rec)
         first = not rec.registered
         rec.registered = True
         if spec.family:
@@ -200,6 +203,7 @@ class SchedulerCore:
         new = tuple(dict.fromkeys((*rec.deps, *deps) if merge else deps))
         if new == rec.deps:
             return
+        self._touch(rec)
         for dep_id in rec.deps:
             self._tasks[dep_id].dependents.discard(rec.task_id)
         rec.deps = new
@@ -215,6 +219,7 @@ class SchedulerCore:
         """Give ``rec`` at least ``priority`` and every dependency at least its dependent's."""
         if priority > rec.priority:
             rec.priority = priority
+            self._touch(rec)
             self._offer(rec)
         stack = [rec]
         while stack:
@@ -223,6 +228,7 @@ class SchedulerCore:
                 dep = self._tasks[dep_id]
                 if dep.priority < current.priority:
                     dep.priority = current.priority
+                    self._touch(dep)
                     self._offer(dep)
                     stack.append(dep)
 
@@ -232,6 +238,7 @@ class SchedulerCore:
         old = rec.status
         if old == status:
             return
+        self._touch(rec)
         rec.status = status
         if old == DONE:
             for dep_id in rec.dependents:
@@ -325,6 +332,58 @@ class SchedulerCore:
                 heapq.heappush(self._heaps.setdefault(key, []), entry)
                 freed -= 1
 
+    # --- persistence (used by the central server) -----------------------------------------
+
+    def _touch(self, rec: TaskRecord) -> None:
+        if self._dirty is not None:
+            self._dirty.add(rec.task_id)
+
+    def track_changes(self) -> None:
+        """Start recording which tasks and workers change (see :meth:`take_changes`)."""
+        self._dirty = set()
+
+    def take_changes(self) -> tuple[list[TaskRecord], list[tuple[str, bool]]]:
+        """The records and ``(worker_id, assistant)`` pairs changed since the last call."""
+        with self._lock:
+            records = [self._tasks[t] for t in self._dirty or ()]
+            workers = [(w, w in self._assistants) for w in self._dirty_workers]
+            self._dirty = set() if self._dirty is not None else None
+            self._dirty_workers = set()
+            return records, workers
+
+    def restore(self, records: Iterable[TaskRecord], workers: Iterable[tuple[str, bool]]) -> None:
+        """Load persisted records and workers into an empty scheduler.
+
+        Derived state is rebuilt: dependents, unmet counts, resource use, ready heaps and
+        retry clocks. Known workers count as just seen, so a running task stays with its worker
+        unless that worker stays silent for ``worker_disconnect_delay``.
+        """
+        with self._lock:
+            now = self.clock()
+            for rec in records:
+                self._tasks[rec.task_id] = rec
+                self._seq = max(self._seq, rec.seq)
+            for worker_id, assistant in workers:
+                self._workers[worker_id] = now
+                if assistant:
+                    self._assistants.add(worker_id)
+            for rec in list(self._tasks.values()):
+                self._rebuild(rec)
+            for rec in self._tasks.values():
+                self._offer(rec)
+
+    def _rebuild(self, rec: TaskRecord) -> None:
+        for dep_id in rec.deps:
+            self._record(dep_id).dependents.add(rec.task_id)
+        rec.unmet = sum(1 for d in rec.deps if self._tasks[d].status != DONE)
+        for worker_id in rec.stakeholders:
+            self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
+        if rec.status == RUNNING:
+            for name, amount in rec.resources.items():
+                self._used[name] = self._used.get(name, 0) + amount
+        if rec.status in (FAILED, DISABLED) and rec.wake_at:
+            heapq.heappush(self._wakeups, (rec.wake_at, rec.task_id))
+
     # --- results --------------------------------------------------------------------------
 
     def task_done(self, worker_id: str, task_id: str) -> None:
@@ -351,6 +410,7 @@ class SchedulerCore:
             return self._fail(rec, explanation, now)
 
     def _fail(self, rec: TaskRecord, explanation: str, now: float) -> str:
+        self._touch(rec)
         rec.explanation = explanation
         failures = rec.failures = rec.failures or deque()
         failures.append(now)
@@ -401,6 +461,7 @@ class SchedulerCore:
             rec = self._tasks.get(task_id)
             if rec is None:
                 return
+            self._touch(rec)
             if kind == "status_message":
                 rec.status_message = str(value)
             elif kind == "progress":
@@ -417,8 +478,11 @@ class SchedulerCore:
 
     def _seen(self, worker_id: str, assistant: bool = False) -> float:
         now = self.clock()
+        if worker_id not in self._workers and self._dirty is not None:
+            self._dirty_workers.add(worker_id)
         self._workers[worker_id] = now
         if assistant and worker_id not in self._assistants:
+            self._dirty_workers.add(worker_id)
             self._assistants.add(worker_id)
             for rec in self._tasks.values():
                 self._offer(rec, only=_ASSISTANTS)

@@ -1,0 +1,1 @@
+"""The central scheduler server (``conveyor scheduler``; needs the ``server`` extra)."""

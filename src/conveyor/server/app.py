@@ -1,0 +1,161 @@
+"""The central scheduler's HTTP API: the in-process policy (`SchedulerCore`) over JSON.
+
+Every route under ``/api/v1/`` requires ``Authorization: Bearer <token>`` when a token is set
+(checked before the body is looked at, in constant time); state changes only through ``POST``;
+bodies over ``max_request_bytes`` get 413 without being read; malformed JSON or fields get a
+4xx JSON error naming the field. Each state-changing call runs under one lock and its changes
+are committed to the state store before the response is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..scheduler.persist import to_row
+from ..scheduler.policy import SchedulerCore, Work, WorkLeft
+from .guard import Guard
+from .schema import ROUTES, FieldError, openapi_document, parse_specs, validate
+from .stores import StateStore
+
+__all__ = ["SchedulerService", "create_app"]
+
+
+class SchedulerService:
+    """Runs policy calls one at a time and commits their changes before returning."""
+
+    def __init__(self, core: SchedulerCore, store: StateStore) -> None:
+        """Serve ``core`` (already restored) and persist its changes to ``store``."""
+        self.core = core
+        self.store = store
+        self.lock = threading.Lock()
+        core.track_changes()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Apply ``fn(*args)`` and commit every change it made."""
+        with self.lock:
+            result = fn(*args)
+            records, workers = self.core.take_changes()
+            self.store.save([to_row(r) for r in records], workers)
+            return result
+
+    def tick(self) -> None:
+        """Apply time-based changes (retries, disconnected workers) even when nobody calls."""
+        self.call(self.core.statuses, ())
+
+
+def _work(work: Work | None) -> dict[str, Any]:
+    if work is None:
+        return {"work": None}
+    return {
+        "work": {
+            "task_id": work.task_id,
+            "family": work.family,
+            "module": work.module,
+            "params": dict(work.params),
+        }
+    }
+
+
+def _left(left: WorkLeft) -> dict[str, Any]:
+    return {
+        "pending": left.pending,
+        "unique_pending": left.unique_pending,
+        "running_elsewhere": left.running_elsewhere,
+    }
+
+
+def _handlers(service: SchedulerService) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    core, call = service.core, service.call
+    return {
+        "add_tasks": lambda b: (
+            call(core.add_tasks, b["worker_id"], parse_specs(b["tasks"]), b.get("assistant", False))
+            or {"ok": True}
+        ),
+        "get_work": lambda b: _work(call(core.get_work, b["worker_id"], b.get("assistant", False))),
+        "work_left": lambda b: _left(call(core.work_left, b["worker_id"])),
+        "task_done": lambda b: call(core.task_done, b["worker_id"], b["task_id"]) or {"ok": True},
+        "task_failed": lambda b: {
+            "status": call(core.task_failed, b["worker_id"], b["task_id"], b["explanation"])
+        },
+        "annotate": lambda b: (
+            call(core.annotate, b["task_id"], b["kind"], b["value"]) or {"ok": True}
+        ),
+        "ping": lambda b: call(core.ping, b["worker_id"]) or {"ok": True},
+        "statuses": lambda b: {"statuses": call(core.statuses, b["task_ids"])},
+        "explanation": lambda b: {"explanation": core.explanation(b["task_id"])},
+    }
+
+
+def _error(status: int, message: str, field: str = "") -> JSONResponse:
+    body = {"error": message, **({"field": field} if field else {})}
+    return JSONResponse(body, status_code=status)
+
+
+def _post_route(name: str, handler: Callable[[dict[str, Any]], Any]) -> Route:
+    async def endpoint(request: Request) -> JSONResponse:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _error(400, f"the request body is not valid JSON: {exc}")
+        try:
+            validate(name, body)
+            result = await asyncio.to_thread(handler, body)
+        except FieldError as exc:
+            return _error(422, str(exc), exc.field)
+        return JSONResponse(result)
+
+    return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name)
+
+
+def create_app(service: SchedulerService, token: str, max_request_bytes: int) -> Starlette:
+    """The ASGI application serving ``service``."""
+    handlers = _handlers(service)
+    document = openapi_document()
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(document)
+
+    async def tasks(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {"tasks": await asyncio.to_thread(service.call, service.core.task_list)}
+        )
+
+    async def workers(request: Request) -> JSONResponse:
+        return JSONResponse({"workers": service.core.worker_list()})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(service.tick)
+
+        task = asyncio.create_task(ticker())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/api/v1/tasks", tasks, methods=["GET"]),
+        Route("/api/v1/workers", workers, methods=["GET"]),
+        *(_post_route(name, handlers[name]) for name in ROUTES),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    return Guard(app, token=token, max_request_bytes=max_request_bytes)  # type: ignore[return-value]

@@ -1,0 +1,197 @@
+"""The ``http`` transport: the worker's side of the central scheduler's JSON API.
+
+One persistent HTTP/1.1 connection per thread (the worker's loop and its keep-alive thread);
+every call retried ``rpc_retries`` times with capped, jittered exponential backoff when the
+answer is transient — a connection error, a timeout, a 5xx or a body that is not JSON. When
+the budget is spent the call raises :class:`~conveyor.errors.SchedulerUnavailable`; the
+worker then stops asking for work and keeps its results until the scheduler is back. A 4xx
+answer is not retried: it names what the server refused. The token is sent only in the
+``Authorization`` header and never appears in an error or a log line.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..config import Config, SchedulerSettings
+from ..errors import ConfigError, ConveyorError, SchedulerUnavailable
+from ..scheduler.policy import TaskSpec, Work, WorkLeft
+
+__all__ = ["HttpTransport"]
+
+_BATCH = 500  # task specs per add_tasks request
+
+
+class _Transient(Exception):
+    """A failure worth retrying."""
+
+
+class HttpTransport:
+    """Talks to ``conveyor scheduler`` at ``[scheduler] url``."""
+
+    def __init__(self, config: Config) -> None:
+        """Read the client keys of ``[scheduler]``; nothing is contacted yet."""
+        self.settings: SchedulerSettings = config.scheduler
+        parts = urlsplit(self.settings.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"scheduler.url = {self.settings.url!r}; expected http(s)://host:port"
+            )
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._base = parts.path.rstrip("/")
+        self._where = f"{parts.scheme}://{self._host}:{self._port}"
+        self._local = threading.local()
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=self.settings.rpc_timeout)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def _headers(self, has_body: bool) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if has_body:
+            headers["Content-Type"] = "application/json"
+        if self.settings.token:
+            headers["Authorization"] = f"Bearer {self.settings.token}"
+        return headers
+
+    def _once(self, method: str, route: str, body: dict[str, Any] | None) -> Any:
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        try:
+            conn = self._connection()
+            conn.request(
+                method, self._base + route, body=data, headers=self._headers(data is not None)
+            )
+            response = conn.getresponse()
+            status, raw = response.status, response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._drop_connection()
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+        if status >= 500:
+            raise _Transient(f"HTTP {status}")
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            raise _Transient(f"HTTP {status} with a body that is not JSON") from None
+        if status >= 400:
+            error = answer.get("error", "") if isinstance(answer, dict) else ""
+            raise ConveyorError(
+                f"the scheduler at {self._where} refused {route}: HTTP {status} {error}"
+            )
+        return answer
+
+    def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Any:
+        s = self.settings
+        wait = s.rpc_retry_wait
+        for attempt in range(1, max(1, s.rpc_retries) + 1):
+            try:
+                return self._once(method, route, body)
+            except _Transient as exc:
+                last = str(exc)
+                if attempt >= s.rpc_retries:
+                    break
+                time.sleep(min(s.rpc_retry_max_wait, wait) * random.uniform(0.5, 1.0))
+                wait *= 2
+        raise SchedulerUnavailable(
+            f"the scheduler at {self._where} did not answer {route} after {s.rpc_retries} "
+            f"attempt(s): {last}"
+        )
+
+    def _post(self, name: str, **body: Any) -> Any:
+        return self._call("POST", f"/api/v1/{name}", body)
+
+    # --- the transport protocol ---------------------------------------------------------------
+
+    def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
+        """Register tasks, ``_BATCH`` per request."""
+        items = [_spec(s) for s in specs]
+        for start in range(0, len(items), _BATCH):
+            self._post(
+                "add_tasks",
+                worker_id=worker_id,
+                assistant=assistant,
+                tasks=items[start : start + _BATCH],
+            )
+
+    def get_work(self, worker_id: str, assistant: bool = False) -> Work | None:
+        """The next task for this worker, or None."""
+        work = self._post("get_work", worker_id=worker_id, assistant=assistant)["work"]
+        if work is None:
+            return None
+        return Work(work["task_id"], work["family"], work["module"], work["params"])
+
+    def work_left(self, worker_id: str) -> WorkLeft:
+        """What may still run for this worker."""
+        left = self._post("work_left", worker_id=worker_id)
+        return WorkLeft(left["pending"], left["unique_pending"], left["running_elsewhere"])
+
+    def task_done(self, worker_id: str, task_id: str) -> None:
+        """Report a success."""
+        self._post("task_done", worker_id=worker_id, task_id=task_id)
+
+    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+        """Report a failure; the new status."""
+        answer = self._post(
+            "task_failed", worker_id=worker_id, task_id=task_id, explanation=explanation
+        )
+        return str(answer["status"])
+
+    def annotate(self, task_id: str, kind: str, value: Any) -> None:
+        """Store a status message, progress or tracking URL."""
+        self._post("annotate", task_id=task_id, kind=kind, value=value)
+
+    def ping(self, worker_id: str) -> None:
+        """Keep this worker alive."""
+        self._post("ping", worker_id=worker_id)
+
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
+        """Status of each task id."""
+        return dict(self._post("statuses", task_ids=list(task_ids))["statuses"])
+
+    def explanation(self, task_id: str) -> str:
+        """The stored failure explanation."""
+        return str(self._post("explanation", task_id=task_id)["explanation"])
+
+    def task_list(self) -> list[dict[str, Any]]:
+        """The server's task list."""
+        return list(self._call("GET", "/api/v1/tasks")["tasks"])
+
+    def worker_list(self) -> list[dict[str, Any]]:
+        """The server's worker list."""
+        return list(self._call("GET", "/api/v1/workers")["workers"])
+
+
+def _spec(spec: TaskSpec) -> dict[str, Any]:
+    return {
+        "task_id": spec.task_id,
+        "family": spec.family,
+        "module": spec.module,
+        "params": dict(spec.params),
+        "status": spec.status,
+        "deps": list(spec.deps),
+        "priority": spec.priority,
+        "resources": dict(spec.resources),
+        "runnable": spec.runnable,
+        "retry_count": spec.retry_count,
+        "explanation": spec.explanation,
+    }
