@@ -8,6 +8,7 @@ called ``run()``; executors may report from any thread through :meth:`Worker._po
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -26,7 +27,7 @@ from .. import events as ev
 from ..backends import load_backend
 from ..config import Config
 from ..core.states import TaskState, Trigger, advance
-from ..errors import ConveyorError, DependencyCycle, TaskLoadError
+from ..errors import ConveyorError, DependencyCycle, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     NEEDS_DEPS,
     PROCESS_DIED,
@@ -48,6 +49,7 @@ from ..transports.base import SchedulerTransport
 from .builtin_plugins import SummaryPlugin, TransitionLogPlugin
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
+from .outbox import Outbox
 from .report import RunReport, build_report
 from .signals import install_signal_handlers
 
@@ -84,6 +86,7 @@ class Worker:
         self._summary = SummaryPlugin()
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
+        self._outbox = Outbox(self._transport, self.config.scheduler)
         self._executor = self._make_executor()
         self._isolator: Executor | None = None
         self._interrupted = ""
@@ -218,7 +221,10 @@ class Worker:
         finally:
             checks.close()
         self._break_cycles(pending, specs)
-        self._transport.add_tasks(self.id, specs, self.settings.assistant)
+        if self._running or self._outbox.pending:  # mid-run: must not be lost in an outage
+            self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
+        else:
+            self._transport.add_tasks(self.id, specs, self.settings.assistant)
         graph = self._graph
         return not any(graph[t].state is TaskState.BROKEN for t in visited)
 
@@ -346,7 +352,12 @@ class Worker:
                 restore()
             stop_ping.set()
         self.report = build_report(
-            self._graph, self._requested, self._transport, self._summary, self._interrupted
+            self._graph,
+            self._requested,
+            self._transport,
+            self._summary,
+            self._interrupted,
+            self._outbox.unreported(),
         )
         self.hooks.fire(
             ev.WorkerStopped(
@@ -362,6 +373,12 @@ class Worker:
         slots = max(1, self.settings.workers)
         while True:
             self._drain_inbox()
+            if not self._outbox.flush():
+                if self._outbox.expired():
+                    log.error("gave up reporting to the scheduler", tasks=len(self._running))
+                    return
+                self._wait_for_message(self._outbox.seconds_to_retry())
+                continue
             if self._draining:
                 if not self._running:
                     return
@@ -370,7 +387,14 @@ class Worker:
             if len(self._running) >= slots:
                 self._wait_for_message(None)
                 continue
-            work = self._transport.get_work(self.id, self.settings.assistant)
+            try:
+                work = self._transport.get_work(self.id, self.settings.assistant)
+            except SchedulerUnavailable as exc:
+                log.error("scheduler unreachable; asking for no more work", error=str(exc))
+                if not self._running:
+                    return
+                self._wait_for_message(None)
+                continue
             if work is not None:
                 self._start(work)
             elif self._running:
@@ -450,7 +474,7 @@ class Worker:
         try:
             task = self._load_foreign(work)
         except ConveyorError as exc:
-            self._transport.task_failed(self.id, work.task_id, str(exc))
+            self._outbox.send("task_failed", self.id, work.task_id, str(exc))
             log.error("refused task", task_id=work.task_id, error=str(exc))
             return None
         node = Node(task, work.task_id, dict(work.params), TaskState.PENDING)
@@ -482,14 +506,16 @@ class Worker:
             return
         trigger, event_cls, field = _NOTES[note.kind]
         self._transit(node, trigger, event_cls, **{field: note.value})
-        self._transport.annotate(note.task_id, note.kind, note.value)
+        # a lost status message is not worth holding the run for
+        with contextlib.suppress(SchedulerUnavailable):
+            self._transport.annotate(note.task_id, note.kind, note.value)
 
     def _on_outcome(self, outcome: Outcome) -> None:
         node = self._running.pop(outcome.task_id, None)
         if node is None:
             return
         if outcome.kind == SUCCEEDED:
-            self._transport.task_done(self.id, node.task_id)
+            self._outbox.send("task_done", self.id, node.task_id)
             self._transit(node, Trigger.SUCCEEDED, ev.TaskSucceeded, duration=outcome.duration)
         elif outcome.kind == NEEDS_DEPS:
             self._on_new_deps(node, outcome.new_deps)
@@ -500,7 +526,7 @@ class Worker:
         node.error = outcome.error or outcome.kind
         reschedule = self._may_reschedule(node, outcome.missing)
         if not reschedule:
-            self._transport.task_failed(self.id, node.task_id, node.error)
+            self._outbox.send("task_failed", self.id, node.task_id, node.error)
         if outcome.kind == TIMED_OUT:
             self._transit(node, Trigger.TIMED_OUT, ev.TaskTimedOut, timeout=outcome.timeout)
         elif outcome.kind == PROCESS_DIED:
@@ -540,8 +566,8 @@ class Worker:
             node, Trigger.DEPS_YIELDED, ev.DependenciesDiscovered, dependencies=ids, dynamic=True
         )
         self._walk(new_deps)
-        self._transport.add_tasks(
-            self.id, [self._spec(node, PENDING, True)], self.settings.assistant
+        self._outbox.send(
+            "add_tasks", self.id, [self._spec(node, PENDING, True)], self.settings.assistant
         )
 
     # --- liveness and signals -------------------------------------------------------------

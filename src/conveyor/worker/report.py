@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from ..core.states import TaskState
 from ..core.summary import Category, SummaryFacts, exit_code, render_summary
+from ..errors import SchedulerUnavailable
 from ..scheduler.policy import DISABLED, DONE, FAILED, PENDING, RUNNING, UNKNOWN
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import SummaryPlugin
@@ -34,9 +35,20 @@ def build_report(
     transport: SchedulerTransport,
     records: SummaryPlugin,
     interrupted: str = "",
+    unreported: Set[str] = frozenset(),
 ) -> RunReport:
-    """Ask the scheduler for final states and classify every task of the graph."""
-    statuses = transport.statuses(graph)
+    """Ask the scheduler for final states and classify every task of the graph.
+
+    When the scheduler cannot be reached, the worker's own view stands in; ``unreported`` tasks
+    (results the scheduler never received) count as failed.
+    """
+    try:
+        statuses = transport.statuses(graph)
+    except SchedulerUnavailable:
+        statuses = {t: _LOCAL.get(node.state, PENDING) for t, node in graph.items()}
+    for task_id in unreported:
+        statuses[task_id] = FAILED
+        graph[task_id].error = "its result could not be reported: the scheduler was unreachable"
     states = {t: _state(node, statuses.get(t, UNKNOWN)) for t, node in graph.items()}
     upstream = _upstream_problems(graph, states)
     categories = {
@@ -50,10 +62,28 @@ def build_report(
         interrupted=interrupted,
     )
     errors = {
-        t: node.error or transport.explanation(t) for t, node in graph.items() if states[t] in _BAD
+        t: node.error or _explanation(transport, t)
+        for t, node in graph.items()
+        if states[t] in _BAD
     }
     ok = not records.broken and all(states.get(t) == DONE for t in records.started)
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
+
+
+def _explanation(transport: SchedulerTransport, task_id: str) -> str:
+    try:
+        return transport.explanation(task_id)
+    except SchedulerUnavailable:
+        return ""
+
+
+_LOCAL = {
+    TaskState.COMPLETE: DONE,
+    TaskState.DONE: DONE,
+    TaskState.FAILED: FAILED,
+    TaskState.BROKEN: UNKNOWN,
+    TaskState.RUNNING: RUNNING,
+}
 
 
 def _state(node: Node, status: str) -> str:

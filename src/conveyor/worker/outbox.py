@@ -1,0 +1,96 @@
+"""Reports the scheduler must not lose, kept in order while it is unreachable (SPEC §4.2).
+
+When a transport call raises :class:`~conveyor.errors.SchedulerUnavailable` (the transport has
+already spent its own retries), the call is queued. The worker stops asking for new work,
+lets running attempts finish (their results join the queue) and retries the queue with capped,
+doubling waits. After ``rpc_give_up_after`` seconds of failure it gives up, and the queued
+tasks count as unreported failures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ..config import SchedulerSettings
+from ..errors import SchedulerUnavailable
+from ..transports.base import SchedulerTransport
+
+__all__ = ["Outbox"]
+
+log = structlog.get_logger("conveyor.worker")
+_RESULTS = ("task_done", "task_failed")
+
+
+class Outbox:
+    """Ordered, retried delivery of result reports to the scheduler."""
+
+    def __init__(
+        self,
+        transport: SchedulerTransport,
+        settings: SchedulerSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Deliver through ``transport`` with the ``rpc_*`` settings."""
+        self.transport = transport
+        self.settings = settings
+        self.clock = clock
+        self._queue: list[tuple[str, tuple[Any, ...]]] = []
+        self._since = 0.0
+        self._next = 0.0
+        self._wait = settings.rpc_retry_wait
+
+    @property
+    def pending(self) -> bool:
+        """True while reports are waiting for the scheduler."""
+        return bool(self._queue)
+
+    def send(self, method: str, *args: Any) -> None:
+        """Call ``transport.method(*args)`` now, or queue it behind earlier undelivered calls."""
+        if self._queue:
+            self._queue.append((method, args))
+            return
+        try:
+            getattr(self.transport, method)(*args)
+        except SchedulerUnavailable as exc:
+            self._queue.append((method, args))
+            self._since = self.clock()
+            self._schedule_retry()
+            log.error("scheduler unreachable; keeping results until it is back", error=str(exc))
+
+    def flush(self) -> bool:
+        """Try the queue if its retry time has come; True once it is empty."""
+        if not self._queue:
+            return True
+        if self.clock() < self._next:
+            return False
+        while self._queue:
+            method, args = self._queue[0]
+            try:
+                getattr(self.transport, method)(*args)
+            except SchedulerUnavailable:
+                self._schedule_retry()
+                return False
+            self._queue.pop(0)
+        self._wait = self.settings.rpc_retry_wait
+        log.info("scheduler reachable again; results reported")
+        return True
+
+    def _schedule_retry(self) -> None:
+        self._next = self.clock() + self._wait
+        self._wait = min(self.settings.rpc_retry_max_wait, self._wait * 2)
+
+    def seconds_to_retry(self) -> float:
+        """How long until the next attempt to deliver."""
+        return max(0.0, self._next - self.clock())
+
+    def expired(self) -> bool:
+        """True when delivery has failed for longer than ``rpc_give_up_after``."""
+        return bool(self._queue) and self.clock() - self._since > self.settings.rpc_give_up_after
+
+    def unreported(self) -> set[str]:
+        """Task ids whose results never reached the scheduler."""
+        return {args[1] for method, args in self._queue if method in _RESULTS}
