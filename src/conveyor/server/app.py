@@ -122,9 +122,10 @@ def create_app(service: SchedulerService, token: str, max_request_bytes: int) ->
     """The ASGI application serving ``service``."""
     handlers = _handlers(service)
     document = openapi_document()
+    guard = Guard(None, token=token, max_request_bytes=max_request_bytes)
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", "api_requests": guard.api_requests})
 
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(document)
@@ -157,5 +158,5 @@ def create_app(service: SchedulerService, token: str, max_request_bytes: int) ->
         Route("/api/v1/workers", workers, methods=["GET"]),
         *(_post_route(name, handlers[name]) for name in ROUTES),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    return Guard(app, token=token, max_request_bytes=max_request_bytes)  # type: ignore[return-value]
+    guard.app = Starlette(routes=routes, lifespan=lifespan)
+    return guard  # type: ignore[return-value]

@@ -29,6 +29,7 @@ class Guard:
         self.app = app
         self._token = token.encode()
         self.max = max_request_bytes
+        self.api_requests = 0  # served at /health, for operators and benchmarks
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         """Refuse unauthenticated or oversized requests; pass the rest on."""
@@ -36,6 +37,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
+        if scope["path"].startswith("/api/"):
+            self.api_requests += 1
         if scope["path"].startswith("/api/") and self._token and not self._authorised(headers):
             await _reply(
                 send, 401, "missing or invalid bearer token", {"www-authenticate": "Bearer"}
