@@ -1,0 +1,218 @@
+r"""The graph walk: complete() checks, requires(), registration, cycle detection.
+
+:class:`GraphWalk` is the part of the :class:`~conveyor.worker.loop.Worker` that turns tasks
+into registered :class:`~conveyor.worker.graph.Node`\ s, and the one place where a task's state
+changes (:meth:`GraphWalk._transit`, which also fires the transition's hook).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from .. import events as ev
+from ..config import WorkerSettings
+from ..core.states import TaskState, Trigger, advance
+from ..errors import ConveyorError, DependencyCycle
+from ..plugins import HookRelay
+from ..scheduler.policy import DISABLED, DONE, PENDING, UNKNOWN, TaskSpec
+from ..task import Task
+from ..transports.base import SchedulerTransport
+from .checks import ParallelChecks, SequentialChecks
+from .graph import Node, find_cycle, label
+from .outbox import Outbox
+
+__all__ = ["GraphWalk"]
+
+log = structlog.get_logger("conveyor.worker")
+_STATE_NAMES = {state: state.name for state in TaskState}
+_RECHECKABLE = frozenset({TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING})
+
+
+class GraphWalk:
+    """Walking and registering task graphs; mixed into the Worker."""
+
+    id: str
+    settings: WorkerSettings
+    hooks: HookRelay
+    _graph: dict[str, Node]
+    _requested: list[str]
+    _running: dict[str, Node]
+    _scheduled: int
+    _transport: SchedulerTransport
+    _outbox: Outbox
+
+    # --- transitions ----------------------------------------------------------------------
+
+    def _transit(
+        self, node: Node, trigger: Trigger, event_cls: type[ev.Event], **fields: Any
+    ) -> None:
+        """Apply one transition to ``node`` and fire its hook (the only way states change)."""
+        node.state = advance(node.state, trigger)
+        if not self.hooks.wants(event_cls.hook):
+            return
+        task = node.task
+        self.hooks.fire(
+            event_cls(
+                task_id=node.task_id,
+                family=task.task_family,
+                module=task.task_module,
+                params=node.params,
+                worker_id=self.id,
+                timestamp=time.time(),
+                state=_STATE_NAMES[node.state],
+                **fields,
+            )
+        )
+
+    # --- the graph walk -------------------------------------------------------------------
+
+    def add(self, task: Task) -> bool:
+        """Walk ``task``'s graph and register it; False if any task in it is broken."""
+        if not isinstance(task, Task):
+            raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
+        self._requested.append(task.task_id)
+        return self._walk([task])
+
+    def _walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
+        recheck_ids = set(recheck)
+        checks = self._checks()
+        visited: set[str] = set()
+        specs: list[TaskSpec] = []
+        pending: list[str] = []
+        try:
+            # reversed: the sequential walk is LIFO, so the first root is registered first
+            for root in reversed(list(roots)):
+                self._submit(root, checks, visited, recheck_ids)
+            while checks.outstanding():
+                task, complete, error = checks.next()
+                node = self._graph[task.task_id]
+                if error:
+                    self._broken(node, error, "complete", specs)
+                    continue
+                # reversed: the sequential walk is depth-first (LIFO), so the first
+                # requirement is visited (and registered) first
+                for dep in reversed(self._visit(node, complete, specs, pending)):
+                    self._submit(dep, checks, visited, recheck_ids)
+        finally:
+            checks.close()
+        self._break_cycles(pending, specs)
+        if self._running or self._outbox.pending:  # mid-run: must not be lost in an outage
+            self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
+        else:
+            self._transport.add_tasks(self.id, specs, self.settings.assistant)
+        graph = self._graph
+        return not any(graph[t].state is TaskState.BROKEN for t in visited)
+
+    def _checks(self) -> SequentialChecks | ParallelChecks:
+        if self.settings.parallel_scheduling:
+            threads = max(2, self.settings.workers)
+            return ParallelChecks(threads, self.settings.complete_check_timeout)
+        return SequentialChecks()
+
+    def _submit(
+        self,
+        task: Task,
+        checks: SequentialChecks | ParallelChecks,
+        visited: set[str],
+        recheck: set[str],
+    ) -> None:
+        task_id = task.task_id
+        if task_id in visited:
+            return
+        visited.add(task_id)
+        node = self._graph.get(task_id)
+        if node is None:
+            node = Node(task, task_id, task.to_str_params(), external=task.is_external())
+            self._graph[task_id] = node
+        elif task_id not in recheck or node.state not in _RECHECKABLE:
+            return
+        checks.submit(node.task)
+
+    def _visit(
+        self, node: Node, complete: bool, specs: list[TaskSpec], pending: list[str]
+    ) -> list[Task]:
+        """Record a check result; register the task; return the dependencies to walk."""
+        if complete:
+            self._transit(node, Trigger.CHECKED_COMPLETE, ev.CompleteChecked, complete=True)
+            specs.append(TaskSpec(node.task_id, *self._identity(node), status=DONE))
+            return []
+        self._transit(node, Trigger.CHECKED_INCOMPLETE, ev.CompleteChecked, complete=False)
+        if node.state is TaskState.PENDING:  # an external task re-checked
+            return []
+        deps, status, runnable = self._requirements(node, specs)
+        if deps is None:
+            return []
+        node.deps = tuple(dep.task_id for dep in deps)
+        self._transit(
+            node,
+            Trigger.DEPS_FOUND,
+            ev.DependenciesDiscovered,
+            dependencies=node.deps,
+            dynamic=False,
+        )
+        specs.append(self._spec(node, status, runnable))
+        pending.append(node.task_id)
+        return deps
+
+    def _requirements(
+        self, node: Node, specs: list[TaskSpec]
+    ) -> tuple[list[Task] | None, str, bool]:
+        """The dependencies to walk, the status to register and whether it may run here."""
+        task = node.task
+        if node.external:
+            return [], PENDING, self.settings.retry_external_tasks
+        if task.disabled:
+            node.error = f"{task!r} is disabled (disabled = True on its class); it never runs"
+            return [], DISABLED, False
+        limit = self.settings.task_limit
+        if limit and self._scheduled >= limit and node.attempts == 0:
+            node.limited = True
+            return [], PENDING, False
+        try:
+            deps = task.deps()
+        except Exception as exc:
+            self._broken(node, _requires_error(task, exc), "requires", specs)
+            return None, UNKNOWN, False
+        self._scheduled += 1
+        return deps, PENDING, True
+
+    def _broken(self, node: Node, error: str, phase: str, specs: list[TaskSpec]) -> None:
+        node.error = error
+        self._transit(node, Trigger.BROKEN, ev.TaskBroken, error=error, phase=phase)
+        specs.append(self._spec(node, UNKNOWN, False, explanation=error))
+        log.error("task broken", task_id=node.task_id, phase=phase, error=error)
+
+    def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
+        while (cycle := find_cycle(pending, self._graph)) is not None:
+            error = str(DependencyCycle([label(self._graph[t].task) for t in cycle]))
+            for task_id in dict.fromkeys(cycle):
+                self._broken(self._graph[task_id], error, "requires", specs)
+
+    def _identity(self, node: Node) -> tuple[str, str, Mapping[str, str]]:
+        task = node.task
+        return task.task_family, task.task_module, node.params
+
+    def _spec(self, node: Node, status: str, runnable: bool, explanation: str = "") -> TaskSpec:
+        task = node.task
+        return TaskSpec(
+            node.task_id,
+            *self._identity(node),
+            status=status,
+            deps=node.all_deps(),
+            priority=task.priority,
+            resources=task.resources,
+            runnable=runnable,
+            retry_count=task.retry_count,
+            explanation=explanation,
+        )
+
+
+def _requires_error(task: Task, exc: Exception) -> str:
+    if isinstance(exc, ConveyorError):
+        return str(exc)
+    return f"{task!r}.requires() raised:\n{traceback.format_exc()}"
