@@ -96,6 +96,44 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[dict[str, Any]],
     }
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(raw: bytes) -> Any:
+    """Parse a request body strictly: ValueError (with the reason) for anything not plain JSON.
+
+    NaN and Infinity, nesting too deep to handle, and strings that are not valid Unicode (lone
+    surrogates) are refused here, so nothing the server stores can fail to be written back.
+    """
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("the request body is nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"the request body is not valid JSON: {exc}") from None
+    _check_unicode(body)
+    return body
+
+
+def _check_unicode(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    "the request body holds a string that is not valid Unicode"
+                ) from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def _error(status: int, message: str, field: str = "") -> JSONResponse:
     body = {"error": message, **({"field": field} if field else {})}
     return JSONResponse(body, status_code=status)
@@ -103,11 +141,10 @@ def _error(status: int, message: str, field: str = "") -> JSONResponse:
 
 def _post_route(name: str, handler: Callable[[dict[str, Any]], Any]) -> Route:
     async def endpoint(request: Request) -> JSONResponse:
-        raw = await request.body()
         try:
-            body = json.loads(raw)
+            body = load_json(await request.body())
         except ValueError as exc:
-            return _error(400, f"the request body is not valid JSON: {exc}")
+            return _error(400, str(exc))
         try:
             validate(name, body)
             result = await asyncio.to_thread(handler, body)

@@ -61,27 +61,33 @@ class Guard:
 
     async def _call_limited(self, scope: Scope, receive: Any, send: Any) -> None:
         seen = 0
+        too_large = False
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, too_large
             message: Message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max:
+                    too_large = True
                     raise _TooLarge
             return message
 
-        async def tracking_send(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             nonlocal started
+            if too_large:
+                return  # the app's own answer to the interrupted read is replaced by a 413
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await _reply(send, 413, f"request body larger than {self.max} bytes")
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not too_large:
+                raise
+        if too_large and not started:
+            await _reply(send, 413, f"request body larger than {self.max} bytes")
 
 
 async def _reply(send: Any, status: int, error: str, extra: dict[str, str] | None = None) -> None:

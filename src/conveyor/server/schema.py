@@ -118,6 +118,19 @@ def _check_object(fields: Mapping[str, tuple[str, bool]], body: Any, where: str)
 def validate(route: str, body: Any) -> None:
     """Raise FieldError unless ``body`` fits the route's schema."""
     _check_object(ROUTES[route], body, "")
+    if route == "annotate":
+        _check_note(body["kind"], body["value"])
+
+
+def _check_note(kind: str, value: Any) -> None:
+    if kind == "progress":
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not 0 <= value <= 100:
+            raise FieldError(
+                "value", f"expected a progress percentage from 0 to 100, got {value!r}"[:200]
+            )
+    elif not isinstance(value, str):
+        raise FieldError("value", f"expected a string for {kind}, got {type(value).__name__}")
 
 
 def parse_specs(items: list[dict[str, Any]]) -> list[TaskSpec]:
