@@ -59,6 +59,9 @@ class TaskSpec:
     runnable: bool = True
     retry_count: int | None = None
     explanation: str = ""
+    reset: bool = False
+    """Allow a PENDING registration to reopen a DONE task (its output vanished). Without it, a
+    stale PENDING — checked before another worker finished the task — leaves it DONE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +188,7 @@ class SchedulerCore:
                 self._release(rec)  # dynamic dependencies: the attempt ended, back to pending
                 self._set_status(rec, PENDING)
             return
-        if status == PENDING and rec.status == DONE and not spec.runnable:
+        if status == PENDING and rec.status == DONE and not (spec.reset and spec.runnable):
             return
         if spec.explanation:
             rec.explanation = spec.explanation

@@ -48,6 +48,7 @@ _TASK_FIELDS: dict[str, tuple[str, bool]] = {
     "runnable": ("bool", False),
     "retry_count": ("opt_int", False),
     "explanation": ("str", False),
+    "reset": ("bool", False),
 }
 
 
@@ -148,6 +149,7 @@ def parse_specs(items: list[dict[str, Any]]) -> list[TaskSpec]:
             runnable=item.get("runnable", True),
             retry_count=item.get("retry_count"),
             explanation=item.get("explanation", ""),
+            reset=item.get("reset", False),
         )
         for item in items
     ]

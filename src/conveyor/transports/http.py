@@ -194,4 +194,5 @@ def _spec(spec: TaskSpec) -> dict[str, Any]:
         "runnable": spec.runnable,
         "retry_count": spec.retry_count,
         "explanation": spec.explanation,
+        "reset": spec.reset,
     }

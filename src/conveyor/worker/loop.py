@@ -242,6 +242,8 @@ class Worker(GraphWalk):
     def _keep_waiting(self) -> bool:
         if not self.settings.keep_alive:
             return False
+        if self.settings.assistant:
+            return True  # a long-running assistant waits for work until it is stopped
         left = self._transport.work_left(self.id)
         if self.settings.count_uniques:
             return left.unique_pending > 0
@@ -274,6 +276,17 @@ class Worker(GraphWalk):
     def _start(self, work: Work) -> None:
         node = self._graph.get(work.task_id) or self._adopt(work)
         if node is None:
+            return
+        if node.state not in (TaskState.PENDING, TaskState.FAILED):
+            # handed out again though this worker already has it (e.g. a stale registration
+            # by another worker reopened it): say so instead of running it twice
+            log.warning(
+                "scheduler handed out a task this worker already has",
+                task_id=node.task_id,
+                state=node.state.name,
+            )
+            if node.state in (TaskState.DONE, TaskState.COMPLETE):
+                self._outbox.send("task_done", self.id, node.task_id)
             return
         node.attempts += 1
         timeout = self._timeout_of(node.task)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 import structlog
@@ -45,6 +45,7 @@ class GraphWalk:
     _scheduled: int
     _transport: SchedulerTransport
     _outbox: Outbox
+    _rechecking: frozenset[str] = frozenset()  # ids a reschedule re-checks (may reopen DONE)
 
     # --- transitions ----------------------------------------------------------------------
 
@@ -79,7 +80,7 @@ class GraphWalk:
         return self._walk([task])
 
     def _walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
-        recheck_ids = set(recheck)
+        recheck_ids = self._rechecking = frozenset(recheck)
         checks = self._checks()
         visited: set[str] = set()
         specs: list[TaskSpec] = []
@@ -100,6 +101,7 @@ class GraphWalk:
                     self._submit(dep, checks, visited, recheck_ids)
         finally:
             checks.close()
+            self._rechecking = frozenset()
         self._break_cycles(pending, specs)
         if self._running or self._outbox.pending:  # mid-run: must not be lost in an outage
             self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
@@ -119,7 +121,7 @@ class GraphWalk:
         task: Task,
         checks: SequentialChecks | ParallelChecks,
         visited: set[str],
-        recheck: set[str],
+        recheck: Set[str],
     ) -> None:
         task_id = task.task_id
         if task_id in visited:
@@ -155,7 +157,7 @@ class GraphWalk:
             dependencies=node.deps,
             dynamic=False,
         )
-        specs.append(self._spec(node, status, runnable))
+        specs.append(self._spec(node, status, runnable, reset=node.task_id in self._rechecking))
         pending.append(node.task_id)
         return deps
 
@@ -197,7 +199,9 @@ class GraphWalk:
         task = node.task
         return task.task_family, task.task_module, node.params
 
-    def _spec(self, node: Node, status: str, runnable: bool, explanation: str = "") -> TaskSpec:
+    def _spec(
+        self, node: Node, status: str, runnable: bool, explanation: str = "", reset: bool = False
+    ) -> TaskSpec:
         task = node.task
         return TaskSpec(
             node.task_id,
@@ -209,6 +213,7 @@ class GraphWalk:
             runnable=runnable,
             retry_count=task.retry_count,
             explanation=explanation,
+            reset=reset,
         )
 
 
