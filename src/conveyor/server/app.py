@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -195,5 +196,11 @@ def create_app(service: SchedulerService, token: str, max_request_bytes: int) ->
         Route("/api/v1/workers", workers, methods=["GET"]),
         *(_post_route(name, handlers[name]) for name in ROUTES),
     ]
-    guard.app = Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 500)
+        return _error(status, str(getattr(exc, "detail", "")) or "error")
+
+    guard.app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+    )
     return guard  # type: ignore[return-value]
