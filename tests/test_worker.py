@@ -645,8 +645,8 @@ class RefusalNoticingScheduler(conveyor.Scheduler):
         super().__init__(*args, **kwargs)
         self.refused = threading.Event()
 
-    def get_work(self, worker_id: str, assistant: bool = False) -> Any:
-        work = super().get_work(worker_id, assistant)
+    def get_work(self, worker_id: str, assistant: bool = False, running: Any = None) -> Any:
+        work = super().get_work(worker_id, assistant, running)
         if work is None:
             self.refused.set()
         return work

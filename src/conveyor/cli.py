@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("conveyor: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `conveyor tasks --json | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _dispatch(args: list[str]) -> int:
@@ -317,9 +320,16 @@ def cmd_worker(args: list[str]) -> int:
     parser.add_argument("--scheduler-url", required=True)
     parser.add_argument("--workers", type=int)
     parser.add_argument("--config")
+    parser.add_argument("--log-format")
+    parser.add_argument("--log-level")
     opts = parser.parse_args(args)
     config = load_config(opts.config).with_overrides(
-        scheduler_url=opts.scheduler_url, workers=opts.workers, assistant=True, keep_alive=True
+        scheduler_url=opts.scheduler_url,
+        workers=opts.workers,
+        assistant=True,
+        keep_alive=True,
+        log_format=opts.log_format,
+        log_level=opts.log_level,
     )
     configure_logging(config.logging)
     sys.path.insert(0, os.getcwd())

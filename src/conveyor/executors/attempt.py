@@ -50,6 +50,9 @@ def run_attempt(request: AttemptRequest, sink: Sink) -> Outcome:
 def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
     task_id = request.task_id
     try:
+        if _already_complete(task):
+            # e.g. another worker finished it after this one registered it: do not run it again
+            return Outcome(task_id, SUCCEEDED, _since(started))
         _check_dependencies(task, request.deps)
         new_deps = _drive(task, task.run())
         if new_deps:
@@ -80,6 +83,11 @@ def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
             exception_type=type(exc).__name__,
         )
     return Outcome(task_id, SUCCEEDED, _since(started))
+
+
+def _already_complete(task: Task) -> bool:
+    """True when a task with its own notion of completeness is complete before it runs."""
+    return not task.is_external() and task.has_own_completion() and task.complete() is True
 
 
 def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:

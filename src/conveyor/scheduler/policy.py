@@ -26,7 +26,7 @@ import heapq
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,9 +59,6 @@ class TaskSpec:
     runnable: bool = True
     retry_count: int | None = None
     explanation: str = ""
-    reset: bool = False
-    """Allow a PENDING registration to reopen a DONE task (its output vanished). Without it, a
-    stale PENDING — checked before another worker finished the task — leaves it DONE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +185,8 @@ class SchedulerCore:
                 self._release(rec)  # dynamic dependencies: the attempt ended, back to pending
                 self._set_status(rec, PENDING)
             return
-        if status == PENDING and rec.status == DONE and not (spec.reset and spec.runnable):
-            return
+        if status == PENDING and rec.status == DONE and not spec.runnable:
+            return  # an external task seen incomplete does not undo a success
         if spec.explanation:
             rec.explanation = spec.explanation
         self._set_status(rec, status)
@@ -276,16 +273,31 @@ class SchedulerCore:
 
     # --- handing out work -----------------------------------------------------------------
 
-    def get_work(self, worker_id: str, assistant: bool = False) -> Work | None:
-        """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None."""
+    def get_work(
+        self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
+    ) -> Work | None:
+        """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None.
+
+        When ``running`` is given, tasks recorded as running on this worker but missing from it
+        (a hand-out whose answer never arrived) go back to PENDING, without a failure.
+        """
         with self._lock:
             now = self._seen(worker_id, assistant)
             self._wake(now)
+            if running is not None:
+                self._reclaim(worker_id, set(running))
             for key in (worker_id, _ASSISTANTS) if assistant else (worker_id,):
                 work = self._pop(key, worker_id)
                 if work is not None:
                     return work
             return None
+
+    def _reclaim(self, worker_id: str, running: set[str]) -> None:
+        for task_id in self._by_worker.get(worker_id, ()):
+            rec = self._tasks[task_id]
+            if rec.status == RUNNING and rec.worker == worker_id and task_id not in running:
+                self._release(rec)
+                self._set_status(rec, PENDING)
 
     def _pop(self, key: str, worker_id: str) -> Work | None:
         heap = self._heaps.get(key)

@@ -82,7 +82,9 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[dict[str, Any]],
             call(core.add_tasks, b["worker_id"], parse_specs(b["tasks"]), b.get("assistant", False))
             or {"ok": True}
         ),
-        "get_work": lambda b: _work(call(core.get_work, b["worker_id"], b.get("assistant", False))),
+        "get_work": lambda b: _work(
+            call(core.get_work, b["worker_id"], b.get("assistant", False), b.get("running"))
+        ),
         "work_left": lambda b: _left(call(core.work_left, b["worker_id"])),
         "task_done": lambda b: call(core.task_done, b["worker_id"], b["task_id"]) or {"ok": True},
         "task_failed": lambda b: {
@@ -196,6 +198,7 @@ def create_app(service: SchedulerService, token: str, max_request_bytes: int) ->
         Route("/api/v1/workers", workers, methods=["GET"]),
         *(_post_route(name, handlers[name]) for name in ROUTES),
     ]
+
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)
         return _error(status, str(getattr(exc, "detail", "")) or "error")

@@ -13,8 +13,6 @@ from ..scheduler.policy import STATUSES, TaskSpec
 
 __all__ = ["ROUTES", "FieldError", "openapi_document", "parse_specs", "validate"]
 
-_MAX_ID = 1024
-
 # field -> (kind, required); kinds: str, bool, int, str_list, str_map, int_map, any, tasks
 ROUTES: dict[str, dict[str, tuple[str, bool]]] = {
     "add_tasks": {
@@ -22,7 +20,11 @@ ROUTES: dict[str, dict[str, tuple[str, bool]]] = {
         "assistant": ("bool", False),
         "tasks": ("tasks", True),
     },
-    "get_work": {"worker_id": ("str", True), "assistant": ("bool", False)},
+    "get_work": {
+        "worker_id": ("str", True),
+        "assistant": ("bool", False),
+        "running": ("str_list", False),
+    },
     "work_left": {"worker_id": ("str", True)},
     "task_done": {"worker_id": ("str", True), "task_id": ("str", True)},
     "task_failed": {
@@ -48,7 +50,6 @@ _TASK_FIELDS: dict[str, tuple[str, bool]] = {
     "runnable": ("bool", False),
     "retry_count": ("opt_int", False),
     "explanation": ("str", False),
-    "reset": ("bool", False),
 }
 
 
@@ -62,7 +63,7 @@ class FieldError(ValueError):
 
 def _check(kind: str, value: Any, field: str) -> None:
     ok = {
-        "str": lambda v: isinstance(v, str) and len(v) <= _MAX_ID * 64,
+        "str": lambda v: isinstance(v, str),
         "bool": lambda v: isinstance(v, bool),
         "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
         "opt_int": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
@@ -149,7 +150,6 @@ def parse_specs(items: list[dict[str, Any]]) -> list[TaskSpec]:
             runnable=item.get("runnable", True),
             retry_count=item.get("retry_count"),
             explanation=item.get("explanation", ""),
-            reset=item.get("reset", False),
         )
         for item in items
     ]

@@ -87,14 +87,17 @@ class SqliteStore:
     def __init__(self, state_path: str, settings: Mapping[str, Any] | None = None) -> None:
         """Open (creating and migrating if needed) the database at ``state_path``."""
         synchronous = str((settings or {}).get("synchronous", "normal")).upper()
+        self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(state_path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._migrate(state_path)
         except sqlite3.Error as exc:
-            raise ConfigError(f"cannot open state database {state_path!r}: {exc}") from None
-        self._lock = threading.Lock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._migrate(state_path)
+            raise ConfigError(
+                f"cannot use {state_path!r} as the scheduler's state database: {exc}; "
+                "expected an SQLite file (or a path where one can be created)"
+            ) from None
 
     def _migrate(self, state_path: str) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]

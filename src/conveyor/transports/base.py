@@ -7,7 +7,7 @@ The in-process :class:`conveyor.Scheduler` satisfies it directly; the ``http`` t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from ..scheduler.policy import TaskSpec, Work, WorkLeft
@@ -22,8 +22,14 @@ class SchedulerTransport(Protocol):
     def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
         """Register or update tasks for a worker."""
 
-    def get_work(self, worker_id: str, assistant: bool = False) -> Work | None:
-        """Hand out the best runnable task, marking it running, or None."""
+    def get_work(
+        self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
+    ) -> Work | None:
+        """Hand out the best runnable task, marking it running, or None.
+
+        ``running`` lists what the worker is running; a task the scheduler believes this worker
+        runs but it does not (a hand-out whose answer was lost) becomes pending again.
+        """
 
     def work_left(self, worker_id: str) -> WorkLeft:
         """Count what may still run for this worker."""

@@ -16,7 +16,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -133,9 +133,12 @@ class HttpTransport:
                 tasks=items[start : start + _BATCH],
             )
 
-    def get_work(self, worker_id: str, assistant: bool = False) -> Work | None:
+    def get_work(
+        self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
+    ) -> Work | None:
         """The next task for this worker, or None."""
-        work = self._post("get_work", worker_id=worker_id, assistant=assistant)["work"]
+        extra = {} if running is None else {"running": list(running)}
+        work = self._post("get_work", worker_id=worker_id, assistant=assistant, **extra)["work"]
         if work is None:
             return None
         return Work(work["task_id"], work["family"], work["module"], work["params"])
@@ -165,8 +168,14 @@ class HttpTransport:
         self._post("ping", worker_id=worker_id)
 
     def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
-        """Status of each task id."""
-        return dict(self._post("statuses", task_ids=list(task_ids))["statuses"])
+        """Status of each task id (asked ``_BATCH`` * 10 ids per request)."""
+        ids = list(task_ids)
+        out: dict[str, str] = {}
+        for start in range(0, len(ids), _BATCH * 10):
+            out.update(
+                self._post("statuses", task_ids=ids[start : start + _BATCH * 10])["statuses"]
+            )
+        return out
 
     def explanation(self, task_id: str) -> str:
         """The stored failure explanation."""
@@ -194,5 +203,4 @@ def _spec(spec: TaskSpec) -> dict[str, Any]:
         "runnable": spec.runnable,
         "retry_count": spec.retry_count,
         "explanation": spec.explanation,
-        "reset": spec.reset,
     }

@@ -40,6 +40,7 @@ from ..executors.base import (
     Note,
     Outcome,
 )
+from ..executors.channel import truncate
 from ..plugins import HookRelay, load_hook_plugins
 from ..scheduler import resolve_config
 from ..scheduler.policy import PENDING, Work
@@ -209,9 +210,12 @@ class Worker(GraphWalk):
             self._drain_inbox()
             if not self._outbox.flush():
                 if self._outbox.expired():
-                    log.error("gave up reporting to the scheduler", tasks=len(self._running))
-                    return
-                self._wait_for_message(self._outbox.seconds_to_retry())
+                    if not self._running:
+                        log.error("gave up reporting to the scheduler")
+                        return
+                    self._wait_for_message(None)  # running attempts finish; results wait too
+                else:
+                    self._wait_for_message(self._outbox.seconds_to_retry())
                 continue
             if self._draining:
                 if not self._running:
@@ -222,12 +226,17 @@ class Worker(GraphWalk):
                 self._wait_for_message(None)
                 continue
             try:
-                work = self._transport.get_work(self.id, self.settings.assistant)
+                work = self._transport.get_work(
+                    self.id, self.settings.assistant, tuple(self._running)
+                )
             except SchedulerUnavailable as exc:
                 log.error("scheduler unreachable; asking for no more work", error=str(exc))
-                if not self._running:
+                if self._running:
+                    self._wait_for_message(None)
+                elif self.settings.keep_alive:  # a long-running worker waits for it to return
+                    self._wait_for_message(self.settings.wait_interval)
+                else:
                     return
-                self._wait_for_message(None)
                 continue
             if work is not None:
                 self._start(work)
@@ -370,7 +379,7 @@ class Worker(GraphWalk):
             self._on_failure(node, outcome)
 
     def _on_failure(self, node: Node, outcome: Outcome) -> None:
-        node.error = outcome.error or outcome.kind
+        node.error = truncate(outcome.error or outcome.kind)
         reschedule = self._may_reschedule(node, outcome.missing)
         if not reschedule:
             self._outbox.send("task_failed", self.id, node.task_id, node.error)
@@ -449,6 +458,7 @@ class Worker(GraphWalk):
         """
         self._interrupted = self._interrupted or signal_name
         self._draining = True
+        log.warning("interrupted; stopping running tasks", signal=signal_name, hard=hard)
         for executor in (self._executor, self._isolator):
             stop = getattr(executor, "interrupt", None)
             if stop is not None:

@@ -45,7 +45,6 @@ class GraphWalk:
     _scheduled: int
     _transport: SchedulerTransport
     _outbox: Outbox
-    _rechecking: frozenset[str] = frozenset()  # ids a reschedule re-checks (may reopen DONE)
 
     # --- transitions ----------------------------------------------------------------------
 
@@ -80,7 +79,7 @@ class GraphWalk:
         return self._walk([task])
 
     def _walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
-        recheck_ids = self._rechecking = frozenset(recheck)
+        recheck_ids = frozenset(recheck)
         checks = self._checks()
         visited: set[str] = set()
         specs: list[TaskSpec] = []
@@ -101,7 +100,6 @@ class GraphWalk:
                     self._submit(dep, checks, visited, recheck_ids)
         finally:
             checks.close()
-            self._rechecking = frozenset()
         self._break_cycles(pending, specs)
         if self._running or self._outbox.pending:  # mid-run: must not be lost in an outage
             self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
@@ -157,7 +155,7 @@ class GraphWalk:
             dependencies=node.deps,
             dynamic=False,
         )
-        specs.append(self._spec(node, status, runnable, reset=node.task_id in self._rechecking))
+        specs.append(self._spec(node, status, runnable))
         pending.append(node.task_id)
         return deps
 
@@ -199,9 +197,7 @@ class GraphWalk:
         task = node.task
         return task.task_family, task.task_module, node.params
 
-    def _spec(
-        self, node: Node, status: str, runnable: bool, explanation: str = "", reset: bool = False
-    ) -> TaskSpec:
+    def _spec(self, node: Node, status: str, runnable: bool, explanation: str = "") -> TaskSpec:
         task = node.task
         return TaskSpec(
             node.task_id,
@@ -213,7 +209,6 @@ class GraphWalk:
             runnable=runnable,
             retry_count=task.retry_count,
             explanation=explanation,
-            reset=reset,
         )
 
 
