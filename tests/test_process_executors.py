@@ -33,6 +33,7 @@ import pytest
 
 import conveyor
 from conveyor.testing import RecordingPlugin
+from conveyor.testing.processes import wait_for
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
@@ -317,18 +318,6 @@ class AfterBlocking(Base):
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def read_pid(path: Path, timeout: float = 30) -> psutil.Process:

@@ -18,17 +18,16 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from conveyor.server.schema import ROUTES
+from conveyor.testing.processes import free_port, kill_marked, kill_tree, wait_for
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
@@ -103,25 +102,6 @@ class Root(conveyor.Task):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
 def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     """Our environment without CONVEYOR_* variables, ``directory`` on PYTHONPATH, the marker."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
@@ -129,34 +109,6 @@ def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     env[MARKER_VARIABLE] = marker
     env.update(extra)
     return env
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants, and wait for them to go."""
-    try:
-        root = psutil.Process(pid)
-        procs = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=10)
-
-
-def kill_marked(marker: str) -> None:
-    """SIGKILL every live process whose environment carries ``marker`` (orphans included)."""
-    found = []
-    for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.environ().get(MARKER_VARIABLE) == marker:
-                found.append(proc)
-    for proc in found:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(found, timeout=10)
 
 
 @dataclass
@@ -304,7 +256,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     marker = uuid.uuid4().hex
     monkeypatch.setenv(MARKER_VARIABLE, marker)  # run_cli's children carry it too
     yield marker
-    kill_marked(marker)
+    kill_marked(MARKER_VARIABLE, marker)
 
 
 @pytest.fixture(scope="module")
@@ -318,7 +270,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         server.kill()
-        kill_marked(server.marker)
+        kill_marked(MARKER_VARIABLE, server.marker)
 
 
 @pytest.fixture
@@ -782,7 +734,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         server.kill()
-        kill_marked(server.marker)
+        kill_marked(MARKER_VARIABLE, server.marker)
 
 
 def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:

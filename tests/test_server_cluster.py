@@ -19,7 +19,6 @@ import importlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,11 +27,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 import conveyor
 from conveyor.scheduler import TaskSpec
+from conveyor.testing.processes import free_port, kill_marked, kill_tree, wait_for
 from conveyor.transports.http import HttpTransport
 
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
@@ -162,25 +161,6 @@ class Evil(conveyor.Task):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
 def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     """Our environment without CONVEYOR_* variables, ``directory`` on PYTHONPATH, the marker."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
@@ -188,34 +168,6 @@ def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     env[MARKER_VARIABLE] = marker
     env.update(extra)
     return env
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants, and wait for them to go."""
-    try:
-        root = psutil.Process(pid)
-        procs = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=10)
-
-
-def kill_marked(marker: str) -> None:
-    """SIGKILL every live process whose environment carries ``marker`` (orphans included)."""
-    found = []
-    for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.environ().get(MARKER_VARIABLE) == marker:
-                found.append(proc)
-    for proc in found:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(found, timeout=10)
 
 
 def read(path: Path) -> str:
@@ -392,7 +344,7 @@ def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     value = uuid.uuid4().hex
     monkeypatch.setenv(MARKER_VARIABLE, value)
     yield value
-    kill_marked(value)
+    kill_marked(MARKER_VARIABLE, value)
 
 
 @pytest.fixture
