@@ -542,3 +542,27 @@ def test_many_blocked_tasks_do_not_slow_down_unrelated_ones(
     core.add_tasks("w", specs("free-1", "free-2", "free-3"))
     spent = _ops_per_call(counting, [lambda: core.get_work("w") for _ in range(4)])
     assert max(spent) <= 3
+
+
+class _CountingDict(dict[str, Any]):
+    """A dict that counts item look-ups (to check an operation does not touch every task)."""
+
+    lookups = 0
+
+    def __getitem__(self, key: str) -> Any:
+        type(self).lookups += 1
+        return super().__getitem__(key)
+
+
+def test_get_work_with_a_running_list_does_not_scan_the_workers_tasks() -> None:
+    """get_work(running=...) touches a bounded number of records, not all 20,000 of the worker's."""
+    core = SchedulerCore(clock=FakeClock())
+    core.add_tasks("w", [TaskSpec(f"t{i}", deps=(f"t{i + 1}",)) for i in range(20_000)])
+    core.add_tasks("w", [TaskSpec("t20000")])
+    assert core.get_work("w", running=()) is not None  # t20000, the end of the chain
+    core._tasks = _CountingDict(core._tasks)
+    _CountingDict.lookups = 0
+    core.task_done("w", "t20000")
+    work = core.get_work("w", running=())
+    assert work is not None and work.task_id == "t19999"
+    assert _CountingDict.lookups < 50

@@ -144,6 +144,7 @@ class SchedulerCore:
         self._workers: dict[str, float] = {}
         self._assistants: set[str] = set()
         self._by_worker: dict[str, set[str]] = {}
+        self._running_on: dict[str, set[str]] = {}  # worker id -> ids of its RUNNING tasks
         self._next_prune = 0.0
         self._dirty: set[str] | None = None  # changed task ids, when persistence is on
         self._dirty_workers: set[str] = set()
@@ -284,7 +285,7 @@ class SchedulerCore:
         with self._lock:
             now = self._seen(worker_id, assistant)
             self._wake(now)
-            if running is not None:
+            if running is not None and self._running_on.get(worker_id):
                 self._reclaim(worker_id, set(running))
             for key in (worker_id, _ASSISTANTS) if assistant else (worker_id,):
                 work = self._pop(key, worker_id)
@@ -293,9 +294,9 @@ class SchedulerCore:
             return None
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
-        for task_id in self._by_worker.get(worker_id, ()):
-            rec = self._tasks[task_id]
-            if rec.status == RUNNING and rec.worker == worker_id and task_id not in running:
+        for task_id in list(self._running_on.get(worker_id, ())):
+            if task_id not in running:
+                rec = self._tasks[task_id]
                 self._release(rec)
                 self._set_status(rec, PENDING)
 
@@ -324,10 +325,13 @@ class SchedulerCore:
         for name, amount in rec.resources.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
+        self._running_on.setdefault(worker_id, set()).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)
 
     def _release(self, rec: TaskRecord) -> None:
+        if rec.worker is not None:
+            self._running_on.get(rec.worker, set()).discard(rec.task_id)
         rec.worker = None
         for name, amount in rec.resources.items():
             self._used[name] -= amount
@@ -396,6 +400,8 @@ class SchedulerCore:
         if rec.status == RUNNING:
             for name, amount in rec.resources.items():
                 self._used[name] = self._used.get(name, 0) + amount
+            if rec.worker is not None:
+                self._running_on.setdefault(rec.worker, set()).add(rec.task_id)
         if rec.status in (FAILED, DISABLED) and rec.wake_at:
             heapq.heappush(self._wakeups, (rec.wake_at, rec.task_id))
 
@@ -462,11 +468,10 @@ class SchedulerCore:
         for worker_id in silent:
             del self._workers[worker_id]
             self._assistants.discard(worker_id)
-            for task_id in self._by_worker.get(worker_id, ()):
+            for task_id in list(self._running_on.get(worker_id, ())):
                 rec = self._tasks[task_id]
-                if rec.status == RUNNING and rec.worker == worker_id:
-                    self._release(rec)
-                    self._fail(rec, f"worker {worker_id} stopped responding", now)
+                self._release(rec)
+                self._fail(rec, f"worker {worker_id} stopped responding", now)
 
     # --- annotations ----------------------------------------------------------------------
 
