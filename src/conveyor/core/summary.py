@@ -103,7 +103,7 @@ def _family_lines(ids: Sequence[str], facts: SummaryFacts) -> list[str]:
     by_family = Counter(facts.families[t] for t in ids)
     lines = []
     for family, count in sorted(by_family.items()):
-        members = [t for t in ids if facts.families[t] == family][:_SHOWN_PER_FAMILY]
+        members = sorted(t for t in ids if facts.families[t] == family)[:_SHOWN_PER_FAMILY]
         shown = ", ".join(facts.label(t) for t in members)
         more = f" ... and {count - _SHOWN_PER_FAMILY} more" if count > _SHOWN_PER_FAMILY else ""
         lines.append(f"    - {count} {family}: {shown}{more}")
