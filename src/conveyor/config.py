@@ -35,13 +35,14 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import date, datetime, time
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
+from . import secrets
 from .errors import ConfigError
+from .tomlwriter import dumps, toml_value
 
 __all__ = [
     "BACKEND_GROUPS",
@@ -69,8 +70,6 @@ BACKEND_GROUPS = ("executors", "notifiers", "state_stores")
 
 _ENV_PREFIX = "CONVEYOR_"
 _OVERRIDES = "overrides"
-_REDACTED = "***"
-_SECRET_WORDS = ("password", "secret", "token", "key")
 _UNSET: Any = object()
 _ZERO: dict[str, Any] = {
     "int": 0,
@@ -131,7 +130,7 @@ def _num(value: float) -> str:
 
 
 def _choices_text(f: Field) -> str:
-    return ", ".join(_toml_value(c) for c in f.choices)
+    return ", ".join(toml_value(c) for c in f.choices)
 
 
 def _describe_str(f: Field) -> str:
@@ -222,7 +221,7 @@ def _to_str_list(f: Field, value: Any) -> tuple[str, ...]:
     items = tuple(v.lower() if f.casefold else v for v in value)
     bad = [v for v in items if f.choices and v not in f.choices]
     if bad:
-        raise _Invalid(f"contains {_toml_value(bad[0])}, which is not allowed")
+        raise _Invalid(f"contains {toml_value(bad[0])}, which is not allowed")
     _extra_check(f, items)
     return items
 
@@ -279,10 +278,10 @@ def _env_hint(f: Field, value: Any, source: str) -> str:
 
 def _render(key: str, value: Any) -> str:
     """A value as it would be written in TOML, shortened, and hidden for secret keys."""
-    if _is_secret_key(key) and not isinstance(value, bool):
-        return _REDACTED
+    if secrets.is_secret_setting(key) and not isinstance(value, bool):
+        return secrets.REDACTED
     try:
-        text = _toml_value(value)
+        text = toml_value(value)
     except TypeError:
         text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -898,11 +897,9 @@ def to_toml(config: Config, *, redact: bool = True) -> str:
     """
     document = _document(config)
     if redact:
-        document = {k: _redacted(k, v) for k, v in document.items()}
-    origin = _toml_value(config.source) if config.source else "none (defaults and environment)"
-    lines = ["# effective conveyor configuration; file: " + origin]
-    _emit_table(lines, (), document)
-    return "\n".join(lines) + "\n"
+        document = {k: secrets.redact(k, v) for k, v in document.items()}
+    origin = toml_value(config.source) if config.source else "none (defaults and environment)"
+    return dumps(document, header="effective conveyor configuration; file: " + origin)
 
 
 def _document(config: Config) -> dict[str, Any]:
@@ -918,90 +915,3 @@ def _document(config: Config) -> dict[str, Any]:
         if config.backends.get(group):
             document[group] = config.backends[group]
     return document
-
-
-def _is_secret_key(key: str) -> bool:
-    lowered = key.lower()
-    if lowered.endswith(("_file", "_path")):
-        return False
-    return any(word in lowered for word in _SECRET_WORDS)
-
-
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
-_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
-_SLACK_HOOK = re.compile(r"(?i)(https?://hooks\.slack\.com/services/)[^\s\"'<>]+")
-
-
-def _redact_text(text: str) -> str:
-    text = _USERINFO.sub(rf"\1{_REDACTED}@", text)
-    text = _SECRET_QUERY.sub(rf"\1{_REDACTED}", text)
-    return _SLACK_HOOK.sub(rf"\1{_REDACTED}", text)
-
-
-def _redacted(key: str, value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _redacted(k, v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redacted(key, v) for v in value]
-    if _is_secret_key(key) and not isinstance(value, bool) and value not in ("", None):
-        return _REDACTED
-    return _redact_text(value) if isinstance(value, str) else value
-
-
-def _emit_table(lines: list[str], path: tuple[str, ...], table: Mapping[str, Any]) -> None:
-    scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
-    tables = {k: v for k, v in table.items() if isinstance(v, Mapping)}
-    if path and (scalars or not tables):
-        lines += ["", "[" + ".".join(_toml_key(p) for p in path) + "]"]
-    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()]
-    for key, sub in tables.items():
-        _emit_table(lines, (*path, key), sub)
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
-_ESCAPES["\r"] = "\\r"
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else _toml_str(key)
-
-
-def _toml_str(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _toml_float(number: float) -> str:
-    if math.isnan(number):
-        return "nan"
-    if math.isinf(number):
-        return "inf" if number > 0 else "-inf"
-    return repr(number)
-
-
-def _toml_value(value: Any) -> str:
-    """One value as TOML: str, int, float, bool, date/time, list (array), mapping (inline)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _toml_float(value)
-    if isinstance(value, str):
-        return _toml_str(value)
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        items = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items())
-        return "{" + items + "}"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from .errors import ParameterError, TaskDefinitionError, TaskLoadError
 from .parameters import Parameter
+from .secrets import REDACTED, is_secret_name
 from .targets import Target
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "load_task_class",
 ]
 
-_SECRET_WORDS = ("password", "secret", "token", "key")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _ID_MAX = 128
 _HASH_LEN = 10
@@ -39,12 +39,6 @@ _REGISTRY: dict[tuple[str, str], type[Task]] = {}
 
 #: Called with (kind, value) by ``set_status_message`` and friends while an attempt runs.
 Reporter = Callable[[str, object], None]
-
-
-def is_secret_name(name: str) -> bool:
-    """True if a parameter or setting name marks a secret (password, secret, token, key)."""
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
 
 
 def flatten(struct: object) -> list[Any]:
@@ -147,7 +141,7 @@ class Task:
     def _unknown(self, name: str, value: object) -> None:
         family = self._family
         expected = ", ".join(sorted(self._param_names)) or "none"
-        shown = "***" if is_secret_name(name) else repr(value)
+        shown = REDACTED if is_secret_name(name) else repr(value)
         raise ParameterError(
             f"{family}: unknown parameter {name!r} (= {shown}); expected one of: {expected}",
             task=family,
@@ -213,7 +207,7 @@ class Task:
     def __repr__(self) -> str:
         """``Family(param=value, ...)`` with secret-named values hidden."""
         shown = ", ".join(
-            f"{name}={'***' if is_secret_name(name) else value}"
+            f"{name}={REDACTED if is_secret_name(name) else value}"
             for name, value in self._significant_str_params().items()
         )
         return f"{self.task_family}({shown})"
@@ -314,7 +308,7 @@ def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any
     except ValueError as exc:
         # the parameter's own message repeats the value: leave it out for secrets
         detail = f"expected {param.type_name}" if is_secret_name(name) else str(exc)
-        shown = "***" if is_secret_name(name) else repr(value)
+        shown = REDACTED if is_secret_name(name) else repr(value)
         raise ParameterError(
             f"{family}: parameter {name!r} = {shown}: {detail}",
             task=family,

@@ -1,0 +1,59 @@
+"""Recognising and hiding secrets: in parameter and setting names, URLs and free text.
+
+A name is secret when it contains password, secret, token or key. Values of such names, the
+``user:pass@`` part of URLs, secret-named URL query values and the path of Slack webhook URLs
+are replaced by ``***`` wherever conveyor shows them to people (``conveyor config``, task
+labels, and — later — notifier messages).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "REDACTED",
+    "SECRET_WORDS",
+    "is_secret_name",
+    "is_secret_setting",
+    "redact",
+    "redact_text",
+]
+
+REDACTED = "***"
+SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+def is_secret_name(name: str) -> bool:
+    """True if a parameter or setting name marks a secret (password, secret, token, key)."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_WORDS)
+
+
+def is_secret_setting(key: str) -> bool:
+    """Like :func:`is_secret_name`, except ``*_file`` / ``*_path`` keys, which hold paths."""
+    return not key.lower().endswith(("_file", "_path")) and is_secret_name(key)
+
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
+_SLACK_HOOK = re.compile(r"(?i)(https?://hooks\.slack\.com/services/)[^\s\"'<>]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with credentials in URLs, secret query values and Slack webhook paths hidden."""
+    text = _USERINFO.sub(rf"\1{REDACTED}@", text)
+    text = _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+    return _SLACK_HOOK.sub(rf"\1{REDACTED}", text)
+
+
+def redact(key: str, value: Any) -> Any:
+    """``value`` (of setting ``key``; mappings and lists walked) with its secrets hidden."""
+    if isinstance(value, Mapping):
+        return {k: redact(k, v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(key, v) for v in value]
+    if is_secret_setting(key) and not isinstance(value, bool) and value not in ("", None):
+        return REDACTED
+    return redact_text(value) if isinstance(value, str) else value
