@@ -183,8 +183,7 @@ class SchedulerCore:
         status = spec.status
         if status == PENDING and rec.status in (RUNNING, DISABLED, FAILED):
             if rec.status == RUNNING and rec.worker == worker_id:
-                self._release(rec)  # dynamic dependencies: the attempt ended, back to pending
-                self._set_status(rec, PENDING)
+                self._set_status(rec, PENDING)  # dynamic dependencies: the attempt ended
             return
         if status == PENDING and rec.status == DONE and not spec.runnable:
             return  # an external task seen incomplete does not undo a success
@@ -241,6 +240,8 @@ class SchedulerCore:
             return
         self._touch(rec)
         rec.status = status
+        if old == RUNNING:
+            self._release(rec)  # leaving RUNNING, however: free its worker slot and resources
         if old == DONE:
             for dep_id in rec.dependents:
                 self._tasks[dep_id].unmet += 1
@@ -296,9 +297,7 @@ class SchedulerCore:
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
         for task_id in list(self._running_on.get(worker_id, ())):
             if task_id not in running:
-                rec = self._tasks[task_id]
-                self._release(rec)
-                self._set_status(rec, PENDING)
+                self._set_status(self._tasks[task_id], PENDING)
 
     def _pop(self, key: str, worker_id: str) -> Work | None:
         heap = self._heaps.get(key)
@@ -414,8 +413,6 @@ class SchedulerCore:
             rec = self._tasks.get(task_id)
             if rec is None:
                 return
-            if rec.status == RUNNING:
-                self._release(rec)
             rec.failures = None
             self._set_status(rec, DONE)
 
@@ -426,8 +423,6 @@ class SchedulerCore:
             rec = self._tasks.get(task_id)
             if rec is None:
                 return UNKNOWN
-            if rec.status == RUNNING:
-                self._release(rec)
             return self._fail(rec, explanation, now)
 
     def _fail(self, rec: TaskRecord, explanation: str, now: float) -> str:
@@ -469,9 +464,7 @@ class SchedulerCore:
             del self._workers[worker_id]
             self._assistants.discard(worker_id)
             for task_id in list(self._running_on.get(worker_id, ())):
-                rec = self._tasks[task_id]
-                self._release(rec)
-                self._fail(rec, f"worker {worker_id} stopped responding", now)
+                self._fail(self._tasks[task_id], f"worker {worker_id} stopped responding", now)
 
     # --- annotations ----------------------------------------------------------------------
 

@@ -286,16 +286,17 @@ class Worker(GraphWalk):
         node = self._graph.get(work.task_id) or self._adopt(work)
         if node is None:
             return
+        if node.state in (TaskState.DONE, TaskState.COMPLETE):
+            # reopened since this worker saw it complete (another worker found it incomplete):
+            # check again; the walk registers DONE, or PENDING to be handed out and run again
+            self._walk([node.task], recheck=(node.task_id,))
+            return
         if node.state not in (TaskState.PENDING, TaskState.FAILED):
-            # handed out again though this worker already has it (e.g. a stale registration
-            # by another worker reopened it): say so instead of running it twice
             log.warning(
-                "scheduler handed out a task this worker already has",
+                "scheduler handed out a task in an unexpected state",
                 task_id=node.task_id,
                 state=node.state.name,
             )
-            if node.state in (TaskState.DONE, TaskState.COMPLETE):
-                self._outbox.send("task_done", self.id, node.task_id)
             return
         node.attempts += 1
         timeout = self._timeout_of(node.task)
