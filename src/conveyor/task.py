@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from .errors import ParameterError, TaskDefinitionError, TaskLoadError
@@ -371,11 +370,6 @@ def _outputs_of(struct: object) -> Any:
     return struct
 
 
-def is_generator_run(task: Task) -> bool:
-    """True when the task's run() is a generator function (it may yield dependencies)."""
-    return inspect.isgeneratorfunction(type(task).run)
-
-
 def load_task_class(module: str, family: str) -> type[Task]:
     """Import ``module`` and return its task class of ``family``; TaskLoadError if impossible."""
     found = _REGISTRY.get((module, family))
@@ -395,8 +389,3 @@ def load_task_class(module: str, family: str) -> type[Task]:
             f"module {module!r} has no task family {family!r}; tasks defined there: {hint}"
         )
     return found
-
-
-def iter_registered(module: str) -> Iterator[type[Task]]:
-    """Task classes registered from ``module`` (used for CLI help)."""
-    return (cls for (mod, _), cls in _REGISTRY.items() if mod == module)

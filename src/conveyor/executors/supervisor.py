@@ -107,11 +107,6 @@ class Supervisor:
             self._terminate(child, hard)
         self._wake()
 
-    def running(self) -> int:
-        """How many attempt processes are alive."""
-        with self._lock:
-            return len(self._children)
-
     def close(self) -> None:
         """Wait for every child to be reaped, then stop the thread and release descriptors."""
         with self._lock:
