@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +25,12 @@ from typing import Any
 import pytest
 
 from conveyor.server.schema import ROUTES
-from conveyor.testing.processes import free_port, kill_marked, kill_tree, wait_for
+from conveyor.testing.processes import (
+    SchedulerProcess,
+    free_port,
+    kill_marked,
+)
+from conveyor.testing.processes import child_env as processes_env
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
@@ -104,11 +107,7 @@ class Root(conveyor.Task):
 
 def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     """Our environment without CONVEYOR_* variables, ``directory`` on PYTHONPATH, the marker."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), env.get("PYTHONPATH")) if p)
-    env[MARKER_VARIABLE] = marker
-    env.update(extra)
-    return env
+    return processes_env(directory, MARKER_VARIABLE, marker, **extra)
 
 
 @dataclass
@@ -135,68 +134,13 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
-class Server:
+class Server(SchedulerProcess):
     """One ``conveyor scheduler`` subprocess on a loopback port; restartable on the same state."""
 
     def __init__(self, directory: Path, config: Path, marker: str, port: int = 0) -> None:
         """Describe the server; nothing is started yet."""
-        self.directory = directory
-        self.config = config
+        super().__init__(directory, config, child_env(directory, marker), port)
         self.marker = marker
-        self.port = port or free_port()
-        self.state = directory / "state.db"
-        self.stdout = directory / "server.stdout"
-        self.stderr = directory / "server.stderr"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """The server's base URL."""
-        return f"http://{LOOPBACK}:{self.port}"
-
-    def start(self, timeout: float = 30) -> None:
-        """Start the server and wait (bounded) until ``GET /health`` answers 200."""
-        args = ["--port", str(self.port), "--state-path", str(self.state)]
-        with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "conveyor",
-                    "scheduler",
-                    *args,
-                    "--config",
-                    str(self.config),
-                ],
-                cwd=self.directory,
-                env=child_env(self.directory, self.marker),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        proc = self.proc
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"the server exited with {proc.returncode} at start-up: {self.output()}"
-                )
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                return self.request("GET", "/health", token=None).status == 200
-            return False
-
-        wait_for(healthy, timeout, f"the server on port {self.port} to answer /health")
-
-    def kill(self) -> None:
-        """SIGKILL the server (like ``kill -9``) and reap it."""
-        if self.proc is not None:
-            kill_tree(self.proc.pid)
-            self.proc.wait(timeout=10)
-
-    def output(self) -> str:
-        """Everything the server printed so far, stdout then stderr."""
-        read = lambda p: p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""  # noqa: E731
-        return read(self.stdout) + read(self.stderr)
 
     def request(
         self,

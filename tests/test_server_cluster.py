@@ -31,7 +31,13 @@ import pytest
 
 import conveyor
 from conveyor.scheduler import TaskSpec
-from conveyor.testing.processes import free_port, kill_marked, kill_tree, wait_for
+from conveyor.testing.processes import (
+    SchedulerProcess,
+    kill_marked,
+    kill_tree,
+    wait_for,
+)
+from conveyor.testing.processes import child_env as processes_env
 from conveyor.transports.http import HttpTransport
 
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
@@ -163,11 +169,7 @@ class Evil(conveyor.Task):
 
 def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     """Our environment without CONVEYOR_* variables, ``directory`` on PYTHONPATH, the marker."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), env.get("PYTHONPATH")) if p)
-    env[MARKER_VARIABLE] = marker
-    env.update(extra)
-    return env
+    return processes_env(directory, MARKER_VARIABLE, marker, **extra)
 
 
 def read(path: Path) -> str:
@@ -175,65 +177,13 @@ def read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
 
-class Server:
+class Server(SchedulerProcess):
     """One ``conveyor scheduler`` subprocess on a loopback port; restartable on the same state."""
 
     def __init__(self, directory: Path, config: Path, marker: str) -> None:
         """Describe the server; nothing is started yet."""
-        self.directory = directory
-        self.config = config
+        super().__init__(directory, config, child_env(directory, marker))
         self.marker = marker
-        self.port = free_port()
-        self.state = directory / "state.db"
-        self.stdout = directory / "server.stdout"
-        self.stderr = directory / "server.stderr"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """The server's base URL."""
-        return f"http://{LOOPBACK}:{self.port}"
-
-    def start(self, timeout: float = 30) -> None:
-        """Start the server and wait (bounded) until ``GET /health`` answers 200."""
-        args = ["--port", str(self.port), "--state-path", str(self.state)]
-        with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "conveyor",
-                    "scheduler",
-                    *args,
-                    "--config",
-                    str(self.config),
-                ],
-                cwd=self.directory,
-                env=child_env(self.directory, self.marker),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        proc = self.proc
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"the server exited with {proc.returncode}: {self.output()}")
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                return self.request("GET", "/health", auth=False)[0] == 200
-            return False
-
-        wait_for(healthy, timeout, f"the server on port {self.port} to answer /health")
-
-    def kill(self) -> None:
-        """SIGKILL the server (``kill -9``) and reap it."""
-        if self.proc is not None:
-            kill_tree(self.proc.pid)
-            self.proc.wait(timeout=10)
-
-    def output(self) -> str:
-        """Everything the server printed so far."""
-        return read(self.stdout) + read(self.stderr)
 
     def request(
         self, method: str, path: str, body: Any = None, *, auth: bool = True

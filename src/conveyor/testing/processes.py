@@ -9,13 +9,25 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
 
-__all__ = ["free_port", "kill_marked", "kill_tree", "marked", "wait_for"]
+__all__ = [
+    "SchedulerProcess",
+    "child_env",
+    "free_port",
+    "kill_marked",
+    "kill_tree",
+    "marked",
+    "wait_for",
+]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -69,3 +81,85 @@ def kill_marked(variable: str, value: str) -> None:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(found, timeout=10)
+
+
+def child_env(directory: Path, variable: str, marker: str, **extra: str) -> dict[str, str]:
+    """This process's environment without ``CONVEYOR_*`` variables, with ``directory`` first on
+    ``PYTHONPATH`` and ``variable=marker`` set (so the child can be found and killed later)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), env.get("PYTHONPATH")) if p)
+    env[variable] = marker
+    env.update(extra)
+    return env
+
+
+class SchedulerProcess:
+    """A real ``conveyor scheduler`` subprocess on a free loopback port, for tests.
+
+    Its state file, stdout and stderr live in ``directory``; it can be killed (``kill -9``) and
+    started again on the same port and state. Subclass it to add request helpers.
+    """
+
+    def __init__(self, directory: Path, config: Path, env: dict[str, str], port: int = 0) -> None:
+        """Describe the server; nothing is started yet."""
+        self.directory = directory
+        self.config = config
+        self.env = env
+        self.port = port or free_port()
+        self.state = directory / "state.db"
+        self.stdout = directory / "server.stdout"
+        self.stderr = directory / "server.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> None:
+        """Start the server and wait (bounded) until ``GET /health`` answers 200."""
+        args = ["--port", str(self.port), "--state-path", str(self.state)]
+        with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "conveyor",
+                    "scheduler",
+                    *args,
+                    "--config",
+                    str(self.config),
+                ],
+                cwd=self.directory,
+                env=self.env,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"the server exited with {proc.returncode} at start-up: {self.output()}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as answer:
+                    return bool(answer.status == 200)
+            except OSError:
+                return False
+
+        wait_for(healthy, timeout, f"the server on port {self.port} to answer /health")
+
+    def kill(self) -> None:
+        """SIGKILL the server (like ``kill -9``) and reap it."""
+        if self.proc is not None:
+            kill_tree(self.proc.pid)
+            self.proc.wait(timeout=10)
+
+    def output(self) -> str:
+        """Everything the server printed so far, stdout then stderr."""
+        return "".join(
+            p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""
+            for p in (self.stdout, self.stderr)
+        )
