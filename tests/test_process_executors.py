@@ -195,7 +195,8 @@ class SpawnsTree(Base):
 
 
 class TermNoticer(Base):
-    """Times out after 3 s; on SIGTERM it writes ``got-term`` and keeps sleeping."""
+    """Times out after 3 s; on SIGTERM it writes ``got-term`` and lives on until AfterGrace is
+    done (bounded), so the grace period provably overlaps AfterGrace whatever the load."""
 
     worker_timeout = 3
 
@@ -204,8 +205,9 @@ class TermNoticer(Base):
             put(self.path("got-term"), repr(time.time()))
 
         signal.signal(signal.SIGTERM, noticed)
-        time.sleep(30)
-        self.finish()
+        deadline = time.time() + 60
+        while not os.path.exists(self.path("AfterGrace-0.out")) and time.time() < deadline:
+            time.sleep(0.05)
 
 
 class WaitsForTerm(Base):
@@ -746,7 +748,7 @@ def test_worker_keeps_scheduling_during_the_kill_grace_period(
         tmp_path,
         executor=executor,
         workers=2,
-        kill_grace=4,
+        kill_grace=60,  # an upper bound only: TermNoticer ends itself once AfterGrace is done
     )
     [timed_out] = rec.events("task_timed_out", noticer.task_id)
     [succeeded] = rec.events("task_succeeded", after.task_id)
