@@ -75,25 +75,44 @@ def _left(left: WorkLeft) -> dict[str, Any]:
     }
 
 
+_OK = {"ok": True}
+
+
 def _handlers(service: SchedulerService) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    """Each worker-facing route: validated body in, JSON-able answer out."""
     core, call = service.core, service.call
+
+    def add_tasks(b: dict[str, Any]) -> Any:
+        call(core.add_tasks, b["worker_id"], parse_specs(b["tasks"]), b.get("assistant", False))
+        return _OK
+
+    def get_work(b: dict[str, Any]) -> Any:
+        running = b.get("running")
+        return _work(call(core.get_work, b["worker_id"], b.get("assistant", False), running))
+
+    def task_done(b: dict[str, Any]) -> Any:
+        call(core.task_done, b["worker_id"], b["task_id"])
+        return _OK
+
+    def task_failed(b: dict[str, Any]) -> Any:
+        return {"status": call(core.task_failed, b["worker_id"], b["task_id"], b["explanation"])}
+
+    def annotate(b: dict[str, Any]) -> Any:
+        call(core.annotate, b["task_id"], b["kind"], b["value"])
+        return _OK
+
+    def ping(b: dict[str, Any]) -> Any:
+        call(core.ping, b["worker_id"])
+        return _OK
+
     return {
-        "add_tasks": lambda b: (
-            call(core.add_tasks, b["worker_id"], parse_specs(b["tasks"]), b.get("assistant", False))
-            or {"ok": True}
-        ),
-        "get_work": lambda b: _work(
-            call(core.get_work, b["worker_id"], b.get("assistant", False), b.get("running"))
-        ),
+        "add_tasks": add_tasks,
+        "get_work": get_work,
         "work_left": lambda b: _left(call(core.work_left, b["worker_id"])),
-        "task_done": lambda b: call(core.task_done, b["worker_id"], b["task_id"]) or {"ok": True},
-        "task_failed": lambda b: {
-            "status": call(core.task_failed, b["worker_id"], b["task_id"], b["explanation"])
-        },
-        "annotate": lambda b: (
-            call(core.annotate, b["task_id"], b["kind"], b["value"]) or {"ok": True}
-        ),
-        "ping": lambda b: call(core.ping, b["worker_id"]) or {"ok": True},
+        "task_done": task_done,
+        "task_failed": task_failed,
+        "annotate": annotate,
+        "ping": ping,
         "statuses": lambda b: {"statuses": call(core.statuses, b["task_ids"])},
         "explanation": lambda b: {"explanation": core.explanation(b["task_id"])},
     }
