@@ -43,8 +43,7 @@ def main() -> int:
         return 0
     request = AttemptRequest(task, spec["task_id"], spec["attempt"], 0.0, spec["check_complete"])
     run_in_child(request, spec["msg_fd"])
-    os.close(spec["msg_fd"])
-    return 0
+    os._exit(0)  # like a forked child: threads the task left behind must not keep it alive
 
 
 if __name__ == "__main__":

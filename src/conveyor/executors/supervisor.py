@@ -61,7 +61,7 @@ class Supervisor:
     def __init__(self, kill_grace: float) -> None:
         """Create an idle supervisor; its thread starts with the first child."""
         self.kill_grace = kill_grace
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by a signal handler on the loop thread
         self._children: dict[int, Child] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -171,6 +171,8 @@ class Supervisor:
             message = decode(line, child.task_id)
             if isinstance(message, Outcome):
                 child.outcome = message
+                if child.kill_at is None:  # it should exit now; if it lingers, end it
+                    child.kill_at = time.monotonic() + self.kill_grace
             else:
                 child.sink(message)
 
@@ -213,20 +215,21 @@ class Supervisor:
             signal_tree(child.pid, signal.SIGTERM, child.tree)
 
     def _poll_exit(self, child: Child) -> None:
+        """Where pidfds are missing: has the child exited? (It stays a zombie until reaped.)"""
         with contextlib.suppress(ChildProcessError):
-            pid, _ = os.waitpid(child.pid, os.WNOHANG)
-            if pid == 0:
+            if os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
                 return
-        self._reap(child, waited=True)
+        self._reap(child)
 
-    def _reap(self, child: Child, waited: bool = False) -> None:
+    def _reap(self, child: Child) -> None:
         """The child exited: collect its status and last messages, clean up, report."""
+        # kill what is left of the attempt while the exited child (a zombie) still holds its
+        # pid and process group, so a recycled pid can never be hit
+        signal_tree(child.pid, signal.SIGKILL, child.tree)
         status = None
-        if not waited:
-            with contextlib.suppress(ChildProcessError):
-                _, status = os.waitpid(child.pid, 0)
+        with contextlib.suppress(ChildProcessError):
+            _, status = os.waitpid(child.pid, 0)
         self._drain(child)
-        signal_tree(child.pid, signal.SIGKILL, child.tree)  # nothing of the attempt outlives it
         self._forget(child)
         if child.popen is not None:
             child.popen.returncode = _exit_code(status)

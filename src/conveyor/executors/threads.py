@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 from .attempt import run_attempt
-from .base import AttemptRequest, ExecutorContext, Sink
+from .base import FAILED, AttemptRequest, ExecutorContext, Outcome, Sink
 
 __all__ = ["ThreadExecutor"]
 
@@ -34,4 +34,13 @@ class ThreadExecutor:
 
 
 def _run_and_report(request: AttemptRequest, sink: Sink) -> None:
-    sink(run_attempt(request, sink))
+    try:
+        outcome = run_attempt(request, sink)
+    except BaseException as exc:  # SystemExit & co. from run(): the worker must still hear of it
+        outcome = Outcome(
+            request.task_id,
+            FAILED,
+            error=f"run() raised {type(exc).__name__}: {exc}",
+            exception_type=type(exc).__name__,
+        )
+    sink(outcome)

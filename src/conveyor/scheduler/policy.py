@@ -107,6 +107,7 @@ class TaskRecord:
     progress: float | None = None
     tracking_url: str = ""
     registered: bool = False
+    held: Mapping[str, int] = field(default_factory=dict)  # resources taken while RUNNING
 
 
 _Entry = tuple[int, int, str]
@@ -181,6 +182,8 @@ class SchedulerCore:
 
     def _apply_status(self, rec: TaskRecord, spec: TaskSpec, worker_id: str) -> None:
         status = spec.status
+        if status in (RUNNING, FAILED):
+            return  # only get_work starts a task and only task_failed fails one
         if status == PENDING and rec.status in (RUNNING, DISABLED, FAILED):
             if rec.status == RUNNING and rec.worker == worker_id:
                 self._set_status(rec, PENDING)  # dynamic dependencies: the attempt ended
@@ -321,7 +324,8 @@ class SchedulerCore:
         return None
 
     def _take(self, rec: TaskRecord, worker_id: str) -> None:
-        for name, amount in rec.resources.items():
+        rec.held = rec.resources
+        for name, amount in rec.held.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
         self._running_on.setdefault(worker_id, set()).add(rec.task_id)
@@ -332,7 +336,8 @@ class SchedulerCore:
         if rec.worker is not None:
             self._running_on.get(rec.worker, set()).discard(rec.task_id)
         rec.worker = None
-        for name, amount in rec.resources.items():
+        held, rec.held = rec.held, {}
+        for name, amount in held.items():
             self._used[name] -= amount
             self._unpark(name, amount)
 
@@ -343,12 +348,15 @@ class SchedulerCore:
         are dropped on the way), so a long queue behind a resource costs O(log n) per task.
         """
         parked = self._parked.get(name)
+        offered: set[str] = set()
         while parked and freed > 0:
-            entry, key = heapq.heappop(parked)
+            entry, _key = heapq.heappop(parked)
             rec = self._tasks[entry[2]]
-            if rec.status == PENDING and not rec.unmet and -entry[0] == rec.priority:
-                heapq.heappush(self._heaps.setdefault(key, []), entry)
-                freed -= 1
+            ready = rec.status == PENDING and not rec.unmet and -entry[0] == rec.priority
+            if ready and rec.task_id not in offered:
+                offered.add(rec.task_id)
+                self._offer(rec)  # to every worker that may run it, not only the one that parked it
+                freed -= rec.resources.get(name, 1) or 1
 
     # --- persistence (used by the central server) -----------------------------------------
 
@@ -397,7 +405,8 @@ class SchedulerCore:
         for worker_id in rec.stakeholders:
             self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
         if rec.status == RUNNING:
-            for name, amount in rec.resources.items():
+            rec.held = rec.resources
+            for name, amount in rec.held.items():
                 self._used[name] = self._used.get(name, 0) + amount
             if rec.worker is not None:
                 self._running_on.setdefault(rec.worker, set()).add(rec.task_id)

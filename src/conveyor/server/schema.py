@@ -11,6 +11,8 @@ from typing import Any
 
 from ..scheduler.policy import STATUSES, TaskSpec
 
+_SPEC_STATUSES = ("PENDING", "DONE", "DISABLED", "UNKNOWN")  # what a registration may say
+
 __all__ = ["ROUTES", "FieldError", "openapi_document", "parse_specs", "validate"]
 
 # field -> (kind, required); kinds: str, bool, int, str_list, str_map, int_map, any, tasks
@@ -43,7 +45,7 @@ _TASK_FIELDS: dict[str, tuple[str, bool]] = {
     "family": ("str", False),
     "module": ("str", False),
     "params": ("str_map", False),
-    "status": ("status", False),
+    "status": ("spec_status", False),
     "deps": ("str_list", False),
     "priority": ("int", False),
     "resources": ("int_map", False),
@@ -74,6 +76,7 @@ def _check(kind: str, value: Any, field: str) -> None:
             and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v.values())
         ),
         "status": lambda v: v in STATUSES,
+        "spec_status": lambda v: v in _SPEC_STATUSES,
         "note": lambda v: v in ("status_message", "progress", "tracking_url"),
         "any": lambda v: isinstance(v, str | int | float),
     }
@@ -96,6 +99,7 @@ _EXPECT = {
     "str_map": "an object of strings",
     "int_map": "an object of non-negative integers",
     "status": "one of " + ", ".join(STATUSES),
+    "spec_status": "one of PENDING, DONE, DISABLED, UNKNOWN",
     "note": "one of status_message, progress, tracking_url",
     "any": "a string or a number",
 }
@@ -164,6 +168,7 @@ _JSON_SCHEMA = {
     "str_map": {"type": "object", "additionalProperties": {"type": "string"}},
     "int_map": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
     "status": {"type": "string", "enum": list(STATUSES)},
+    "spec_status": {"type": "string", "enum": ["PENDING", "DONE", "DISABLED", "UNKNOWN"]},
     "note": {"type": "string", "enum": ["status_message", "progress", "tracking_url"]},
     "any": {"type": ["string", "number"]},
 }

@@ -180,9 +180,11 @@ class Worker(GraphWalk):
         self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=time.time()))
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
+        self._in_run = True
         try:
             self._loop()
         finally:
+            self._in_run = False
             if restore is not None:
                 restore()
             stop_ping.set()
@@ -253,7 +255,10 @@ class Worker(GraphWalk):
             return False
         if self.settings.assistant:
             return True  # a long-running assistant waits for work until it is stopped
-        left = self._transport.work_left(self.id)
+        try:
+            left = self._transport.work_left(self.id)
+        except SchedulerUnavailable:
+            return True  # keep_alive: wait for the scheduler to come back
         if self.settings.count_uniques:
             return left.unique_pending > 0
         return left.pending + left.running_elsewhere > 0

@@ -45,6 +45,7 @@ class GraphWalk:
     _scheduled: int
     _transport: SchedulerTransport
     _outbox: Outbox
+    _in_run: bool = False
 
     # --- transitions ----------------------------------------------------------------------
 
@@ -101,7 +102,7 @@ class GraphWalk:
         finally:
             checks.close()
         self._break_cycles(pending, specs)
-        if self._running or self._outbox.pending:  # mid-run: must not be lost in an outage
+        if self._in_run:  # mid-run: must survive an outage, in order with the results
             self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
         else:
             self._transport.add_tasks(self.id, specs, self.settings.assistant)
