@@ -19,13 +19,16 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def signal_tree(pid: int, sig: signal.Signals, known: list[psutil.Process] | None = None) -> None:
+def signal_tree(
+    pid: int, sig: signal.Signals, known: list[psutil.Process] | None = None, scan: bool = True
+) -> None:
     """Send ``sig`` to the process group led by ``pid`` and to every descendant found.
 
-    Descendants are taken from a snapshot made before signalling (``known``, plus a fresh one),
-    so processes that left the group (``setsid``) are reached as long as they were seen.
+    Descendants are taken from a snapshot made before signalling (``known``, plus a fresh one
+    unless ``scan`` is False — a scan reads every process of the machine), so processes that
+    left the group (``setsid``) are reached as long as they were seen.
     """
-    snapshot = [*(known or []), *descendants(pid)]
+    snapshot = [*(known or []), *(descendants(pid) if scan else [])]
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
     with contextlib.suppress(ProcessLookupError, PermissionError):
