@@ -52,24 +52,8 @@ import time
 import structlog
 
 import conveyor
+from conveyor.testing.processes import put, wait_file
 
-
-def put(path, text):
-    """Write ``text`` to ``path`` atomically (readers never see a partial file)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def wait_file(path, timeout):
-    """Poll for ``path`` to exist for at most ``timeout`` seconds; True if it appeared."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class Base(conveyor.Task):

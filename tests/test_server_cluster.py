@@ -56,6 +56,7 @@ import os
 import time
 
 import conveyor
+from conveyor.testing.processes import put, wait_file
 
 
 def append(path, line):
@@ -67,22 +68,8 @@ def append(path, line):
         os.close(fd)
 
 
-def put(path, text):
-    """Write ``text`` to ``path`` atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
-def wait_file(path, timeout):
-    """Poll for ``path`` for at most ``timeout`` seconds; True if it appeared."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class Base(conveyor.Task):

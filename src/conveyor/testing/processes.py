@@ -26,6 +26,8 @@ __all__ = [
     "kill_marked",
     "kill_tree",
     "marked",
+    "put",
+    "wait_file",
     "wait_for",
 ]
 
@@ -163,3 +165,21 @@ class SchedulerProcess:
             p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""
             for p in (self.stdout, self.stderr)
         )
+
+
+def put(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a reader in another process never sees half of it."""
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+def wait_file(path: str | os.PathLike[str], timeout: float) -> bool:
+    """Poll for ``path`` to exist for at most ``timeout`` seconds; True if it appeared."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
