@@ -159,7 +159,14 @@ def _split_at_task(args: list[str]) -> tuple[list[str], str, list[str]]:
 
 def cmd_run(args: list[str]) -> int:
     """``conveyor run``: build the task from flags and run it with a worker."""
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
+        _run_parser(None).print_usage(sys.stderr)
+        print(
+            "conveyor run: error: missing TASK; 'conveyor run --help' lists the options",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
+    if args[0] in ("-h", "--help"):
         _run_parser(None).print_help()
         return 0
     before, task_name, after = _split_at_task(args)

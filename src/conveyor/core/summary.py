@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
-__all__ = ["Category", "SummaryFacts", "exit_code", "render_summary"]
+__all__ = ["Category", "SummaryFacts", "exit_code", "first_line", "render_summary"]
 
 _SHOWN_PER_FAMILY = 5
+_SHOWN_FAILED = 20
 
 
 class Category(Enum):
@@ -46,6 +47,11 @@ class SummaryFacts:
     label: Callable[[str], str]
     requested: Sequence[str]
     interrupted: str = ""
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    """task_id → one line saying how a failed task ended (failed: ..., timed out after N s,
+    process died with signal S), for the tasks of the FAILED category."""
+    stopped: int = 0
+    """How many running attempts an interruption stopped."""
 
 
 _INTERRUPT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -75,8 +81,6 @@ _VERDICTS = {
     3: "Verdict: failed - at least one task failed scheduling (broken requires()/complete()).",
     4: "Verdict: incomplete - external data is missing.",
     5: "Verdict: incomplete - a requested task is still incomplete.",
-    130: "Verdict: interrupted by SIGINT - running tasks were stopped and reported failed.",
-    143: "Verdict: interrupted by SIGTERM - running tasks were stopped and reported failed.",
 }
 
 
@@ -86,17 +90,66 @@ def render_summary(facts: SummaryFacts) -> str:
     for task_id, category in facts.categories.items():
         grouped.setdefault(category, []).append(task_id)
     lines = ["", "===== conveyor execution summary =====", ""]
-    lines.append(f"Scheduled {len(facts.categories)} task(s), of which:")
+    if facts.categories:
+        lines.append(f"Scheduled {len(facts.categories)} task(s), of which:")
+    else:
+        lines.append("No task was scheduled.")
     for category in Category:
         ids = grouped.get(category)
         if ids:
             lines.append(f"* {len(ids)} {category.value}:")
-            lines.extend(_family_lines(ids, facts))
+            if category is Category.FAILED:
+                lines.extend(_failed_lines(ids, facts))
+            else:
+                lines.extend(_family_lines(ids, facts))
     if facts.interrupted:
         lines.append(f"The run was interrupted by {facts.interrupted}.")
     lines.append("")
-    lines.append(_VERDICTS[exit_code(facts)])
+    lines.append(_verdict(facts))
     return "\n".join(lines)
+
+
+def _verdict(facts: SummaryFacts) -> str:
+    code = exit_code(facts)
+    if code in (130, 143):
+        if facts.stopped:
+            stopped = f"{facts.stopped} running task(s) were stopped and reported failed"
+        else:
+            stopped = "no task was running"
+        return f"Verdict: interrupted by {facts.interrupted} - {stopped}."
+    if code == 0 and not facts.requested:
+        if facts.categories:
+            return "Verdict: succeeded - every task this worker ran succeeded."
+        return "Verdict: succeeded - there was nothing to do."
+    return _VERDICTS[code]
+
+
+def first_line(explanation: str, limit: int = 160) -> str:
+    """The line of a failure explanation that says what went wrong, at most ``limit`` long.
+
+    For a Python traceback that is the exception's line (``ValueError: boom``) of its last
+    traceback; for any other text (an ``on_failure()`` explanation, a timeout) its first
+    non-empty line.
+    """
+    lines = explanation.strip().splitlines()
+    header = "Traceback (most recent call last)"
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+    if starts:
+        lines = [line for line in lines[starts[-1] + 1 :] if line and not line[0].isspace()]
+    line = next((line.strip() for line in lines if line.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _failed_lines(ids: Sequence[str], facts: SummaryFacts) -> list[str]:
+    """One line per failed task (in family, then id order): its label and how it ended."""
+    ordered = sorted(ids, key=lambda t: (facts.families[t], t))
+    lines = [
+        f"    - {facts.label(t)}: {facts.reasons.get(t) or 'failed'}"
+        for t in ordered[:_SHOWN_FAILED]
+    ]
+    if len(ordered) > _SHOWN_FAILED:
+        lines.append(f"    ... and {len(ordered) - _SHOWN_FAILED} more")
+    return lines
 
 
 def _family_lines(ids: Sequence[str], facts: SummaryFacts) -> list[str]:

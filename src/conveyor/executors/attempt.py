@@ -15,7 +15,16 @@ from typing import Any
 import structlog
 
 from ..task import Task, _outputs_of, checked_tasks
-from .base import FAILED, NEEDS_DEPS, SUCCEEDED, AttemptRequest, Note, Outcome, Sink
+from .base import (
+    FAILED,
+    NEEDS_DEPS,
+    SUCCEEDED,
+    AttemptRequest,
+    Interrupted,
+    Note,
+    Outcome,
+    Sink,
+)
 
 __all__ = ["run_attempt"]
 
@@ -74,7 +83,9 @@ def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
             exception_type=failure.exception_type,
             missing=failure.missing,
         )
-    except Exception as exc:
+    except _PASS_THROUGH:
+        raise
+    except BaseException as exc:  # SystemExit and other BaseExceptions fail this task only
         return Outcome(
             task_id,
             FAILED,
@@ -83,6 +94,11 @@ def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
             exception_type=type(exc).__name__,
         )
     return Outcome(task_id, SUCCEEDED, _since(started))
+
+
+# Ctrl+C in an embedding program, and the worker's own interruption of an inline attempt, stop
+# the worker rather than the task; every other BaseException (SystemExit included) is the task's.
+_PASS_THROUGH = (KeyboardInterrupt, Interrupted)
 
 
 def _already_complete(task: Task) -> bool:

@@ -7,6 +7,7 @@ plugin; if one of them needed something the hooks do not give, a hook would be m
 from __future__ import annotations
 
 import logging
+import signal
 
 import structlog
 
@@ -24,6 +25,8 @@ class SummaryPlugin:
         self.already_done: set[str] = set()
         self.completed: set[str] = set()
         self.failed: dict[str, str] = {}
+        """task_id → how its last attempt ended: failed, timed out after N s, process died…"""
+        self.interrupted: set[str] = set()
         self.broken: set[str] = set()
         self.started: set[str] = set()
 
@@ -45,26 +48,39 @@ class SummaryPlugin:
         """Record a success (it clears an earlier failure of the same task)."""
         self.completed.add(event.task_id)
         self.failed.pop(event.task_id, None)
+        self.interrupted.discard(event.task_id)
 
     @hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
-        """Record a failed attempt."""
+        """Record a failed attempt (an interrupted one counts as stopped)."""
         self.failed[event.task_id] = "failed"
+        if event.exception_type == "Interrupted":
+            self.interrupted.add(event.task_id)
 
     @hookimpl
     def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
-        """Record a timed-out attempt."""
-        self.failed[event.task_id] = "timed out"
+        """Record a timed-out attempt and its timeout."""
+        self.failed[event.task_id] = f"timed out after {event.timeout:g} s"
 
     @hookimpl
     def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
-        """Record an attempt whose process died."""
-        self.failed[event.task_id] = "process died"
+        """Record an attempt whose process died, with its signal or exit code."""
+        if event.signal is not None:
+            self.failed[event.task_id] = f"process died with signal {_signal_name(event.signal)}"
+        else:
+            self.failed[event.task_id] = f"process died with exit code {event.exitcode}"
 
     @hookimpl
     def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
         """Record a task that failed scheduling."""
         self.broken.add(event.task_id)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)
 
 
 class TransitionLogPlugin:

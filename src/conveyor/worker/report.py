@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from ..core.states import TaskState
-from ..core.summary import Category, SummaryFacts, exit_code, render_summary
+from ..core.summary import Category, SummaryFacts, exit_code, first_line, render_summary
 from ..errors import SchedulerUnavailable
 from ..scheduler.policy import DISABLED, DONE, FAILED, PENDING, RUNNING, UNKNOWN
+from ..secrets import REDACTED, is_secret_name, redact_text
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import SummaryPlugin
 from .graph import Node, label
@@ -54,20 +55,39 @@ def build_report(
     categories = {
         t: _categorize(node, states[t], records, upstream.get(t, "")) for t, node in graph.items()
     }
+    errors = {
+        t: node.error or _explanation(transport, t)
+        for t, node in graph.items()
+        if states[t] in _BAD
+    }
+    failed = [t for t, category in categories.items() if category is Category.FAILED]
     facts = SummaryFacts(
         categories=categories,
         families={t: node.task.task_family for t, node in graph.items()},
         label=lambda t: label(graph[t].task),
         requested=list(dict.fromkeys(requested)),
         interrupted=interrupted,
+        reasons={t: _reason(graph[t], records.failed.get(t, "failed"), errors[t]) for t in failed},
+        stopped=len(records.interrupted),
     )
-    errors = {
-        t: node.error or _explanation(transport, t)
-        for t, node in graph.items()
-        if states[t] in _BAD
-    }
-    ok = not records.broken and all(states.get(t) == DONE for t in records.started)
+    # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
+    # concern and the exit code's, not run()'s, as in Luigi)
+    ok = all(states.get(t) == DONE for t in records.started)
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
+
+
+def _reason(node: Node, ending: str, explanation: str) -> str:
+    """How a failed task ended, in one line: ``failed: ValueError: boom``, ``timed out ...``.
+
+    Secrets are hidden: credentials in URLs and the values of the task's secret parameters.
+    """
+    if ending != "failed":
+        return ending  # the explanation of a timeout or a dead process says no more than this
+    line = redact_text(first_line(explanation))
+    for name, value in node.params.items():
+        if value and is_secret_name(name):
+            line = line.replace(value, REDACTED)
+    return f"failed: {line}" if line else "failed"
 
 
 def _explanation(transport: SchedulerTransport, task_id: str) -> str:
