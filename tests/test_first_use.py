@@ -163,3 +163,278 @@ def test_run_without_a_task_is_a_usage_error(tmp_path: Path, run_cli: RunCli) ->
     helped = run_cli("run", "--help", cwd=tmp_path)
     assert helped.returncode == 0
     assert "usage: conveyor run" in helped.stdout
+
+
+OUTCOMES = """
+import os
+import time
+
+import conveyor
+
+
+class Fine(conveyor.Task):
+    root = conveyor.Parameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, "fine"))
+
+    def run(self):
+        with self.output().open("w") as out:
+            out.write("ok")
+
+
+class Fails(conveyor.Task):
+    root = conveyor.Parameter()
+    api_token = conveyor.Parameter(default="hunter2-secret-value")
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, "fails"))
+
+    def run(self):
+        raise ValueError(f"bad input near {self.api_token}")
+
+
+class Slow(conveyor.Task):
+    root = conveyor.Parameter()
+    worker_timeout = 0.5
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, "slow"))
+
+    def run(self):
+        time.sleep(60)
+
+
+class Dies(conveyor.Task):
+    root = conveyor.Parameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, "dies"))
+
+    def run(self):
+        os._exit(4)
+
+
+class Broken(conveyor.Task):
+    def complete(self):
+        raise RuntimeError("cannot tell")
+
+
+class All(conveyor.WrapperTask):
+    root = conveyor.Parameter()
+
+    def requires(self):
+        return [
+            Fine(root=self.root),
+            Fails(root=self.root),
+            Slow(root=self.root),
+            Dies(root=self.root),
+            Broken(),
+        ]
+"""
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_each_transition_is_one_log_event_at_a_fitting_level(
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+) -> None:
+    """A failure, a timeout, a dead process and a broken task are each one error event (the
+    failure's with its explanation, secrets hidden); a success is one info event."""
+    name = task_module(OUTCOMES)
+    result = run_cli(
+        "run", f"{name}.All", "--root", str(tmp_path / "out"), "--workers", "2",
+        "--executor", "fork", "--log-format", "json", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    records = _json_lines(result.stderr)
+
+    def about(family: str) -> list[dict[str, object]]:
+        return [r for r in records if r.get("family") == family]
+
+    ends = {"task_succeeded", "task_failed", "task_timed_out", "task_process_died", "task_broken"}
+    expected = {
+        "Fine": ("task_succeeded", "info"),
+        "Fails": ("task_failed", "error"),
+        "Slow": ("task_timed_out", "error"),
+        "Dies": ("task_process_died", "error"),
+        "Broken": ("task_broken", "error"),
+    }
+    for family, (event, level) in expected.items():
+        ending = [r for r in about(family) if r["event"] in ends]
+        assert [(r["event"], r["level"]) for r in ending] == [(event, level)], family
+        assert all(r["state"] and r["worker_id"] and r["task_id"] for r in ending)
+    failed = next(r for r in about("Fails") if r["event"] == "task_failed")
+    assert "ValueError: bad input near ***" in str(failed["error"])
+    assert "hunter2-secret-value" not in result.stderr
+    assert "cannot tell" in str(next(r for r in about("Broken"))["error"])
+    assert not any(r["event"] in ("task failed", "task broken") for r in records)
+
+
+def test_summary_says_how_each_failed_task_ended(
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+) -> None:
+    """Failed, timed-out and dead tasks each get one line in the summary saying how they ended
+    and, for a failure, the line naming its error, with secrets hidden."""
+    name = task_module(OUTCOMES)
+    result = run_cli(
+        "run", f"{name}.All", "--root", str(tmp_path / "out"), "--workers", "2",
+        "--executor", "fork", "--log-level", "critical", cwd=tmp_path,
+    )  # fmt: skip
+    lines = result.stdout.splitlines()
+    assert "* 3 failed:" in lines
+    assert "    - Dies(root=" in result.stdout
+    assert any(
+        line.startswith("    - Dies(") and line.endswith("): process died with exit code 4")
+        for line in lines
+    )
+    assert any(
+        line.startswith("    - Slow(") and line.endswith("): timed out after 0.5 s")
+        for line in lines
+    )
+    assert any(
+        line.startswith("    - Fails(")
+        and line.endswith("): failed: ValueError: bad input near ***")
+        for line in lines
+    )
+    assert "hunter2-secret-value" not in result.stdout
+
+
+def test_console_logs_show_tracebacks_as_lines_and_json_keeps_one_string(
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+) -> None:
+    """In console format a failure's traceback is printed as readable lines after the log line;
+    in JSON it stays one string field."""
+    name = task_module(OUTCOMES)
+    root = str(tmp_path / "out")
+    console = run_cli(
+        "run", f"{name}.Fails", "--root", root, "--log-format", "console", cwd=tmp_path
+    )  # fmt: skip
+    lines = console.stderr.splitlines()
+    assert "Traceback (most recent call last):" in lines
+    assert "ValueError: bad input near ***" in lines
+    failed = next(line for line in lines if "task_failed" in line)
+    assert "error='ValueError: bad input near ***'" in failed
+    assert "\\n" not in failed
+    as_json = run_cli("run", f"{name}.Fails", "--root", root, "--log-format", "json", cwd=tmp_path)
+    record = next(r for r in _json_lines(as_json.stderr) if r["event"] == "task_failed")
+    error = str(record["error"])
+    assert error.startswith("Traceback (most recent call last):")
+    assert "\n" in error
+
+
+def _screen(raw: str) -> list[str]:
+    """What a terminal shows after ``raw``: carriage returns, erase-line and newlines applied,
+    colour codes dropped (a minimal emulator of the sequences conveyor writes)."""
+    import re
+
+    lines = [""]
+    col = 0
+    for token in re.findall(r"\x1b\[[0-9;]*[A-Za-z]|\r|\n|[^\x1b\r\n]+", raw):
+        line = lines[-1]
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            lines.append("")
+            col = 0
+        elif token == "\x1b[K":
+            lines[-1] = line[:col]
+        elif token.startswith("\x1b["):
+            continue
+        else:
+            lines[-1] = line[:col].ljust(col) + token + line[col + len(token) :]
+            col += len(token)
+    return lines
+
+
+def test_screen_emulator_applies_clears() -> None:
+    """The emulator used below overwrites after a carriage return and erases with ESC[K."""
+    assert _screen("abc\r\x1b[Kxy\nnext") == ["xy", "next"]
+    assert _screen("status\rlog") == ["logtus"]
+
+
+LOGGING_TASKS = """
+import os
+
+import structlog
+
+import conveyor
+
+
+class Noisy(conveyor.Task):
+    root = conveyor.Parameter()
+    n = conveyor.IntParameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, f"noisy-{self.n}"))
+
+    def run(self):
+        structlog.get_logger("tasks").warning("inside run", n=self.n)
+        if self.n % 2:
+            raise RuntimeError(f"odd {self.n}")
+        with self.output().open("w") as out:
+            out.write("ok")
+
+
+class Many(conveyor.WrapperTask):
+    root = conveyor.Parameter()
+
+    def requires(self):
+        return [Noisy(root=self.root, n=n) for n in range(8)]
+"""
+
+
+@pytest.mark.parametrize(("executor", "workers"), [("inline", 1), ("fork", 2), ("subprocess", 2)])
+def test_progress_line_never_shares_a_line_with_a_log_line(
+    executor: str, workers: int, tmp_path: Path, task_module: WriteModule
+) -> None:
+    """On a terminal (a pty), every log line — the worker's and the tasks' own, from child
+    processes too — is on a line of its own, and the progress line ends the output."""
+    import pty
+    import sys
+    import threading
+
+    name = task_module(LOGGING_TASKS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    args = [
+        sys.executable, "-m", "conveyor", "run", f"{name}.Many", "--root", str(tmp_path / "o"),
+        "--executor", executor, "--workers", str(workers), "--log-level", "warning",
+    ]  # fmt: skip
+    primary, secondary = pty.openpty()
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(
+            args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=secondary, timeout=60,
+            check=False,
+        )  # fmt: skip
+        os.close(secondary)
+        reader.join(timeout=10)
+    finally:
+        os.close(primary)
+    assert proc.returncode == 1
+    screen = [line for line in _screen(b"".join(chunks).decode()) if line.strip()]
+    logs = [line for line in screen if "[warning" in line or "[error" in line]
+    assert len([line for line in logs if "inside run" in line]) == 8
+    assert len([line for line in logs if "task_failed" in line]) == 4
+    for line in logs:
+        assert "conveyor: " not in line, screen
+        assert line.count("[warning") + line.count("[error") == 1, screen
+    assert screen[-1] == "conveyor: 4 done / 0 running / 1 pending / 4 failed"

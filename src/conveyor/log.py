@@ -15,6 +15,8 @@ from typing import Any, TextIO
 import structlog
 
 from .config import LoggingSettings
+from .core.summary import first_line
+from .progress import TerminalStream
 
 __all__ = ["configure_logging"]
 
@@ -27,9 +29,17 @@ _LEVELS = {
 }
 
 
-def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -> None:
-    """Configure structlog and stdlib logging: level, console or JSON lines, to stderr."""
-    out = stream or sys.stderr
+def configure_logging(
+    settings: LoggingSettings, stream: TextIO | TerminalStream | None = None
+) -> None:
+    """Configure structlog and stdlib logging: level, console or JSON lines, to stderr.
+
+    On a terminal, lines go through a :class:`~conveyor.progress.TerminalStream` (pass the one
+    the progress line uses), so that they never share a line with the live status line.
+    """
+    out: Any = stream or sys.stderr
+    if _isatty(out) and not isinstance(out, TerminalStream):
+        out = TerminalStream(out)
     level = _LEVELS[settings.level]
     renderer = _renderer(settings.format, out)
     shared: list[Any] = [
@@ -57,13 +67,32 @@ def configure_logging(settings: LoggingSettings, stream: TextIO | None = None) -
     root.setLevel(level)
 
 
-def _renderer(fmt: str, out: TextIO) -> Any:
+def _renderer(fmt: str, out: TextIO | TerminalStream) -> Any:
     if fmt == "json" or (fmt == "auto" and not _isatty(out)):
         return structlog.processors.JSONRenderer()
-    return structlog.dev.ConsoleRenderer(colors=_isatty(out))
+    return _ConsoleWithTracebacks(structlog.dev.ConsoleRenderer(colors=_isatty(out)))
 
 
-def _isatty(out: TextIO) -> bool:
+class _ConsoleWithTracebacks:
+    """The console renderer, showing a multi-line ``error`` (a traceback) as readable lines.
+
+    The ``error`` field keeps the line that names the error; the whole text follows the log
+    line the way an exception's traceback does. JSON lines keep ``error`` as one string.
+    """
+
+    def __init__(self, console: structlog.dev.ConsoleRenderer) -> None:
+        self.console = console
+
+    def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> str:
+        """Render one event for a person."""
+        error = event_dict.get("error")
+        if isinstance(error, str) and "\n" in error.strip() and "exception" not in event_dict:
+            event_dict["error"] = first_line(error)
+            event_dict["exception"] = error.rstrip("\n")
+        return str(self.console(logger, name, event_dict))
+
+
+def _isatty(out: TextIO | TerminalStream) -> bool:
     try:
         return out.isatty()
     except (AttributeError, ValueError):

@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "REDACTED",
     "SECRET_WORDS",
+    "hide_secret_params",
     "is_secret_name",
     "is_secret_setting",
     "redact",
@@ -57,3 +58,12 @@ def redact(key: str, value: Any) -> Any:
     if is_secret_setting(key) and not isinstance(value, bool) and value not in ("", None):
         return REDACTED
     return redact_text(value) if isinstance(value, str) else value
+
+
+def hide_secret_params(text: str, params: Mapping[str, str]) -> str:
+    """``text`` redacted (:func:`redact_text`) and without the values of secret-named params."""
+    text = redact_text(text)
+    for name, value in params.items():
+        if value and is_secret_name(name):
+            text = text.replace(value, REDACTED)
+    return text

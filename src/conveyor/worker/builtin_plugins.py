@@ -13,8 +13,9 @@ import structlog
 
 from .. import events as ev
 from ..hookspecs import hookimpl
+from ..secrets import hide_secret_params
 
-__all__ = ["SummaryPlugin", "TransitionLogPlugin"]
+__all__ = ["FailureLogPlugin", "SummaryPlugin", "TransitionLogPlugin"]
 
 
 class SummaryPlugin:
@@ -83,21 +84,26 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
-class TransitionLogPlugin:
-    """Logs every transition as one structlog event with task_id, family, worker_id, state.
+class _LogPlugin:
+    """Logs transitions as one structlog event each, at ``level``, with task_id, family,
+    worker_id and state (SPEC §8).
 
-    ``enabled`` is False when the configured level filters out info events; the worker then
-    does not register the plugin at all, which keeps the per-task cost at warning level low.
+    ``enabled`` is False when the configured level filters out ``level``; the worker then does
+    not register the plugin at all, which keeps the per-task cost low when nobody would read
+    the lines.
     """
+
+    level = logging.INFO
 
     def __init__(self) -> None:
         """Bind the ``conveyor.worker`` logger."""
         self.log = structlog.get_logger("conveyor.worker").bind()
         is_enabled_for = getattr(self.log, "is_enabled_for", None)
-        self.enabled = is_enabled_for is None or bool(is_enabled_for(logging.INFO))
+        self.enabled = is_enabled_for is None or bool(is_enabled_for(self.level))
 
     def _log(self, event: ev.Event, **extra: object) -> None:
-        self.log.info(
+        self.log.log(
+            self.level,
             event.hook.removeprefix("conveyor_"),
             task_id=event.task_id,
             family=event.family,
@@ -105,6 +111,10 @@ class TransitionLogPlugin:
             state=event.state,
             **extra,
         )
+
+
+class TransitionLogPlugin(_LogPlugin):
+    """Logs every ordinary transition at info; failures are :class:`FailureLogPlugin`'s."""
 
     @hookimpl
     def conveyor_task_complete_checked(self, event: ev.CompleteChecked) -> None:
@@ -115,11 +125,6 @@ class TransitionLogPlugin:
     def conveyor_task_dependencies_discovered(self, event: ev.DependenciesDiscovered) -> None:
         """Log discovered dependencies."""
         self._log(event, dependencies=len(event.dependencies), dynamic=event.dynamic)
-
-    @hookimpl
-    def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
-        """Log a broken task (the error itself is logged by the worker)."""
-        self._log(event, phase=event.phase)
 
     @hookimpl
     def conveyor_task_started(self, event: ev.TaskStarted) -> None:
@@ -146,10 +151,29 @@ class TransitionLogPlugin:
         """Log a success."""
         self._log(event, duration=round(event.duration, 6))
 
+
+class FailureLogPlugin(_LogPlugin):
+    """Logs each failed, timed-out, dead or broken task as one error event, explanation included.
+
+    A separate plugin so that it stays registered when only errors are logged.
+    """
+
+    level = logging.ERROR
+
+    @hookimpl
+    def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
+        """Log a broken task with what was wrong."""
+        self._log(event, phase=event.phase, error=hide_secret_params(event.error, event.params))
+
     @hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
-        """Log a failure (its explanation is logged by the worker)."""
-        self._log(event, exception_type=event.exception_type)
+        """Log a failure with its explanation."""
+        self._log(
+            event,
+            exception_type=event.exception_type,
+            duration=round(event.duration, 6),
+            error=hide_secret_params(event.error, event.params),
+        )
 
     @hookimpl
     def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:

@@ -46,7 +46,7 @@ from ..scheduler import resolve_config
 from ..scheduler.policy import PENDING, Work
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport
-from .builtin_plugins import SummaryPlugin, TransitionLogPlugin
+from .builtin_plugins import FailureLogPlugin, SummaryPlugin, TransitionLogPlugin
 from .graph import Node
 from .outbox import Outbox
 from .report import RunReport, build_report
@@ -107,9 +107,12 @@ class Worker(GraphWalk):
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
         self.hooks.register(self._summary, "conveyor.summary")
-        transition_log = TransitionLogPlugin()
-        if transition_log.enabled:
-            self.hooks.register(transition_log, "conveyor.transition-log")
+        for name, log_plugin in (
+            ("conveyor.transition-log", TransitionLogPlugin()),
+            ("conveyor.failure-log", FailureLogPlugin()),
+        ):
+            if log_plugin.enabled:
+                self.hooks.register(log_plugin, name)
         loaded, _failures = load_hook_plugins(self.config.plugins)
         for source in loaded:
             self.hooks.register(source.plugin, source.name)
@@ -134,7 +137,7 @@ class Worker(GraphWalk):
             self.settings.kill_grace,
             self.config.backend_settings("executors", name, schema),
             logging.level,
-            "json" if logging.format == "auto" else logging.format,
+            logging.format,  # "auto" decides in the child, on the same stderr
         )
         executor: Executor = cls(context)
         return executor
@@ -408,7 +411,6 @@ class Worker(GraphWalk):
                 exception_type=outcome.exception_type,
                 duration=outcome.duration,
             )
-        log.error("task failed", task_id=node.task_id, error=node.error)
         if reschedule:
             self._walk([node.task], recheck=(node.task_id, *outcome.missing))
 

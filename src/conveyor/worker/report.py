@@ -9,7 +9,7 @@ from ..core.states import TaskState
 from ..core.summary import Category, SummaryFacts, exit_code, first_line, render_summary
 from ..errors import SchedulerUnavailable
 from ..scheduler.policy import DISABLED, DONE, FAILED, PENDING, RUNNING, UNKNOWN
-from ..secrets import REDACTED, is_secret_name, redact_text
+from ..secrets import hide_secret_params
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import SummaryPlugin
 from .graph import Node, label
@@ -83,10 +83,7 @@ def _reason(node: Node, ending: str, explanation: str) -> str:
     """
     if ending != "failed":
         return ending  # the explanation of a timeout or a dead process says no more than this
-    line = redact_text(first_line(explanation))
-    for name, value in node.params.items():
-        if value and is_secret_name(name):
-            line = line.replace(value, REDACTED)
+    line = hide_secret_params(first_line(explanation), node.params)
     return f"failed: {line}" if line else "failed"
 
 

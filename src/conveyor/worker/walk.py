@@ -12,8 +12,6 @@ import traceback
 from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
-import structlog
-
 from .. import events as ev
 from ..config import WorkerSettings
 from ..core.states import TaskState, Trigger, advance
@@ -28,7 +26,6 @@ from .outbox import Outbox
 
 __all__ = ["GraphWalk"]
 
-log = structlog.get_logger("conveyor.worker")
 _STATE_NAMES = {state: state.name for state in TaskState}
 _RECHECKABLE = frozenset({TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING})
 
@@ -186,7 +183,6 @@ class GraphWalk:
         node.error = error
         self._transit(node, Trigger.BROKEN, ev.TaskBroken, error=error, phase=phase)
         specs.append(self._spec(node, UNKNOWN, False, explanation=error))
-        log.error("task broken", task_id=node.task_id, phase=phase, error=error)
 
     def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
         while (cycle := find_cycle(pending, self._graph)) is not None:
