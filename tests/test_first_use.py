@@ -438,3 +438,65 @@ def test_progress_line_never_shares_a_line_with_a_log_line(
         assert "conveyor: " not in line, screen
         assert line.count("[warning") + line.count("[error") == 1, screen
     assert screen[-1] == "conveyor: 4 done / 0 running / 1 pending / 4 failed"
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_plugin() -> tuple[str, str]:
+    """The README's plugin example (the code block after 'Extend it with a plugin') and the
+    ``[plugins] local`` entry the README tells people to write."""
+    import re
+
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"Extend it with a plugin:\s*```python\n(.*?)```", text, re.S)
+    entry = re.search(r'`\[plugins\] local = \["([^"]+)"\]`', text)
+    assert block is not None and entry is not None
+    return block.group(1), entry.group(1)
+
+
+def test_readme_plugin_example_works_when_copied_literally(tmp_path: Path, run_cli: RunCli) -> None:
+    """The README's Durations plugin, saved as mymodule.py and named in [plugins] local as the
+    README says, prints a duration for each task that succeeds."""
+    code, entry = _readme_plugin()
+    (tmp_path / "mymodule.py").write_text("import conveyor\n\n" + code, encoding="utf-8")
+    (tmp_path / "tasks_rd.py").write_text(
+        "import conveyor, os\n"
+        "class T(conveyor.Task):\n"
+        "    def output(self):\n"
+        "        return conveyor.LocalTarget('t.out')\n"
+        "    def run(self):\n"
+        "        self.output().open('w').close()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "worker.toml").write_text(f'[plugins]\nlocal = ["{entry}"]\n', encoding="utf-8")
+    result = run_cli("run", "tasks_rd.T", "--log-level", "warning", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert any(line.startswith("T_") for line in result.stdout.splitlines()), result.stdout
+    assert "no hook implementation" not in result.stderr
+
+
+def test_local_plugin_module_without_hooks_is_a_warning_naming_the_class(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """``local = ["mymodule"]`` for a module whose hooks are methods of a class warns, names
+    'mymodule:Durations', and ``conveyor plugins`` marks the entry."""
+    code, _ = _readme_plugin()
+    (tmp_path / "mymodule.py").write_text("import conveyor\n\n" + code, encoding="utf-8")
+    (tmp_path / "worker.toml").write_text('[plugins]\nlocal = ["mymodule"]\n', encoding="utf-8")
+    (tmp_path / "tasks_nh.py").write_text(
+        "import conveyor\nclass W(conveyor.WrapperTask):\n    pass\n", encoding="utf-8"
+    )
+    result = run_cli("run", "tasks_nh.W", "--log-level", "warning", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "local plugin 'mymodule' defines no hook implementation" in result.stderr
+    assert "'mymodule:Durations'" in result.stderr
+    listed = run_cli("plugins", cwd=tmp_path)
+    row = next(line for line in listed.stdout.splitlines() if " mymodule " in f" {line} ")
+    assert "(local)" in row
+    assert "WARNING:" in row and "'mymodule:Durations'" in row
+    as_json = run_cli("plugins", "--json", cwd=tmp_path)
+    import json
+
+    entry = next(p for p in json.loads(as_json.stdout) if p["name"] == "mymodule")
+    assert entry["loads"] is True and "mymodule:Durations" in entry["warning"]

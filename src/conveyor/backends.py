@@ -7,6 +7,7 @@ third party's backend takes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from stevedore import DriverManager
 from stevedore.exception import NoMatches
 
 from .errors import BackendNotFound, PluginError
-from .plugins import entry_point_names
+from .plugins import entry_point_names, load_local_plugins
 
 __all__ = ["GROUPS", "InstalledPlugin", "describe_installed", "installed_names", "load_backend"]
 
@@ -81,15 +82,27 @@ class InstalledPlugin:
     version: str
     loads: bool
     error: str = ""
+    warning: str = ""
 
 
-def describe_installed() -> list[InstalledPlugin]:
-    """Every backend and hook plugin installed, each tried for import."""
+def describe_installed(local: Sequence[str] = ()) -> list[InstalledPlugin]:
+    """Every backend and hook plugin installed, and the ``local`` hook plugins of the
+    configuration, each tried for import."""
     out = []
     for group in (*GROUPS.values(), HOOK_GROUP):
         for name, dist, version in entry_point_names(group):
             error = _try_load(group, name)
             out.append(InstalledPlugin(group, name, dist, version, not error, error))
+    if local:
+        loaded, failures = load_local_plugins(local)
+        out.extend(
+            InstalledPlugin(HOOK_GROUP, s.name, s.distribution, "", True, warning=s.warning)
+            for s in loaded
+        )
+        out.extend(
+            InstalledPlugin(HOOK_GROUP, f.name, f.distribution, "", False, f.error)
+            for f in failures
+        )
     return out
 
 

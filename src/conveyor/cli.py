@@ -7,6 +7,7 @@ end with one ``conveyor: error: ...`` line on stderr and exit code 2, never a tr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -270,8 +271,11 @@ def cmd_plugins(args: list[str]) -> int:
     """``conveyor plugins``: every installed backend and hook plugin, and whether it loads."""
     parser = _Parser(prog="conveyor plugins")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--config")
     opts = parser.parse_args(args)
-    rows = describe_installed()
+    sys.path.insert(0, os.getcwd())  # local plugins are found as `conveyor run` finds them
+    with contextlib.redirect_stdout(sys.stderr):  # whatever a plugin prints at import
+        rows = describe_installed(load_config(opts.config).plugins.local)
     if opts.json:
         print(json.dumps([row_dict(r) for r in rows], indent=2))
     else:
@@ -288,13 +292,14 @@ def row_dict(row: Any) -> dict[str, Any]:
         "version": row.version,
         "loads": row.loads,
         "error": row.error,
+        "warning": row.warning,
     }
 
 
 def _table(rows: Sequence[Any]) -> str:
     header = ("GROUP", "NAME", "DISTRIBUTION", "VERSION", "STATUS")
     body = [
-        (r.group, r.name, r.distribution, r.version, "ok" if r.loads else f"FAILED: {r.error}")
+        (r.group, r.name, r.distribution, r.version, _status(r.loads, r.error, r.warning))
         for r in rows
     ]
     widths = [max(len(line[i]) for line in (header, *body)) for i in range(4)]
@@ -302,6 +307,12 @@ def _table(rows: Sequence[Any]) -> str:
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:4])) + "  " + line[4]
         for line in (header, *body)
     )
+
+
+def _status(loads: bool, error: str, warning: str) -> str:
+    if not loads:
+        return f"FAILED: {error}"
+    return f"WARNING: {warning}" if warning else "ok"
 
 
 def cmd_scheduler(args: list[str]) -> int:

@@ -30,7 +30,14 @@ from .config import PluginSettings
 from .errors import PluginError
 from .events import Event
 
-__all__ = ["HookRelay", "LoadFailure", "PluginSource", "blocked_names", "load_hook_plugins"]
+__all__ = [
+    "HookRelay",
+    "LoadFailure",
+    "PluginSource",
+    "blocked_names",
+    "load_hook_plugins",
+    "load_local_plugins",
+]
 
 GROUP = "conveyor.plugins"
 log = structlog.get_logger("conveyor.plugins")
@@ -49,11 +56,12 @@ class LoadFailure:
 
 @dataclass(frozen=True, slots=True)
 class PluginSource:
-    """A loaded hook plugin and where it came from."""
+    """A loaded hook plugin and where it came from; ``warning`` says why it may do nothing."""
 
     name: str
     plugin: object
     distribution: str = ""
+    warning: str = ""
 
 
 class HookRelay:
@@ -182,6 +190,15 @@ def load_hook_plugins(
     return loaded, failures
 
 
+def load_local_plugins(specs: Iterable[str]) -> tuple[list[PluginSource], list[LoadFailure]]:
+    """Import ``[plugins] local`` entries (``module`` or ``module:attr``), without blocking."""
+    loaded: list[PluginSource] = []
+    failures: list[LoadFailure] = []
+    for spec in specs:
+        _load_local(spec, loaded, failures)
+    return loaded, failures
+
+
 def entry_point_names(group: str) -> list[tuple[str, str, str]]:
     """``(name, distribution, version)`` of every entry point of ``group``, without loading."""
     from importlib.metadata import entry_points
@@ -226,7 +243,38 @@ def _load_local(spec: str, loaded: list[PluginSource], failures: list[LoadFailur
     except Exception as exc:
         failures.append(LoadFailure(spec, "(local)", _describe(exc)))
         return
-    loaded.append(PluginSource(spec, obj, "(local)"))
+    warning = "" if attr else _no_hooks_warning(spec, obj)
+    if warning:
+        log.warning(warning, plugin=spec)
+    loaded.append(PluginSource(spec, obj, "(local)", warning))
+
+
+def _is_hookimpl(value: object) -> bool:
+    return callable(value) and hasattr(value, f"{hookspecs.PROJECT}_impl")
+
+
+def _no_hooks_warning(spec: str, module: Any) -> str:
+    """A warning when a local plugin module has no hook implementation of its own ('' else).
+
+    The usual cause is hooks written as methods of a class, which the module form does not
+    instantiate; the warning names such classes as ``module:Class``.
+    """
+    if any(_is_hookimpl(value) for value in vars(module).values()):
+        return ""
+    classes = [
+        f"{spec}:{name}"
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and value.__module__ == module.__name__
+        and any(_is_hookimpl(getattr(value, attr, None)) for attr in dir(value))
+    ]
+    if classes:
+        hint = "its hooks are methods of a class; name it as " + " or ".join(
+            repr(c) for c in classes
+        )
+    else:
+        hint = f"decorate functions with @conveyor.hookimpl, or name a class as '{spec}:Class'"
+    return f"local plugin {spec!r} defines no hook implementation at module level: {hint}"
 
 
 def _instantiate(obj: Any) -> Any:
