@@ -430,7 +430,9 @@ def test_progress_line_never_shares_a_line_with_a_log_line(
     finally:
         os.close(primary)
     assert proc.returncode == 1
-    screen = [line for line in _screen(b"".join(chunks).decode()) if line.strip()]
+    raw = b"".join(chunks).decode()
+    assert "\nconveyor: " in raw  # the status line is drawn again right after a log line
+    screen = [line for line in _screen(raw) if line.strip()]
     logs = [line for line in screen if "[warning" in line or "[error" in line]
     assert len([line for line in logs if "inside run" in line]) == 8
     assert len([line for line in logs if "task_failed" in line]) == 4

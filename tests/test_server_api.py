@@ -49,6 +49,7 @@ TASK_KEYS = {
     "status_message",
     "progress",
     "tracking_url",
+    "explanation",  # an addition to SPEC §7's keys: the last failure's explanation
 }
 POST_ROUTES = sorted(ROUTES)
 GET_ROUTES = ["tasks", "workers"]

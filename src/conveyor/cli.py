@@ -17,9 +17,11 @@ from typing import Any, NoReturn
 from . import __version__
 from .backends import describe_installed
 from .config import Config, load_config, to_toml
+from .core.summary import first_line
 from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
 from .log import configure_logging
-from .progress import ProgressPlugin
+from .progress import ProgressPlugin, TerminalStream
+from .secrets import hide_secret_params
 from .task import Task, load_task_class
 from .worker.loop import Worker
 
@@ -185,8 +187,10 @@ def cmd_run(args: list[str]) -> int:
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
     task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
     config = _run_config(options)
-    configure_logging(config.logging)
-    return _run_task(task, config)
+    # on a terminal, log lines and the progress line share one stream that keeps them apart
+    terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
+    configure_logging(config.logging, terminal)
+    return _run_task(task, config, terminal)
 
 
 def _parse_task_args(parser: _Parser, after: list[str], task_cls: type[Task]) -> dict[str, Any]:
@@ -253,8 +257,8 @@ def _run_config(options: dict[str, Any]) -> Config:
     )
 
 
-def _run_task(task: Task, config: Config) -> int:
-    plugins = [ProgressPlugin(sys.stderr)] if sys.stderr.isatty() else []
+def _run_task(task: Task, config: Config, terminal: TerminalStream | None) -> int:
+    plugins = [ProgressPlugin(terminal)] if terminal is not None else []
     with Worker(config=config, plugins=plugins) as worker:
         worker.add(task)
         worker.run()
@@ -359,28 +363,73 @@ def cmd_worker(args: list[str]) -> int:
     return report.exit_code if report.exit_code in (130, 143) else 0
 
 
+TASK_STATES = ("PENDING", "RUNNING", "DONE", "FAILED", "DISABLED", "UNKNOWN")
+_FAILED_STATES = ("FAILED", "DISABLED", "UNKNOWN")
+
+
 def cmd_tasks(args: list[str]) -> int:
-    """``conveyor tasks``: print the central scheduler's task list."""
+    """``conveyor tasks``: print the central scheduler's task list, filtered and sorted."""
     parser = _Parser(prog="conveyor tasks")
     parser.add_argument("--scheduler-url", required=True)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--config")
+    parser.add_argument("--state", action="append", default=[], metavar="STATE")
+    parser.add_argument("--family", action="append", default=[], metavar="FAMILY")
+    parser.add_argument("--match", metavar="TEXT")
     opts = parser.parse_args(args)
+    states = {s.upper() for value in opts.state for s in value.split(",") if s.strip()}
+    unknown = sorted(states - set(TASK_STATES))
+    if unknown:
+        raise UsageError(
+            f"conveyor tasks: unknown --state {', '.join(unknown)}; expected one of: "
+            + ", ".join(TASK_STATES)
+        )
     config = load_config(opts.config).with_overrides(scheduler_url=opts.scheduler_url)
     from .transports.http import HttpTransport
 
-    tasks = HttpTransport(config).task_list()
+    tasks = _select(HttpTransport(config).task_list(), states, set(opts.family), opts.match)
     if opts.json:
         print(json.dumps({"tasks": tasks}, indent=2))
         return 0
-    rows = [
-        (t["status"], t["task_id"], t["worker"] or "", t["status_message"] or "") for t in tasks
-    ]
-    header = ("STATUS", "TASK", "WORKER", "MESSAGE")
+    rows = [(t["status"], t["task_id"], t["worker"] or "", _task_note(t)) for t in tasks]
+    header = ("STATUS", "TASK", "WORKER", "REASON / MESSAGE")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
     for row in (header, *rows):
-        print("  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:3])) + "  " + row[3])
+        print(
+            ("  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:3])) + "  " + row[3]).rstrip()
+        )
     return 0
+
+
+def _select(
+    tasks: list[dict[str, Any]], states: set[str], families: set[str], match: str | None
+) -> list[dict[str, Any]]:
+    """The tasks that pass the filters, ordered by state (as in SPEC §7), family, then id."""
+    needle = (match or "").lower()
+
+    def wanted(task: dict[str, Any]) -> bool:
+        if states and task["status"] not in states:
+            return False
+        if families and task["family"] not in families:
+            return False
+        if not needle:
+            return True
+        haystack = [task["task_id"], *map(str, task["params"].values())]
+        return any(needle in text.lower() for text in haystack)
+
+    order = {state: index for index, state in enumerate(TASK_STATES)}
+    return sorted(
+        filter(wanted, tasks),
+        key=lambda t: (order.get(t["status"], len(order)), t["family"], t["task_id"]),
+    )
+
+
+def _task_note(task: dict[str, Any]) -> str:
+    """One line: why a failed task failed (secrets hidden), else its status message."""
+    explanation = task.get("explanation") or ""
+    if task["status"] in _FAILED_STATES and explanation:
+        return hide_secret_params(first_line(explanation, 120), task["params"])
+    return str(task["status_message"] or "").replace("\n", " ")
 
 
 def cmd_config(args: list[str]) -> int:

@@ -594,4 +594,5 @@ def _describe(rec: TaskRecord) -> dict[str, Any]:
         "status_message": rec.status_message,
         "progress": rec.progress,
         "tracking_url": rec.tracking_url,
+        "explanation": rec.explanation,
     }

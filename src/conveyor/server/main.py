@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 import sys
 from typing import Any
 
@@ -12,7 +14,7 @@ from ..errors import ConfigError
 from ..scheduler import Scheduler
 from ..scheduler.persist import from_row
 
-__all__ = ["build_service", "check_bind", "serve"]
+__all__ = ["bind_listener", "build_service", "check_bind", "serve"]
 
 
 def is_loopback(host: str) -> bool:
@@ -62,16 +64,41 @@ def serve(config: Config) -> int:
         ) from None
     server = config.server
     check_bind(server.host, server.token)
-    service = build_service(config)
-    app = create_app(service, server.token, server.max_request_bytes)
-    print(
-        f"conveyor scheduler on http://{server.host}:{server.port} "
-        f"(state: {server.state_store} {server.state_path})",
-        file=sys.stderr,
-        flush=True,
-    )
+    # bind before the state store is opened: a server that cannot listen creates nothing
+    listener = bind_listener(server.host, server.port)
     try:
-        uvicorn.run(app, host=server.host, port=server.port, log_level="warning", access_log=False)
+        service = build_service(config)
+        try:
+            app = create_app(service, server.token, server.max_request_bytes)
+            port = listener.getsockname()[1]
+            print(
+                f"conveyor scheduler on http://{_url_host(server.host)}:{port} "
+                f"(state: {server.state_store} {server.state_path})",
+                file=sys.stderr,
+                flush=True,
+            )
+            settings = uvicorn.Config(app, log_level="warning", access_log=False)
+            uvicorn.Server(settings).run(sockets=[listener])
+        finally:
+            service.store.close()
     finally:
-        service.store.close()
+        listener.close()
     return 0
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``; ConfigError (exit 2) naming the address if the
+    port is taken or the address cannot be used."""
+    where = f"{_url_host(host)}:{port}"
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            reason = "the address is already in use (is another scheduler running there?)"
+        raise ConfigError(f"cannot listen on {where}: {reason}") from None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
