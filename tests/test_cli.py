@@ -529,6 +529,7 @@ def test_plugins_json_parses(run_cli: RunCli, tmp_path: Path) -> None:
             "version": "1.2.3",
             "loads": True,
             "error": "",
+            "warning": "",
         }
     ]
     executors = {r["name"] for r in rows if r["group"] == "conveyor.executors"}

@@ -502,3 +502,53 @@ def test_local_plugin_module_without_hooks_is_a_warning_naming_the_class(
 
     entry = next(p for p in json.loads(as_json.stdout) if p["name"] == "mymodule")
     assert entry["loads"] is True and "mymodule:Durations" in entry["warning"]
+
+
+HELP_TASKS = '''
+import enum
+
+import conveyor
+
+
+class Color(enum.Enum):
+    red = 1
+    blue = 2
+
+
+class Good(conveyor.Task):
+    """Makes something good."""
+
+    region = conveyor.ChoiceParameter(choices=["eu", "us"], default="eu", description="where")
+    color = conveyor.EnumParameter(enum=Color)
+    api_key = conveyor.Parameter(default="very-secret-default")
+    dry = conveyor.BoolParameter()
+'''
+
+
+def test_run_help_describes_every_option_and_keeps_the_module(
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+) -> None:
+    """``conveyor run --help`` describes every option with its allowed values, and after TASK
+    the usage line names the task as it is typed (module.Family) and lists its parameters."""
+    from conveyor.cli import _RUN_OPTIONS
+
+    general = run_cli("run", "--help", cwd=tmp_path)
+    assert general.returncode == 0
+    for flag in _RUN_OPTIONS:
+        line = next(line for line in general.stdout.splitlines() if line.strip().startswith(flag))
+        assert len(line.split()) > 2, f"{flag} has no description: {line!r}"
+    flat = " ".join(general.stdout.split())
+    assert "inline, thread, fork, subprocess" in flat
+    assert "debug, info, warning, error or critical" in flat
+    assert "Exit codes:" in flat
+    name = task_module(HELP_TASKS)
+    for args in (("run", f"{name}.Good", "--help"), ("run", "Good", "--module", name, "-h")):
+        task_help = run_cli(*args, cwd=tmp_path)
+        assert task_help.returncode == 0, task_help.stderr
+        text = " ".join(task_help.stdout.split())
+        assert text.startswith(f"usage: conveyor run {name}.Good [--region {{eu,us}}]")
+        assert "where; one of: eu, us; default: 'eu'" in text
+        assert "one of: red, blue; required" in text
+        assert "--dry, --no-dry" in text
+        assert "default: ***" in text and "very-secret-default" not in text
+        assert "Makes something good." in text

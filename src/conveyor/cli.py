@@ -21,7 +21,7 @@ from .core.summary import first_line
 from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
 from .log import configure_logging
 from .progress import ProgressPlugin, TerminalStream
-from .secrets import hide_secret_params
+from .secrets import hide_secret_params, is_secret_name
 from .task import Task, load_task_class
 from .worker.loop import Worker
 
@@ -40,6 +40,26 @@ _RUN_OPTIONS: dict[str, tuple[str, bool]] = {
     "--log-format": ("log_format", True),
     "--log-level": ("log_level", True),
 }
+_RUN_HELP: dict[str, tuple[str | None, str]] = {
+    "--module": ("MODULE", "the module TASK is in, when TASK is a bare Family"),
+    "--workers": ("N", "concurrent task slots, >= 1 ([worker] workers; default 1)"),
+    "--executor": (
+        "NAME",
+        "auto (inline with 1 worker, else fork), inline, thread, fork, subprocess, or an "
+        "installed conveyor.executors name ([worker] executor)",
+    ),
+    "--scheduler-url": ("URL", "use the central scheduler at URL (the http transport)"),
+    "--local-scheduler": (None, "use the in-process scheduler even if the config names a server"),
+    "--config": ("PATH", "the worker.toml to read (default: $CONVEYOR_CONFIG, ./worker.toml)"),
+    "--log-format": ("FORMAT", "auto (console on a terminal, else json), console or json"),
+    "--log-level": ("LEVEL", "debug, info, warning, error or critical (default info)"),
+}
+_RUN_EPILOG = (
+    "conveyor's own options may come before or after TASK; after TASK, a task parameter of "
+    "the same name wins. Exit codes: 0 complete, 1 a task failed, 2 usage or configuration "
+    "error, 3 scheduling error, 4 missing external data, 5 incomplete for another reason "
+    "(e.g. running on another worker), 130/143 SIGINT/SIGTERM."
+)
 
 
 class UsageError(ConveyorError):
@@ -113,33 +133,75 @@ commands:
 
 def _run_parser(task_cls: type[Task] | None) -> _Parser:
     """The parser for run's options; with a task class, its parameters take precedence."""
-    prog = "conveyor run" + (f" {task_cls.get_task_family()}" if task_cls else "")
-    parser = _Parser(prog=prog, add_help=task_cls is None)
+    if task_cls is None:
+        parser = _Parser(
+            prog="conveyor run",
+            usage="conveyor run TASK [--<param> VALUE ...] [options]",
+            description="Run TASK (package.module.Family, or Family with --module) and "
+            "everything it needs. 'conveyor run TASK --help' lists TASK's parameters.",
+            epilog=_RUN_EPILOG,
+        )
+    else:
+        parser = _Parser(
+            prog=f"conveyor run {task_cls.__module__}.{task_cls.__name__}",
+            add_help=False,
+            description=(task_cls.__doc__ or "").strip().split("\n\n")[0] or None,
+            epilog=_RUN_EPILOG,
+        )
     taken: set[str] = set()
     if task_cls is not None:
+        group = parser.add_argument_group(f"parameters of {task_cls.get_task_family()}")
         for name, param in task_cls.parameters():
             flag = "--" + name.replace("_", "-")
             taken.add(flag)
             if param.is_flag:
-                parser.add_argument(
-                    flag, dest=f"param:{name}", action=argparse.BooleanOptionalAction
+                group.add_argument(
+                    flag,
+                    dest=f"param:{name}",
+                    action=argparse.BooleanOptionalAction,
+                    help=_param_help(param),
                 )
                 taken.add("--no-" + name.replace("_", "-"))
             else:
-                parser.add_argument(
+                group.add_argument(
                     flag,
                     dest=f"param:{name}",
-                    metavar=param.type_name.upper(),
-                    help=param.description or None,
+                    metavar=_metavar(param.type_name),
+                    help=_param_help(param),
                 )
+    own = parser.add_argument_group("conveyor run options")
     for flag, (dest, takes_value) in _RUN_OPTIONS.items():
         if flag in taken:
             continue
+        metavar, text = _RUN_HELP[flag]
         if takes_value:
-            parser.add_argument(flag, dest=dest)
+            own.add_argument(flag, dest=dest, metavar=metavar, help=text)
         else:
-            parser.add_argument(flag, dest=dest, action="store_true", default=None)
+            own.add_argument(flag, dest=dest, action="store_true", default=None, help=text)
     return parser
+
+
+def _metavar(type_name: str) -> str:
+    """INT, STR, ... — but a choice list such as {eu,us} as it is typed."""
+    return type_name if type_name.startswith("{") else type_name.upper()
+
+
+def _param_help(param: Any) -> str:
+    """A task parameter's help: its description, allowed values and default (secrets hidden)."""
+    parts = [param.description] if param.description else []
+    choices = getattr(param, "choices", None)
+    enum = getattr(param, "enum", None)
+    if choices:
+        parts.append("one of: " + ", ".join(map(str, choices)))
+    elif enum is not None:
+        parts.append("one of: " + ", ".join(member.name for member in enum))
+    if not param.has_default:
+        parts.append("required")
+    elif is_secret_name(param.name):
+        parts.append("default: ***")
+    elif not param.is_flag:
+        parts.append(f"default: {param.serialize(param.default)!r}")
+    return "; ".join(parts)
 
 
 def _split_at_task(args: list[str]) -> tuple[list[str], str, list[str]]:
