@@ -6,7 +6,8 @@ in memory, so no file I/O is measured.
 
 Shapes: ``chain`` (each task needs the previous one), ``fanin`` (N leaves into one root),
 ``layered`` (layers of 100 tasks, each needing 3 tasks of the layer below), ``dynamic`` (a root
-whose run() yields N leaves). Each measurement runs in a fresh subprocess so peak memory is the
+whose run() yields N leaves), ``batches`` (a root whose run() yields N leaves 10 at a time).
+Each measurement runs in a fresh subprocess so peak memory is the
 run's own. Example::
 
     python benchmarks/bench_graph.py --shape chain fanin --n 5000 20000
@@ -101,19 +102,40 @@ class DynamicRoot(Noop):
         _mark_done(self.task_id)
 
 
+BATCH = 10
+
+
+class BatchedRoot(Noop):
+    """Yields n - 1 leaves from run(), ``BATCH`` at a time (each yield waits for its batch)."""
+
+    def run(self) -> Any:
+        for start in range(0, self.n - 1, BATCH):
+            stop = min(self.n - 1, start + BATCH)
+            yield [Noop(i=k, shape=self.shape, n=self.n) for k in range(start, stop)]
+        _mark_done(self.task_id)
+
+
 ROOTS = {
     "chain": lambda n: ChainLink(i=n - 1, shape="chain", n=n),
     "fanin": lambda n: FanInRoot(i=-1, shape="fanin", n=n),
     "layered": lambda n: LayeredRoot(i=-1, shape="layered", n=n),
     "dynamic": lambda n: DynamicRoot(i=-1, shape="dynamic", n=n),
+    "batches": lambda n: BatchedRoot(i=-1, shape="batches", n=n),
 }
 
 
-def measure(shape: str, n: int, executor: str, workers: int) -> dict[str, Any]:
-    """Build one graph in this process and report wall time, per-task time and peak RSS."""
+def measure(shape: str, n: int, executor: str, workers: int, warm: bool = False) -> dict[str, Any]:
+    """Build one graph in this process and report wall time, per-task time and peak RSS.
+
+    With ``warm``, a small graph of the same shape is built first, so that imports and
+    first-call costs are paid before the clock starts.
+    """
     sys.setrecursionlimit(max(10_000, n * 4))
     root = ROOTS[shape](n)
     build, config = conveyor.build, conveyor.load_config(None)  # imports outside the clock
+    if warm:
+        warm_root = ROOTS[shape](200)
+        build(warm_root, config=config, log_level="warning", executor=executor, workers=workers)
     started = time.perf_counter()
     result = build(
         root,
@@ -130,6 +152,7 @@ def measure(shape: str, n: int, executor: str, workers: int) -> dict[str, Any]:
         "tasks": len(result.states),
         "executor": executor,
         "workers": workers,
+        "warm": warm,
         "ok": result.ok,
         "wall_s": round(wall, 4),
         "per_task_us": round(wall / max(1, len(result.states)) * 1e6, 2),
@@ -144,6 +167,9 @@ def main() -> None:
     parser.add_argument("--n", nargs="+", type=int, default=[5000, 20000])
     parser.add_argument("--executor", default="inline")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--warm", action="store_true", help="build a small graph first (imports warmed up)"
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -151,7 +177,9 @@ def main() -> None:
         # executor imports them in a fresh interpreter)
         import bench_graph
 
-        result = bench_graph.measure(args.shape[0], args.n[0], args.executor, args.workers)
+        result = bench_graph.measure(
+            args.shape[0], args.n[0], args.executor, args.workers, args.warm
+        )
         print(json.dumps(result))
         return
     for shape in args.shape:
@@ -171,6 +199,7 @@ def main() -> None:
                 args.executor,
                 "--workers",
                 str(args.workers),
+                *(["--warm"] if args.warm else []),
             ]
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
             print(out.stdout.strip(), flush=True)

@@ -17,6 +17,7 @@ import structlog
 
 import conveyor
 from conveyor import events
+from conveyor.protocol import encode
 from conveyor.testing import Recorded, RecordingPlugin, hook_names
 
 _LOCK = threading.Lock()
@@ -453,7 +454,7 @@ def test_status_progress_and_tracking_url_reach_hooks_and_scheduler(
     assert message.message == "halfway there"
     assert progress.percentage == 50.0
     assert url.url == "http://tracker.example/job/7"
-    [entry] = [t for t in scheduler.task_list() if t["task_id"] == reporter.task_id]
+    [entry] = [t for t in encode(scheduler.task_list()) if t["task_id"] == reporter.task_id]
     assert entry["status_message"] == "halfway there"
     assert entry["progress"] == 50.0
     assert entry["tracking_url"] == "http://tracker.example/job/7"
@@ -479,3 +480,49 @@ def test_started_event_names_the_executor_used(
     assert len(started) == 5
     assert {e.executor for e in started} == {expected}
     assert {e.attempt for e in started} == {1}
+
+
+class _ParamsVandal:
+    """Tries to change every event's params, and remembers whether it could."""
+
+    name = "vandal"
+
+    def __init__(self) -> None:
+        self.refused = 0
+
+    @conveyor.hookimpl
+    def conveyor_task_complete_checked(self, event: Any) -> None:
+        try:
+            event.params["x"] = "changed"  # type: ignore[index]
+        except TypeError:
+            self.refused += 1
+            raise
+
+
+class _ParamsWitness:
+    """Records the params every later plugin sees."""
+
+    name = "witness"
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, str]] = []
+
+    @conveyor.hookimpl
+    def conveyor_task_complete_checked(self, event: Any) -> None:
+        self.seen.append(dict(event.params))
+
+
+def test_a_plugin_cannot_change_what_others_see_through_event_params(tmp_path: Path) -> None:
+    """Event params are read-only: a plugin's write fails, and neither the scheduler, the task
+    nor another plugin sees a change."""
+    vandal, witness = _ParamsVandal(), _ParamsWitness()
+    scheduler = conveyor.Scheduler()
+    task = HkLeaf(root=str(tmp_path), name="immutable")
+    with conveyor.Worker(scheduler, config=conveyor.Config(), plugins=[vandal, witness]) as w:
+        w.add(task)
+        assert w.run() is True
+    assert vandal.refused >= 1
+    assert witness.seen and all("x" not in seen for seen in witness.seen)
+    [entry] = [t for t in scheduler.task_list() if t.task_id == task.task_id]
+    assert dict(entry.params) == task.to_str_params()
+    assert "x" not in entry.params

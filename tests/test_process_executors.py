@@ -32,6 +32,7 @@ import psutil
 import pytest
 
 import conveyor
+from conveyor.protocol import encode
 from conveyor.testing import RecordingPlugin
 from conveyor.testing.processes import wait_for
 
@@ -498,7 +499,7 @@ def test_messages_progress_urls_and_dynamic_deps_match_inline(
         with conveyor.Worker(scheduler, config=config, plugins=[rec]) as worker:
             assert worker.add(reporter)
             assert worker.run() is True
-        runs[name] = (rec, scheduler.task_list(), worker.report)
+        runs[name] = (rec, encode(scheduler.task_list()), worker.report)
     rec, task_list, report = runs[executor]
 
     assert [e.executor for e in rec.events("task_started", reporter.task_id)] == [executor] * 2
@@ -777,7 +778,7 @@ def test_huge_status_message_is_truncated(executor: str, mod: Any, tmp_path: Pat
     [status] = rec.events("task_status_message", task.task_id)
     assert 0 < len(status.message) < 1_000_000
     assert "truncated" in status.message.lower()
-    [entry] = [e for e in scheduler.task_list() if e["task_id"] == task.task_id]
+    [entry] = [e for e in encode(scheduler.task_list()) if e["task_id"] == task.task_id]
     assert len(entry["status_message"]) < 1_000_000
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import conveyor
+from conveyor.protocol import encode
 from conveyor.scheduler import Scheduler, TaskSpec, policy
 from conveyor.scheduler.policy import SchedulerCore
 from conveyor.testing import FakeClock
@@ -29,6 +30,7 @@ TASK_LIST_KEYS = {
     "status_message",
     "progress",
     "tracking_url",
+    "explanation",  # an addition to SPEC §7's keys: the last failure's explanation
 }
 
 MakeCore = Callable[..., SchedulerCore]
@@ -127,7 +129,7 @@ def test_priority_is_inherited_through_a_chain_registered_top_down(core: Schedul
     core.add_tasks("w", [spec("mid", deps=("bottom",)), spec("other", priority=5)])
     core.add_tasks("w", [spec("bottom")])
     assert core.get_work("w").task_id == "bottom"
-    priorities = {entry["task_id"]: entry["priority"] for entry in core.task_list()}
+    priorities = {entry["task_id"]: entry["priority"] for entry in encode(core.task_list())}
     assert priorities == {"top": 9, "mid": 9, "bottom": 9, "other": 5}
 
 
@@ -331,7 +333,7 @@ def test_time_based_transitions_show_in_queries_without_get_work(
     core.task_failed("gone", "flaky", "boom")
     clock.advance(DISCONNECT + 1)
     assert core.statuses(["orphan", "flaky"]) == {"orphan": "FAILED", "flaky": "PENDING"}
-    listed = {entry["task_id"]: entry["status"] for entry in core.task_list()}
+    listed = {entry["task_id"]: entry["status"] for entry in encode(core.task_list())}
     assert listed == {"orphan": "FAILED", "flaky": "PENDING"}
 
 
@@ -346,7 +348,7 @@ def test_annotations_show_in_the_task_list(core: SchedulerCore):
     core.annotate("job", "status_message", "halfway")
     core.annotate("job", "progress", 50)
     core.annotate("job", "tracking_url", "http://example.invalid/job")
-    entries = {entry["task_id"]: entry for entry in core.task_list()}
+    entries = {entry["task_id"]: entry for entry in encode(core.task_list())}
     assert all(set(entry) == TASK_LIST_KEYS for entry in entries.values())
     assert entries["job"] == {
         "task_id": "job",
@@ -359,6 +361,7 @@ def test_annotations_show_in_the_task_list(core: SchedulerCore):
         "status_message": "halfway",
         "progress": 50.0,
         "tracking_url": "http://example.invalid/job",
+        "explanation": "",
     }
     assert entries["dep"]["status"] == "DONE"
 
@@ -395,7 +398,7 @@ def test_assistant_runs_tasks_registered_by_another_worker(core: SchedulerCore):
     assert core.get_work("bystander") is None
     work = core.get_work("helper", assistant=True)
     assert work is not None and (work.task_id, work.module) == ("t", "tests.fake_tasks")
-    assert core.task_list()[0]["worker"] == "helper"
+    assert encode(core.task_list())[0]["worker"] == "helper"
 
 
 def test_assistant_that_arrived_first_gets_later_tasks(core: SchedulerCore):

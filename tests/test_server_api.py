@@ -10,6 +10,7 @@ its whole tree, when the test (or the module, for the shared server) ends.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import re
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conveyor.server.schema import ROUTES
+from conveyor.protocol import ROUTES
 from conveyor.testing.processes import (
     SchedulerProcess,
     free_port,
@@ -637,7 +638,7 @@ def test_conveyor_tasks_prints_a_table_and_json(
     table = run_cli("tasks", "--scheduler-url", fresh.url, cwd=tmp_path, env=env, timeout=30)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.strip().splitlines()
-    assert lines[0].split() == ["STATUS", "TASK", "WORKER", "MESSAGE"]
+    assert lines[0].split() == ["STATUS", "TASK", "WORKER", "REASON/MESSAGE"]
     assert len(lines) == 1 + len(expected)
     for task_id, task in expected.items():
         (line,) = [line for line in lines if task_id in line]
@@ -726,9 +727,31 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "any": any_text | numbers,
     }
 
+    kind_of = {
+        "worker_id": "str",
+        "task_id": "str",
+        "explanation": "str",
+        "assistant": "bool",
+        "running": "str_list",
+        "task_ids": "str_list",
+        "tasks": "tasks",
+        "kind": "note",
+        "value": "any",
+    }
+
+    def route_fields(route: str) -> dict[str, tuple[str, bool]]:
+        """Each request field of the route's protocol dataclass: (kind, required)."""
+        return {
+            f.name: (
+                kind_of[f.name],
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(ROUTES[route].request)
+        }
+
     def well_typed(route: str) -> Any:
         """Bodies that pass validation: every required field, of the right type."""
-        fields = ROUTES[route]
+        fields = route_fields(route)
         return st.fixed_dictionaries(
             {name: typed[kind] for name, (kind, required) in fields.items() if required},
             optional={
@@ -738,7 +761,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
 
     def loose(route: str) -> Any:
         """Bodies with the route's field names (maybe an unknown one) and any values."""
-        fields = ROUTES[route]
+        fields = route_fields(route)
         return st.fixed_dictionaries(
             {},
             optional={"extra": values}

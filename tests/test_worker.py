@@ -1241,3 +1241,45 @@ def test_task_log_records_carry_the_task_id(
     transitions = [r for r in records if r.get("task_id") == task.task_id and "state" in r]
     assert {r["state"] for r in transitions} >= {"RUNNING", "DONE"}
     assert all(r["family"] == "WkLogs" and r.get("worker_id") for r in transitions)
+
+
+class _InterruptingScheduler(conveyor.Scheduler):
+    """A scheduler whose get_work hands out a task while the worker is being interrupted (the
+    signal arrives while the call is on its way)."""
+
+    worker: conveyor.Worker | None = None
+
+    def get_work(self, *args: Any, **kwargs: Any) -> Any:
+        work = super().get_work(*args, **kwargs)
+        if work is not None and self.worker is not None:
+            self.worker.interrupt("SIGTERM")
+        return work
+
+
+class WkNeverRun(conveyor.Task):
+    """Must not run: the worker was interrupted before starting it."""
+
+    root = conveyor.Parameter()
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(os.path.join(self.root, "never"))
+
+    def run(self) -> None:
+        raise AssertionError("an interrupted worker started a task")
+
+
+def test_a_hand_out_that_arrives_with_an_interruption_is_not_started(tmp_path: Path) -> None:
+    """If SIGTERM lands while get_work is answering, the handed-out task is not started but
+    reported failed (interrupted), and the run exits 143."""
+    scheduler = _InterruptingScheduler()
+    config = conveyor.Config().with_overrides(install_signal_handlers=False)
+    task = WkNeverRun(root=str(tmp_path))
+    rec = RecordingPlugin()
+    with conveyor.Worker(scheduler, config=config, plugins=[rec]) as worker:
+        scheduler.worker = worker
+        worker.add(task)
+        worker.run()
+    assert not rec.events("task_started")
+    assert scheduler.statuses([task.task_id]) == {task.task_id: "FAILED"}
+    assert "interrupted by SIGTERM" in scheduler.explanation(task.task_id)
+    assert worker.report is not None and worker.report.exit_code == 143

@@ -21,6 +21,7 @@ from .core.summary import first_line
 from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
 from .log import configure_logging
 from .progress import ProgressPlugin, TerminalStream
+from .protocol import TaskInfo, TaskList, TaskStatus, encode
 from .secrets import hide_secret_params, is_secret_name
 from .task import Task, load_task_class
 from .worker.loop import Worker
@@ -425,8 +426,7 @@ def cmd_worker(args: list[str]) -> int:
     return report.exit_code if report.exit_code in (130, 143) else 0
 
 
-TASK_STATES = ("PENDING", "RUNNING", "DONE", "FAILED", "DISABLED", "UNKNOWN")
-_FAILED_STATES = ("FAILED", "DISABLED", "UNKNOWN")
+_FAILED_STATES = (TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN)
 
 
 def cmd_tasks(args: list[str]) -> int:
@@ -440,58 +440,52 @@ def cmd_tasks(args: list[str]) -> int:
     parser.add_argument("--match", metavar="TEXT")
     opts = parser.parse_args(args)
     states = {s.upper() for value in opts.state for s in value.split(",") if s.strip()}
-    unknown = sorted(states - set(TASK_STATES))
+    unknown = sorted(states - set(TaskStatus))
     if unknown:
         raise UsageError(
             f"conveyor tasks: unknown --state {', '.join(unknown)}; expected one of: "
-            + ", ".join(TASK_STATES)
+            + ", ".join(TaskStatus)
         )
     config = load_config(opts.config).with_overrides(scheduler_url=opts.scheduler_url)
     from .transports.http import HttpTransport
 
     tasks = _select(HttpTransport(config).task_list(), states, set(opts.family), opts.match)
     if opts.json:
-        print(json.dumps({"tasks": tasks}, indent=2))
+        print(json.dumps(encode(TaskList(tuple(tasks))), indent=2))
         return 0
-    rows = [(t["status"], t["task_id"], t["worker"] or "", _task_note(t)) for t in tasks]
-    header = ("STATUS", "TASK", "WORKER", "REASON / MESSAGE")
+    rows = [(t.status, t.task_id, t.worker or "", _task_note(t)) for t in tasks]
+    header = ("STATUS", "TASK", "WORKER", "REASON/MESSAGE")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
     for row in (header, *rows):
-        print(
-            ("  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:3])) + "  " + row[3]).rstrip()
-        )
+        cells = "  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:3]))
+        print(f"{cells}  {row[3]}".rstrip())
     return 0
 
 
 def _select(
-    tasks: list[dict[str, Any]], states: set[str], families: set[str], match: str | None
-) -> list[dict[str, Any]]:
+    tasks: list[TaskInfo], states: set[str], families: set[str], match: str | None
+) -> list[TaskInfo]:
     """The tasks that pass the filters, ordered by state (as in SPEC §7), family, then id."""
     needle = (match or "").lower()
 
-    def wanted(task: dict[str, Any]) -> bool:
-        if states and task["status"] not in states:
+    def wanted(task: TaskInfo) -> bool:
+        if states and task.status not in states:
             return False
-        if families and task["family"] not in families:
+        if families and task.family not in families:
             return False
         if not needle:
             return True
-        haystack = [task["task_id"], *map(str, task["params"].values())]
-        return any(needle in text.lower() for text in haystack)
+        return any(needle in text.lower() for text in (task.task_id, *task.params.values()))
 
-    order = {state: index for index, state in enumerate(TASK_STATES)}
-    return sorted(
-        filter(wanted, tasks),
-        key=lambda t: (order.get(t["status"], len(order)), t["family"], t["task_id"]),
-    )
+    order = {state: index for index, state in enumerate(TaskStatus)}
+    return sorted(filter(wanted, tasks), key=lambda t: (order[t.status], t.family, t.task_id))
 
 
-def _task_note(task: dict[str, Any]) -> str:
+def _task_note(task: TaskInfo) -> str:
     """One line: why a failed task failed (secrets hidden), else its status message."""
-    explanation = task.get("explanation") or ""
-    if task["status"] in _FAILED_STATES and explanation:
-        return hide_secret_params(first_line(explanation, 120), task["params"])
-    return str(task["status_message"] or "").replace("\n", " ")
+    if task.status in _FAILED_STATES and task.explanation:
+        return hide_secret_params(first_line(task.explanation, 120), task.params)
+    return task.status_message.replace("\n", " ")
 
 
 def cmd_config(args: list[str]) -> int:

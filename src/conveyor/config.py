@@ -57,6 +57,7 @@ __all__ = [
     "ServerSettings",
     "WorkerSettings",
     "load_config",
+    "resolve_config",
     "to_toml",
     "validate_backend_settings",
 ]
@@ -777,6 +778,13 @@ def load_config(
     for parts, value, variable in _env_entries(environ):
         _apply(draft, parts, value, variable)
     return _finish(draft, source, base, {})
+
+
+def resolve_config(config: Config | str | os.PathLike[str] | None) -> Config:
+    """A Config as given, or loaded from a path, or discovered (SPEC §5) when None."""
+    if isinstance(config, Config):
+        return config
+    return load_config(config)
 
 
 def _discover(

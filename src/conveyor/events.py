@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "CompleteChecked",
     "DependenciesDiscovered",
     "Event",
+    "Params",
     "ProcessDied",
     "TaskBroken",
     "TaskFailed",
@@ -32,6 +33,34 @@ __all__ = [
 ]
 
 
+class Params(dict[str, str]):
+    """A task's string parameters, read-only: every method that would change it raises.
+
+    A ``dict`` subclass, so that ``json.dumps`` and ``dataclasses.asdict`` work on events as
+    before; copying returns the same object (there is nothing to protect a copy from).
+    """
+
+    __slots__ = ()
+
+    def _read_only(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError("event params are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __copy__(self) -> Params:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Params:
+        return self
+
+    def __reduce__(self) -> Any:
+        return (Params, (dict(self),))
+
+
+_NO_PARAMS = Params()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     """Fields common to every event."""
@@ -40,7 +69,8 @@ class Event:
     task_id: str = ""
     family: str = ""
     module: str = ""
-    params: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = field(default_factory=lambda: _NO_PARAMS)
+    """Read-only: a plugin cannot change what the worker, the scheduler or others see."""
     worker_id: str = ""
     timestamp: float = 0.0
     state: str = ""

@@ -9,9 +9,8 @@ from typing import Any
 
 import structlog
 
-from .config import Config
+from .config import Config, resolve_config
 from .log import configure_logging
-from .scheduler import resolve_config
 from .task import Task
 from .worker.loop import Worker
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from ..protocol import NoteKind
 from ..task import Task, _outputs_of, checked_tasks
 from .base import (
     FAILED,
@@ -45,7 +46,7 @@ def run_attempt(request: AttemptRequest, sink: Sink) -> Outcome:
     started = time.perf_counter()
 
     def report(kind: str, value: object) -> None:
-        sink(Note(task_id, kind, value))
+        sink(Note(task_id, NoteKind(kind), value))
 
     task._reporter = report
     tokens = structlog.contextvars.bind_contextvars(task_id=task_id)

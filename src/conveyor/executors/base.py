@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from ..protocol import AttemptOutcome, NoteKind
 from ..task import Task
 
 __all__ = [
@@ -26,11 +27,11 @@ __all__ = [
 ]
 
 SUCCEEDED, FAILED, TIMED_OUT, PROCESS_DIED, NEEDS_DEPS = (
-    "succeeded",
-    "failed",
-    "timed_out",
-    "process_died",
-    "needs_deps",
+    AttemptOutcome.SUCCEEDED,
+    AttemptOutcome.FAILED,
+    AttemptOutcome.TIMED_OUT,
+    AttemptOutcome.PROCESS_DIED,
+    AttemptOutcome.NEEDS_DEPS,
 )
 
 
@@ -53,7 +54,7 @@ class Note:
     """Something ``run()`` published: kind is status_message, progress or tracking_url."""
 
     task_id: str
-    kind: str
+    kind: NoteKind
     value: Any
 
 
@@ -67,7 +68,7 @@ class Outcome:
     """
 
     task_id: str
-    kind: str
+    kind: AttemptOutcome
     duration: float = 0.0
     error: str = ""
     exception_type: str = ""

@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from ..protocol import AttemptOutcome, NoteKind
 from ..task import Task, load_task_class
 from .base import FAILED, Message, Note, Outcome
 
@@ -57,10 +58,10 @@ def decode(line: bytes, task_id: str) -> Message:
     try:
         body = json.loads(line)
         if body["t"] == "note":
-            return Note(task_id, str(body["kind"]), body["value"])
+            return Note(task_id, NoteKind(body["kind"]), body["value"])
         return Outcome(
             task_id,
-            str(body["kind"]),
+            AttemptOutcome(body["kind"]),
             float(body["duration"]),
             error=str(body["error"]),
             exception_type=str(body["exception_type"]),

@@ -11,17 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import Config, load_config
+from ..config import Config, resolve_config
 from .policy import SchedulerCore, TaskSpec, Work, WorkLeft
 
 __all__ = ["Scheduler", "TaskSpec", "Work", "WorkLeft", "resolve_config"]
-
-
-def resolve_config(config: Config | str | os.PathLike[str] | None) -> Config:
-    """A Config as given, or loaded from a path, or discovered (SPEC §5) when None."""
-    if isinstance(config, Config):
-        return config
-    return load_config(config)
 
 
 class Scheduler(SchedulerCore):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from ..protocol import TaskStatus
 from .policy import TaskRecord
 
 __all__ = ["SCHEMA_VERSION", "from_row", "to_row"]
@@ -52,7 +53,7 @@ def from_row(row: dict[str, Any]) -> TaskRecord:
         family=str(row["family"]),
         module=str(row["module"]),
         params={str(k): str(v) for k, v in row["params"].items()},
-        status=str(row["status"]),
+        status=TaskStatus(row["status"]),
         deps=tuple(row["deps"]),
         own_priority=int(row["own_priority"]),
         priority=int(row["priority"]),

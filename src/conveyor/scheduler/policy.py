@@ -30,54 +30,20 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DONE", "STATUSES", "SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
+from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
+
+__all__ = ["STATUSES", "SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
 
 PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
-    "PENDING",
-    "RUNNING",
-    "DONE",
-    "FAILED",
-    "DISABLED",
-    "UNKNOWN",
+    TaskStatus.PENDING,
+    TaskStatus.RUNNING,
+    TaskStatus.DONE,
+    TaskStatus.FAILED,
+    TaskStatus.DISABLED,
+    TaskStatus.UNKNOWN,
 )
-STATUSES = (PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN)
+STATUSES = tuple(TaskStatus)
 _ASSISTANTS = "\0assistants"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """What a worker registers about one task (JSON-friendly: strings, numbers, lists)."""
-
-    task_id: str
-    family: str = ""
-    module: str = ""
-    params: Mapping[str, str] = field(default_factory=dict)
-    status: str = PENDING
-    deps: tuple[str, ...] = ()
-    priority: int = 0
-    resources: Mapping[str, int] = field(default_factory=dict)
-    runnable: bool = True
-    retry_count: int | None = None
-    explanation: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """A task handed to a worker."""
-
-    task_id: str
-    family: str
-    module: str
-    params: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkLeft:
-    """What remains for a worker when no task is ready for it."""
-
-    pending: int
-    unique_pending: int
-    running_elsewhere: int
 
 
 @dataclass(slots=True, eq=False)
@@ -89,7 +55,7 @@ class TaskRecord:
     family: str = ""
     module: str = ""
     params: Mapping[str, str] = field(default_factory=dict)
-    status: str = PENDING
+    status: TaskStatus = PENDING
     deps: tuple[str, ...] = ()
     dependents: set[str] = field(default_factory=set)
     unmet: int = 0
@@ -237,7 +203,7 @@ class SchedulerCore:
 
     # --- status changes -------------------------------------------------------------------
 
-    def _set_status(self, rec: TaskRecord, status: str) -> None:
+    def _set_status(self, rec: TaskRecord, status: TaskStatus) -> None:
         old = rec.status
         if old == status:
             return
@@ -425,7 +391,7 @@ class SchedulerCore:
             rec.failures = None
             self._set_status(rec, DONE)
 
-    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> TaskStatus:
         """Record a failed attempt; return the new status (``FAILED`` or ``DISABLED``)."""
         with self._lock:
             now = self._seen(worker_id)
@@ -434,7 +400,7 @@ class SchedulerCore:
                 return UNKNOWN
             return self._fail(rec, explanation, now)
 
-    def _fail(self, rec: TaskRecord, explanation: str, now: float) -> str:
+    def _fail(self, rec: TaskRecord, explanation: str, now: float) -> TaskStatus:
         self._touch(rec)
         rec.explanation = explanation
         failures = rec.failures = rec.failures or deque()
@@ -477,18 +443,18 @@ class SchedulerCore:
 
     # --- annotations ----------------------------------------------------------------------
 
-    def annotate(self, task_id: str, kind: str, value: Any) -> None:
+    def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
         """Store a status message, progress or tracking URL reported from inside run()."""
         with self._lock:
             rec = self._tasks.get(task_id)
             if rec is None:
                 return
             self._touch(rec)
-            if kind == "status_message":
+            if kind == NoteKind.STATUS_MESSAGE:
                 rec.status_message = str(value)
-            elif kind == "progress":
+            elif kind == NoteKind.PROGRESS:
                 rec.progress = float(value)
-            elif kind == "tracking_url":
+            elif kind == NoteKind.TRACKING_URL:
                 rec.tracking_url = str(value)
 
     # --- liveness and queries -------------------------------------------------------------
@@ -555,7 +521,7 @@ class SchedulerCore:
             memo[rec.task_id] = all(memo.get(d.task_id, True) for d in deps)
         return memo[start.task_id]
 
-    def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
         """The status of each known task id."""
         with self._lock:
             self._wake(self.clock())
@@ -567,8 +533,8 @@ class SchedulerCore:
             rec = self._tasks.get(task_id)
             return rec.explanation if rec else ""
 
-    def task_list(self) -> list[dict[str, Any]]:
-        """Every registered task, shaped as the server's ``GET /api/v1/tasks`` entries."""
+    def task_list(self) -> list[TaskInfo]:
+        """Every registered task (the entries of the server's ``GET /api/v1/tasks``)."""
         with self._lock:
             self._wake(self.clock())
             return [_describe(rec) for rec in self._tasks.values() if rec.registered]
@@ -582,17 +548,17 @@ class SchedulerCore:
             ]
 
 
-def _describe(rec: TaskRecord) -> dict[str, Any]:
-    return {
-        "task_id": rec.task_id,
-        "family": rec.family,
-        "params": dict(rec.params),
-        "status": rec.status,
-        "worker": rec.worker,
-        "priority": rec.priority,
-        "dependencies": list(rec.deps),
-        "status_message": rec.status_message,
-        "progress": rec.progress,
-        "tracking_url": rec.tracking_url,
-        "explanation": rec.explanation,
-    }
+def _describe(rec: TaskRecord) -> TaskInfo:
+    return TaskInfo(
+        task_id=rec.task_id,
+        family=rec.family,
+        params=dict(rec.params),
+        status=rec.status,
+        worker=rec.worker,
+        priority=rec.priority,
+        dependencies=rec.deps,
+        status_message=rec.status_message,
+        progress=rec.progress,
+        tracking_url=rec.tracking_url,
+        explanation=rec.explanation,
+    )

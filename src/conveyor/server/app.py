@@ -22,10 +22,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..protocol import (
+    ROUTES,
+    AddTasks,
+    Annotate,
+    Explanation,
+    ExplanationAnswer,
+    FieldError,
+    GetWork,
+    Ok,
+    Ping,
+    Statuses,
+    StatusesAnswer,
+    TaskDone,
+    TaskFailed,
+    TaskFailedAnswer,
+    TaskList,
+    WorkAnswer,
+    WorkLeft,
+    WorkLeftRequest,
+    decode,
+    encode,
+)
 from ..scheduler.persist import to_row
-from ..scheduler.policy import SchedulerCore, Work, WorkLeft
+from ..scheduler.policy import SchedulerCore
 from .guard import Guard
-from .schema import ROUTES, FieldError, openapi_document, parse_specs, validate
+from .schema import openapi_document
 from .stores import StateStore
 
 __all__ = ["SchedulerService", "create_app"]
@@ -54,67 +76,52 @@ class SchedulerService:
         self.call(self.core.statuses, ())
 
 
-def _work(work: Work | None) -> dict[str, Any]:
-    if work is None:
-        return {"work": None}
-    return {
-        "work": {
-            "task_id": work.task_id,
-            "family": work.family,
-            "module": work.module,
-            "params": dict(work.params),
-        }
-    }
-
-
-def _left(left: WorkLeft) -> dict[str, Any]:
-    return {
-        "pending": left.pending,
-        "unique_pending": left.unique_pending,
-        "running_elsewhere": left.running_elsewhere,
-    }
-
-
-_OK = {"ok": True}
-
-
-def _handlers(service: SchedulerService) -> dict[str, Callable[[dict[str, Any]], Any]]:
-    """Each worker-facing route: validated body in, JSON-able answer out."""
+def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
+    """Each worker-facing route: its decoded protocol request in, a protocol answer out."""
     core, call = service.core, service.call
 
-    def add_tasks(b: dict[str, Any]) -> Any:
-        call(core.add_tasks, b["worker_id"], parse_specs(b["tasks"]), b.get("assistant", False))
-        return _OK
+    def add_tasks(r: AddTasks) -> Ok:
+        call(core.add_tasks, r.worker_id, r.tasks, r.assistant)
+        return Ok()
 
-    def get_work(b: dict[str, Any]) -> Any:
-        running = b.get("running")
-        return _work(call(core.get_work, b["worker_id"], b.get("assistant", False), running))
+    def get_work(r: GetWork) -> WorkAnswer:
+        return WorkAnswer(call(core.get_work, r.worker_id, r.assistant, r.running))
 
-    def task_done(b: dict[str, Any]) -> Any:
-        call(core.task_done, b["worker_id"], b["task_id"])
-        return _OK
+    def work_left(r: WorkLeftRequest) -> WorkLeft:
+        left: WorkLeft = call(core.work_left, r.worker_id)
+        return left
 
-    def task_failed(b: dict[str, Any]) -> Any:
-        return {"status": call(core.task_failed, b["worker_id"], b["task_id"], b["explanation"])}
+    def task_done(r: TaskDone) -> Ok:
+        call(core.task_done, r.worker_id, r.task_id)
+        return Ok()
 
-    def annotate(b: dict[str, Any]) -> Any:
-        call(core.annotate, b["task_id"], b["kind"], b["value"])
-        return _OK
+    def task_failed(r: TaskFailed) -> TaskFailedAnswer:
+        return TaskFailedAnswer(call(core.task_failed, r.worker_id, r.task_id, r.explanation))
 
-    def ping(b: dict[str, Any]) -> Any:
-        call(core.ping, b["worker_id"])
-        return _OK
+    def annotate(r: Annotate) -> Ok:
+        call(core.annotate, r.task_id, r.kind, r.value)
+        return Ok()
+
+    def ping(r: Ping) -> Ok:
+        call(core.ping, r.worker_id)
+        return Ok()
+
+    def statuses(r: Statuses) -> StatusesAnswer:
+        return StatusesAnswer(call(core.statuses, r.task_ids))
+
+    def explanation(r: Explanation) -> ExplanationAnswer:
+        return ExplanationAnswer(core.explanation(r.task_id))
 
     return {
         "add_tasks": add_tasks,
         "get_work": get_work,
-        "work_left": lambda b: _left(call(core.work_left, b["worker_id"])),
+        "work_left": work_left,
         "task_done": task_done,
         "task_failed": task_failed,
         "annotate": annotate,
         "ping": ping,
-        "statuses": lambda b: {"statuses": call(core.statuses, b["task_ids"])},
-        "explanation": lambda b: {"explanation": core.explanation(b["task_id"])},
+        "statuses": statuses,
+        "explanation": explanation,
     }
 
 
@@ -161,18 +168,20 @@ def _error(status: int, message: str, field: str = "") -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _post_route(name: str, handler: Callable[[dict[str, Any]], Any]) -> Route:
+def _post_route(name: str, handler: Callable[[Any], Any]) -> Route:
+    request_cls = ROUTES[name].request
+
     async def endpoint(request: Request) -> JSONResponse:
         try:
             body = load_json(await request.body())
         except ValueError as exc:
             return _error(400, str(exc))
         try:
-            validate(name, body)
-            result = await asyncio.to_thread(handler, body)
+            decoded = decode(request_cls, body)
         except FieldError as exc:
             return _error(422, str(exc), exc.field)
-        return JSONResponse(result)
+        result = await asyncio.to_thread(handler, decoded)
+        return JSONResponse(encode(result))
 
     return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name)
 
@@ -190,9 +199,8 @@ def create_app(service: SchedulerService, token: str, max_request_bytes: int) ->
         return JSONResponse(document)
 
     async def tasks(request: Request) -> JSONResponse:
-        return JSONResponse(
-            {"tasks": await asyncio.to_thread(service.call, service.core.task_list)}
-        )
+        listed = await asyncio.to_thread(service.call, service.core.task_list)
+        return JSONResponse(encode(TaskList(tuple(listed))))
 
     async def workers(request: Request) -> JSONResponse:
         return JSONResponse({"workers": service.core.worker_list()})

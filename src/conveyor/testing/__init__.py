@@ -83,15 +83,38 @@ for _name in hook_names():
 
 
 class FakeClock:
-    """A clock that only moves when told: pass ``clock=fake`` to ``conveyor.Scheduler``."""
+    """A clock that only moves when told.
+
+    Pass it as ``clock=fake`` to ``conveyor.Scheduler`` (it is callable) and to
+    ``conveyor.Worker`` (it is a :class:`conveyor.clock.Clock`): the worker's timed waits then
+    advance it at once instead of sleeping, so a whole run with retry delays, disable windows
+    or keep_alive waits finishes immediately and in the same order every time.
+    """
+
+    blocks = False
 
     def __init__(self, start: float = 1_000_000.0) -> None:
         """Start at ``start`` seconds."""
         self.now = start
+        self.slept = 0.0
+        """The total of every ``sleep()``: how long the run waited, in fake seconds."""
 
     def __call__(self) -> float:
         """The current fake time."""
         return self.now
+
+    def time(self) -> float:
+        """The current fake time (wall clock)."""
+        return self.now
+
+    def monotonic(self) -> float:
+        """The current fake time (monotonic)."""
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        """Advance the clock by ``seconds`` at once."""
+        self.slept += max(0.0, seconds)
+        self.advance(max(0.0, seconds))
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward."""

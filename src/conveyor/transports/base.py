@@ -2,7 +2,7 @@
 
 The in-process :class:`conveyor.Scheduler` satisfies it directly; the ``http`` transport
 (next) speaks the same calls to a central server. Arguments and results are plain values
-(strings, numbers, :class:`~conveyor.scheduler.policy.TaskSpec`), never live task objects.
+(strings, numbers, the values of :mod:`conveyor.protocol`), never live task objects.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from ..scheduler.policy import TaskSpec, Work, WorkLeft
+from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
 __all__ = ["SchedulerTransport"]
 
@@ -37,20 +37,20 @@ class SchedulerTransport(Protocol):
     def task_done(self, worker_id: str, task_id: str) -> None:
         """Report a successful attempt."""
 
-    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> TaskStatus:
         """Report a failed attempt; returns the new status."""
 
-    def annotate(self, task_id: str, kind: str, value: Any) -> None:
+    def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
         """Store a status message, progress or tracking URL."""
 
     def ping(self, worker_id: str) -> None:
         """Keep the worker alive."""
 
-    def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
         """Current status of each given task id."""
 
     def explanation(self, task_id: str) -> str:
         """The stored failure explanation of a task."""
 
-    def task_list(self) -> list[dict[str, Any]]:
-        """Every registered task, shaped as SPEC §7's task list."""
+    def task_list(self) -> list[TaskInfo]:
+        """Every registered task: the entries of SPEC §7's task list."""

@@ -16,17 +16,44 @@ import json
 import random
 import threading
 import time
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from ..backoff import Backoff
 from ..config import Config, SchedulerSettings
 from ..errors import ConfigError, ConveyorError, SchedulerUnavailable
-from ..scheduler.policy import TaskSpec, Work, WorkLeft
+from ..protocol import (
+    ROUTES,
+    AddTasks,
+    Annotate,
+    Explanation,
+    ExplanationAnswer,
+    FieldError,
+    GetWork,
+    NoteKind,
+    Ping,
+    Statuses,
+    StatusesAnswer,
+    TaskDone,
+    TaskFailed,
+    TaskFailedAnswer,
+    TaskInfo,
+    TaskList,
+    TaskSpec,
+    TaskStatus,
+    Work,
+    WorkAnswer,
+    WorkLeft,
+    WorkLeftRequest,
+    decode,
+    encode,
+)
 
 __all__ = ["HttpTransport"]
 
 _BATCH = 500  # task specs per add_tasks request
+T = TypeVar("T")
 
 
 class _Transient(Exception):
@@ -50,6 +77,8 @@ class HttpTransport:
         self._base = parts.path.rstrip("/")
         self._where = f"{parts.scheme}://{self._host}:{self._port}"
         self._local = threading.local()
+        self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
+        self.rand: Callable[[], float] = random.random
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -102,7 +131,7 @@ class HttpTransport:
 
     def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Any:
         s = self.settings
-        wait = s.rpc_retry_wait
+        backoff = Backoff(s.rpc_retry_wait, s.rpc_retry_max_wait)
         for attempt in range(1, max(1, s.rpc_retries) + 1):
             try:
                 return self._once(method, route, body)
@@ -110,97 +139,87 @@ class HttpTransport:
                 last = str(exc)
                 if attempt >= s.rpc_retries:
                     break
-                time.sleep(min(s.rpc_retry_max_wait, wait) * random.uniform(0.5, 1.0))
-                wait *= 2
+                self.sleep(backoff.delay(attempt, self.rand))
         raise SchedulerUnavailable(
             f"the scheduler at {self._where} did not answer {route} after {s.rpc_retries} "
             f"attempt(s): {last}"
         )
 
-    def _post(self, name: str, **body: Any) -> Any:
-        return self._call("POST", f"/api/v1/{name}", body)
+    def _post(self, request: Any) -> Any:
+        """Send a protocol request to its route; its answer, checked against the protocol."""
+        route = _ROUTE_OF[type(request)]
+        answer = self._call("POST", f"/api/v1/{route.name}", encode(request))
+        return self._decoded(route.answer, answer, route.name)
+
+    def _decoded(self, cls: type[T], answer: Any, route: str) -> T:
+        try:
+            return decode(cls, answer)
+        except FieldError as exc:
+            raise SchedulerUnavailable(
+                f"the scheduler at {self._where} answered {route} with something that does not "
+                f"fit the protocol: {exc}"
+            ) from None
 
     # --- the transport protocol ---------------------------------------------------------------
 
     def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
         """Register tasks, ``_BATCH`` per request."""
-        items = [_spec(s) for s in specs]
+        items = tuple(specs)
         for start in range(0, len(items), _BATCH):
-            self._post(
-                "add_tasks",
-                worker_id=worker_id,
-                assistant=assistant,
-                tasks=items[start : start + _BATCH],
-            )
+            self._post(AddTasks(worker_id, items[start : start + _BATCH], assistant))
 
     def get_work(
         self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
     ) -> Work | None:
         """The next task for this worker, or None."""
-        extra = {} if running is None else {"running": list(running)}
-        work = self._post("get_work", worker_id=worker_id, assistant=assistant, **extra)["work"]
-        if work is None:
-            return None
-        return Work(work["task_id"], work["family"], work["module"], work["params"])
+        listed = None if running is None else tuple(running)
+        answer: WorkAnswer = self._post(GetWork(worker_id, assistant, listed))
+        return answer.work
 
     def work_left(self, worker_id: str) -> WorkLeft:
         """What may still run for this worker."""
-        left = self._post("work_left", worker_id=worker_id)
-        return WorkLeft(left["pending"], left["unique_pending"], left["running_elsewhere"])
+        left: WorkLeft = self._post(WorkLeftRequest(worker_id))
+        return left
 
     def task_done(self, worker_id: str, task_id: str) -> None:
         """Report a success."""
-        self._post("task_done", worker_id=worker_id, task_id=task_id)
+        self._post(TaskDone(worker_id, task_id))
 
-    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> TaskStatus:
         """Report a failure; the new status."""
-        answer = self._post(
-            "task_failed", worker_id=worker_id, task_id=task_id, explanation=explanation
-        )
-        return str(answer["status"])
+        answer: TaskFailedAnswer = self._post(TaskFailed(worker_id, task_id, explanation))
+        return answer.status
 
-    def annotate(self, task_id: str, kind: str, value: Any) -> None:
+    def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
         """Store a status message, progress or tracking URL."""
-        self._post("annotate", task_id=task_id, kind=kind, value=value)
+        self._post(Annotate(task_id, NoteKind(kind), value))
 
     def ping(self, worker_id: str) -> None:
         """Keep this worker alive."""
-        self._post("ping", worker_id=worker_id)
+        self._post(Ping(worker_id))
 
-    def statuses(self, task_ids: Iterable[str]) -> dict[str, str]:
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
         """Status of each task id (asked ``_BATCH`` * 10 ids per request)."""
-        ids = list(task_ids)
-        out: dict[str, str] = {}
+        ids = tuple(task_ids)
+        out: dict[str, TaskStatus] = {}
         for start in range(0, len(ids), _BATCH * 10):
-            out.update(
-                self._post("statuses", task_ids=ids[start : start + _BATCH * 10])["statuses"]
-            )
+            answer: StatusesAnswer = self._post(Statuses(ids[start : start + _BATCH * 10]))
+            out.update(answer.statuses)
         return out
 
     def explanation(self, task_id: str) -> str:
         """The stored failure explanation."""
-        return str(self._post("explanation", task_id=task_id)["explanation"])
+        answer: ExplanationAnswer = self._post(Explanation(task_id))
+        return answer.explanation
 
-    def task_list(self) -> list[dict[str, Any]]:
+    def task_list(self) -> list[TaskInfo]:
         """The server's task list."""
-        return list(self._call("GET", "/api/v1/tasks")["tasks"])
+        route = "/api/v1/tasks"
+        return list(self._decoded(TaskList, self._call("GET", route), route).tasks)
 
     def worker_list(self) -> list[dict[str, Any]]:
         """The server's worker list."""
         return list(self._call("GET", "/api/v1/workers")["workers"])
 
 
-def _spec(spec: TaskSpec) -> dict[str, Any]:
-    return {
-        "task_id": spec.task_id,
-        "family": spec.family,
-        "module": spec.module,
-        "params": dict(spec.params),
-        "status": spec.status,
-        "deps": list(spec.deps),
-        "priority": spec.priority,
-        "resources": dict(spec.resources),
-        "runnable": spec.runnable,
-        "retry_count": spec.retry_count,
-        "explanation": spec.explanation,
-    }
+_ROUTE_OF = {route.request: route for route in ROUTES.values()}

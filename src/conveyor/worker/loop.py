@@ -15,8 +15,7 @@ import queue
 import random
 import socket
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -24,7 +23,8 @@ import structlog
 
 from .. import events as ev
 from ..backends import load_backend
-from ..config import Config
+from ..clock import SYSTEM, Clock
+from ..config import Config, resolve_config
 from ..core.states import TaskState, Trigger
 from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
@@ -42,8 +42,7 @@ from ..executors.base import (
 )
 from ..executors.channel import truncate
 from ..plugins import HookRelay, load_hook_plugins
-from ..scheduler import resolve_config
-from ..scheduler.policy import PENDING, Work
+from ..protocol import TaskStatus, Work
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import FailureLogPlugin, SummaryPlugin, TransitionLogPlugin
@@ -77,17 +76,29 @@ class Worker(GraphWalk):
         config: Config | str | os.PathLike[str] | None = None,
         worker_id: str | None = None,
         plugins: Sequence[object] = (),
+        executor: Executor | str | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
-        """Resolve the configuration, load plugins and backends; PluginError/ConfigError."""
+        """Resolve the configuration, load plugins and backends; PluginError/ConfigError.
+
+        ``scheduler`` and ``executor`` may be ready backends (or, for the executor, a name);
+        by default both are built from the configuration. ``clock`` is the time the worker
+        reads and waits by (``conveyor.testing.FakeClock`` makes a run deterministic).
+        """
         self.config = resolve_config(config)
         self.settings = self.config.worker
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_ids)}"
+        self.clock = clock
+        self.rand: Callable[[], float] = random.random  # jitter of the idle waits
         self.hooks = HookRelay()
         self._summary = SummaryPlugin()
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
-        self._outbox = Outbox(self._transport, self.config.scheduler)
-        self._executor = self._make_executor()
+        self._outbox = Outbox(self._transport, self.config.scheduler, clock.monotonic, self.rand)
+        if executor is None or isinstance(executor, str):
+            self._executor = self._make_executor(executor)
+        else:
+            self._executor = executor
         self._isolator: Executor | None = None
         self._interrupted = ""
         for notifier in self.config.notifiers.enabled:
@@ -180,7 +191,7 @@ class Worker(GraphWalk):
         self._loop_thread = threading.get_ident()
         self._draining = False
         self._interrupted = ""
-        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=time.time()))
+        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time()))
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
         self._in_run = True
@@ -202,7 +213,7 @@ class Worker(GraphWalk):
         self.hooks.fire(
             ev.WorkerStopped(
                 worker_id=self.id,
-                timestamp=time.time(),
+                timestamp=self.clock.time(),
                 ok=self.report.ok,
                 summary=self.report.summary,
             )
@@ -243,14 +254,23 @@ class Worker(GraphWalk):
                 else:
                     return
                 continue
-            if work is not None:
+            if work is not None and self._interrupted:
+                # the signal came while get_work was on its way: never start it; report it
+                # failed like the attempts the interruption stopped
+                self._outbox.send(
+                    "task_failed",
+                    self.id,
+                    work.task_id,
+                    f"not started: the worker was interrupted by {self._interrupted}",
+                )
+            elif work is not None:
                 self._start(work)
             elif self._running:
                 self._wait_for_message(None)
             elif not self._keep_waiting():
                 return
             else:
-                pause = self.settings.wait_interval + random.uniform(0, self.settings.wait_jitter)
+                pause = self.settings.wait_interval + self.settings.wait_jitter * self.rand()
                 self._wait_for_message(pause)
 
     def _keep_waiting(self) -> bool:
@@ -267,9 +287,15 @@ class Worker(GraphWalk):
         return left.pending + left.running_elsewhere > 0
 
     def _wait_for_message(self, timeout: float | None) -> None:
+        """Handle the next executor message, waiting at most ``timeout`` (None: until one)."""
         try:
-            message = self._inbox.get(timeout=timeout)
+            if timeout is None or self.clock.blocks:
+                message = self._inbox.get(timeout=timeout)
+            else:  # a fake clock: let the time pass at once if nothing is waiting
+                message = self._inbox.get_nowait()
         except queue.Empty:
+            if timeout is not None and not self.clock.blocks:
+                self.clock.sleep(timeout)
             return
         if message is not _WAKE:
             self._handle(message)
@@ -342,7 +368,7 @@ class Worker(GraphWalk):
             self._outbox.send("task_failed", self.id, work.task_id, str(exc))
             log.error("refused task", task_id=work.task_id, error=str(exc))
             return None
-        node = Node(task, work.task_id, dict(work.params), TaskState.PENDING)
+        node = Node(task, work.task_id, ev.Params(work.params), TaskState.PENDING)
         self._graph[work.task_id] = node
         return node
 
@@ -431,7 +457,10 @@ class Worker(GraphWalk):
         )
         self._walk(new_deps)
         self._outbox.send(
-            "add_tasks", self.id, [self._spec(node, PENDING, True)], self.settings.assistant
+            "add_tasks",
+            self.id,
+            [self._spec(node, TaskStatus.PENDING, True)],
+            self.settings.assistant,
         )
 
     # --- liveness and signals -------------------------------------------------------------

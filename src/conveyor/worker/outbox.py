@@ -2,19 +2,22 @@
 
 When a transport call raises :class:`~conveyor.errors.SchedulerUnavailable` (the transport has
 already spent its own retries), the call is queued. The worker stops asking for new work,
-lets running attempts finish (their results join the queue) and retries the queue with capped,
-doubling waits. After ``rpc_give_up_after`` seconds of failure it gives up, and the queued
-tasks count as unreported failures.
+lets running attempts finish (their results join the queue) and retries the queue with the
+capped, jittered, doubling waits of :class:`~conveyor.backoff.Backoff`. After
+``rpc_give_up_after`` seconds of failure it gives up, and the queued tasks count as unreported
+failures.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from ..backoff import Backoff
 from ..config import SchedulerSettings
 from ..errors import SchedulerUnavailable
 from ..transports.base import SchedulerTransport
@@ -33,15 +36,18 @@ class Outbox:
         transport: SchedulerTransport,
         settings: SchedulerSettings,
         clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
     ) -> None:
-        """Deliver through ``transport`` with the ``rpc_*`` settings."""
+        """Deliver through ``transport`` with the ``rpc_*`` settings, timed by ``clock``."""
         self.transport = transport
         self.settings = settings
         self.clock = clock
+        self.rand = rand
+        self._backoff = Backoff(settings.rpc_retry_wait, settings.rpc_retry_max_wait)
         self._queue: list[tuple[str, tuple[Any, ...]]] = []
         self._since = 0.0
         self._next = 0.0
-        self._wait = settings.rpc_retry_wait
+        self._failures = 0
 
     @property
     def pending(self) -> bool:
@@ -75,13 +81,13 @@ class Outbox:
                 self._schedule_retry()
                 return False
             self._queue.pop(0)
-        self._wait = self.settings.rpc_retry_wait
+        self._failures = 0
         log.info("scheduler reachable again; results reported")
         return True
 
     def _schedule_retry(self) -> None:
-        self._next = self.clock() + self._wait
-        self._wait = min(self.settings.rpc_retry_max_wait, self._wait * 2)
+        self._failures += 1
+        self._next = self.clock() + self._backoff.delay(self._failures, self.rand)
 
     def seconds_to_retry(self) -> float:
         """How long until the next attempt to deliver."""

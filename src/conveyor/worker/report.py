@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..core.states import TaskState
 from ..core.summary import Category, SummaryFacts, exit_code, first_line, render_summary
 from ..errors import SchedulerUnavailable
-from ..scheduler.policy import DISABLED, DONE, FAILED, PENDING, RUNNING, UNKNOWN
+from ..protocol import TaskStatus
 from ..secrets import hide_secret_params
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import SummaryPlugin
@@ -16,7 +16,7 @@ from .graph import Node, label
 
 __all__ = ["RunReport", "build_report"]
 
-_BAD = (FAILED, DISABLED, UNKNOWN)
+_BAD = (TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class RunReport:
     ok: bool
     exit_code: int
     summary: str
-    states: Mapping[str, str]
+    states: Mapping[str, TaskStatus]
     errors: Mapping[str, str]
 
 
@@ -46,11 +46,11 @@ def build_report(
     try:
         statuses = transport.statuses(graph)
     except SchedulerUnavailable:
-        statuses = {t: _LOCAL.get(node.state, PENDING) for t, node in graph.items()}
+        statuses = {t: _LOCAL.get(node.state, TaskStatus.PENDING) for t, node in graph.items()}
     for task_id in unreported:
-        statuses[task_id] = FAILED
+        statuses[task_id] = TaskStatus.FAILED
         graph[task_id].error = "its result could not be reported: the scheduler was unreachable"
-    states = {t: _state(node, statuses.get(t, UNKNOWN)) for t, node in graph.items()}
+    states = {t: _state(node, statuses.get(t, TaskStatus.UNKNOWN)) for t, node in graph.items()}
     upstream = _upstream_problems(graph, states)
     categories = {
         t: _categorize(node, states[t], records, upstream.get(t, "")) for t, node in graph.items()
@@ -72,7 +72,7 @@ def build_report(
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
-    ok = all(states.get(t) == DONE for t in records.started)
+    ok = all(states.get(t) == TaskStatus.DONE for t in records.started)
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
 
 
@@ -95,42 +95,44 @@ def _explanation(transport: SchedulerTransport, task_id: str) -> str:
 
 
 _LOCAL = {
-    TaskState.COMPLETE: DONE,
-    TaskState.DONE: DONE,
-    TaskState.FAILED: FAILED,
-    TaskState.BROKEN: UNKNOWN,
-    TaskState.RUNNING: RUNNING,
+    TaskState.COMPLETE: TaskStatus.DONE,
+    TaskState.DONE: TaskStatus.DONE,
+    TaskState.FAILED: TaskStatus.FAILED,
+    TaskState.BROKEN: TaskStatus.UNKNOWN,
+    TaskState.RUNNING: TaskStatus.RUNNING,
 }
 
 
-def _state(node: Node, status: str) -> str:
+def _state(node: Node, status: TaskStatus) -> TaskStatus:
     if node.state is TaskState.BROKEN:
-        return UNKNOWN
+        return TaskStatus.UNKNOWN
     return status
 
 
-def _categorize(node: Node, state: str, records: SummaryPlugin, upstream: str) -> Category:
+def _categorize(node: Node, state: TaskStatus, records: SummaryPlugin, upstream: str) -> Category:
     tid = node.task_id
-    if state == UNKNOWN:
+    if state == TaskStatus.UNKNOWN:
         return Category.BROKEN
-    if state == DONE:
+    if state == TaskStatus.DONE:
         if tid in records.completed:
             return Category.COMPLETED
         return Category.ALREADY_DONE if tid in records.already_done else Category.DONE_ELSEWHERE
-    if node.external and state in (FAILED, PENDING):
+    if node.external and state in (TaskStatus.FAILED, TaskStatus.PENDING):
         return Category.MISSING_EXTERNAL
-    if state == FAILED:
+    if state == TaskStatus.FAILED:
         return Category.FAILED
-    if state == DISABLED:
+    if state == TaskStatus.DISABLED:
         return Category.DISABLED
-    if state == RUNNING:
+    if state == TaskStatus.RUNNING:
         return Category.RUNNING_ELSEWHERE
     if upstream:
         return Category(upstream)
     return Category.NOT_SCHEDULED if node.limited else Category.PENDING
 
 
-def _upstream_problems(graph: Mapping[str, Node], states: Mapping[str, str]) -> dict[str, str]:
+def _upstream_problems(
+    graph: Mapping[str, Node], states: Mapping[str, TaskStatus]
+) -> dict[str, str]:
     """For each task, the category value of a problem upstream ('' if none).
 
     Iterative post-order depth-first search with memoisation: O(nodes + edges).
@@ -157,13 +159,16 @@ def _upstream_problems(graph: Mapping[str, Node], states: Mapping[str, str]) -> 
 
 
 def _problem_from(
-    deps: Sequence[str], graph: Mapping[str, Node], states: Mapping[str, str], memo: dict[str, str]
+    deps: Sequence[str],
+    graph: Mapping[str, Node],
+    states: Mapping[str, TaskStatus],
+    memo: dict[str, str],
 ) -> str:
     found = ""
     for dep in deps:
         state = states[dep]
         if state in _BAD or memo.get(dep) == Category.UPSTREAM_FAILED.value:
             return Category.UPSTREAM_FAILED.value
-        if state != DONE and (graph[dep].external or memo.get(dep)):
+        if state != TaskStatus.DONE and (graph[dep].external or memo.get(dep)):
             found = Category.UPSTREAM_MISSING.value
     return found

@@ -7,17 +7,17 @@ changes (:meth:`GraphWalk._transit`, which also fires the transition's hook).
 
 from __future__ import annotations
 
-import time
 import traceback
 from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 from .. import events as ev
+from ..clock import Clock
 from ..config import WorkerSettings
 from ..core.states import TaskState, Trigger, advance
 from ..errors import ConveyorError, DependencyCycle
 from ..plugins import HookRelay
-from ..scheduler.policy import DISABLED, DONE, PENDING, UNKNOWN, TaskSpec
+from ..protocol import TaskSpec, TaskStatus
 from ..task import Task
 from ..transports.base import SchedulerTransport
 from .checks import ParallelChecks, SequentialChecks
@@ -35,6 +35,7 @@ class GraphWalk:
 
     id: str
     settings: WorkerSettings
+    clock: Clock
     hooks: HookRelay
     _graph: dict[str, Node]
     _requested: list[str]
@@ -61,7 +62,7 @@ class GraphWalk:
                 module=task.task_module,
                 params=node.params,
                 worker_id=self.id,
-                timestamp=time.time(),
+                timestamp=self.clock.time(),
                 state=_STATE_NAMES[node.state],
                 **fields,
             )
@@ -125,7 +126,8 @@ class GraphWalk:
         visited.add(task_id)
         node = self._graph.get(task_id)
         if node is None:
-            node = Node(task, task_id, task.to_str_params(), external=task.is_external())
+            params = ev.Params(task.to_str_params())  # read-only for every plugin
+            node = Node(task, task_id, params, external=task.is_external())
             self._graph[task_id] = node
         elif task_id not in recheck or node.state not in _RECHECKABLE:
             return
@@ -137,7 +139,7 @@ class GraphWalk:
         """Record a check result; register the task; return the dependencies to walk."""
         if complete:
             self._transit(node, Trigger.CHECKED_COMPLETE, ev.CompleteChecked, complete=True)
-            specs.append(TaskSpec(node.task_id, *self._identity(node), status=DONE))
+            specs.append(TaskSpec(node.task_id, *self._identity(node), status=TaskStatus.DONE))
             return []
         self._transit(node, Trigger.CHECKED_INCOMPLETE, ev.CompleteChecked, complete=False)
         if node.state is TaskState.PENDING:  # an external task re-checked
@@ -159,30 +161,30 @@ class GraphWalk:
 
     def _requirements(
         self, node: Node, specs: list[TaskSpec]
-    ) -> tuple[list[Task] | None, str, bool]:
+    ) -> tuple[list[Task] | None, TaskStatus, bool]:
         """The dependencies to walk, the status to register and whether it may run here."""
         task = node.task
         if node.external:
-            return [], PENDING, self.settings.retry_external_tasks
+            return [], TaskStatus.PENDING, self.settings.retry_external_tasks
         if task.disabled:
             node.error = f"{task!r} is disabled (disabled = True on its class); it never runs"
-            return [], DISABLED, False
+            return [], TaskStatus.DISABLED, False
         limit = self.settings.task_limit
         if limit and self._scheduled >= limit and node.attempts == 0:
             node.limited = True
-            return [], PENDING, False
+            return [], TaskStatus.PENDING, False
         try:
             deps = task.deps()
         except Exception as exc:
             self._broken(node, _requires_error(task, exc), "requires", specs)
-            return None, UNKNOWN, False
+            return None, TaskStatus.UNKNOWN, False
         self._scheduled += 1
-        return deps, PENDING, True
+        return deps, TaskStatus.PENDING, True
 
     def _broken(self, node: Node, error: str, phase: str, specs: list[TaskSpec]) -> None:
         node.error = error
         self._transit(node, Trigger.BROKEN, ev.TaskBroken, error=error, phase=phase)
-        specs.append(self._spec(node, UNKNOWN, False, explanation=error))
+        specs.append(self._spec(node, TaskStatus.UNKNOWN, False, explanation=error))
 
     def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
         while (cycle := find_cycle(pending, self._graph)) is not None:
@@ -194,7 +196,9 @@ class GraphWalk:
         task = node.task
         return task.task_family, task.task_module, node.params
 
-    def _spec(self, node: Node, status: str, runnable: bool, explanation: str = "") -> TaskSpec:
+    def _spec(
+        self, node: Node, status: TaskStatus, runnable: bool, explanation: str = ""
+    ) -> TaskSpec:
         task = node.task
         return TaskSpec(
             node.task_id,
