@@ -534,6 +534,8 @@ def test_run_help_describes_every_option_and_keeps_the_module(
 
     general = run_cli("run", "--help", cwd=tmp_path)
     assert general.returncode == 0
+    after_options = run_cli("run", "--workers", "2", "--help", cwd=tmp_path)
+    assert after_options.returncode == 0 and after_options.stdout == general.stdout
     for flag in _RUN_OPTIONS:
         line = next(line for line in general.stdout.splitlines() if line.strip().startswith(flag))
         assert len(line.split()) > 2, f"{flag} has no description: {line!r}"

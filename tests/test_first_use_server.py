@@ -225,10 +225,18 @@ def test_conveyor_tasks_reasons_filters_and_order(
         _conveyor("tasks", "--scheduler-url", server.url, "--match", "good-NOPE"), tmp_path, env
     )
     assert len(matched.stdout.splitlines()) == 1  # the header only
+    by_id = _run(
+        _conveyor("tasks", "--scheduler-url", server.url, "--match", "BAD_"), tmp_path, env
+    )
+    assert [line.split()[0] for line in by_id.stdout.splitlines()[1:]] == ["FAILED"]
     by_param = _run(
+        _conveyor("tasks", "--scheduler-url", server.url, "--match", root[-12:]), tmp_path, env
+    )
+    assert len(by_param.stdout.splitlines()) == 1 + 4  # every task has the root parameter
+    by_secret = _run(
         _conveyor("tasks", "--scheduler-url", server.url, "--match", "PA55-W0RD"), tmp_path, env
     )
-    assert [line.split()[0] for line in by_param.stdout.splitlines()[1:]] == ["FAILED"]
+    assert len(by_secret.stdout.splitlines()) == 1  # secret values are not searchable
     wrong = _run(
         _conveyor("tasks", "--scheduler-url", server.url, "--state", "broken"), tmp_path, env
     )

@@ -67,6 +67,10 @@ class UsageError(ConveyorError):
     """The command line is wrong."""
 
 
+class _HelpRequested(Exception):
+    """``--help`` among run's own options with no TASK: print run's help."""
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser that raises UsageError instead of printing usage and exiting."""
 
@@ -116,13 +120,13 @@ _HELP = """usage: conveyor <command> [options]
 
 commands:
   run TASK [--<param> VALUE ...]   run a task and everything it needs
-  plugins [--json]                 list installed backends and hook plugins
+  plugins [--json] [--config PATH] list installed backends and hook plugins
   config [--config PATH]           validate and print the effective configuration
   scheduler [--host H] [--port P] [--state-path PATH] [--config PATH]
                                    serve the central scheduler (needs the 'server' extra)
   worker --scheduler-url URL [--workers N] [--config PATH]
                                    a long-running assistant of a central scheduler
-  tasks --scheduler-url URL [--json]
+  tasks --scheduler-url URL [--json] [--state S] [--family F] [--match TEXT]
                                    the central scheduler's task list
   --version                        print the version
 
@@ -220,6 +224,8 @@ def _split_at_task(args: list[str]) -> tuple[list[str], str, list[str]]:
             )
         takes_value = flag in _RUN_OPTIONS and _RUN_OPTIONS[flag][1] and "=" not in word
         index += 2 if takes_value else 1
+    if "-h" in args or "--help" in args:
+        raise _HelpRequested()
     raise UsageError("conveyor run: missing TASK (package.module.Family, or Family with --module)")
 
 
@@ -235,7 +241,11 @@ def cmd_run(args: list[str]) -> int:
     if args[0] in ("-h", "--help"):
         _run_parser(None).print_help()
         return 0
-    before, task_name, after = _split_at_task(args)
+    try:
+        before, task_name, after = _split_at_task(args)
+    except _HelpRequested:
+        _run_parser(None).print_help()
+        return 0
     early = vars(_run_parser(None).parse_args(before))
     module, family = _task_location(task_name, _module_from(early, after))
     sys.path.insert(0, os.getcwd())
@@ -475,7 +485,8 @@ def _select(
             return False
         if not needle:
             return True
-        return any(needle in text.lower() for text in (task.task_id, *task.params.values()))
+        public = (v for k, v in task.params.items() if not is_secret_name(k))
+        return any(needle in text.lower() for text in (task.task_id, *public))
 
     order = {state: index for index, state in enumerate(TaskStatus)}
     return sorted(filter(wanted, tasks), key=lambda t: (order[t.status], t.family, t.task_id))
