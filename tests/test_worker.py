@@ -703,17 +703,19 @@ def test_walk_does_not_descend_below_a_complete_task(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("executor", "workers"), [("inline", 1), ("thread", 2)])
-def test_dynamic_dependencies_run_and_run_restarts_from_the_top(
+def test_dynamic_dependencies_run_and_run_resumes_in_process(
     tmp_path: Path, executor: str, workers: int
 ) -> None:
-    """Yielded tasks run, run() restarts from the top and the yield gives their outputs."""
+    """Yielded tasks run, and under inline and thread the suspended run() is resumed (the code
+    before the yield runs once), the yield giving their outputs; each resumption is a new
+    attempt (SPEC §2.1, §3)."""
     rec = RecordingPlugin()
     parent = WkDynParent(root=str(tmp_path))
     cfg = make_config(tmp_path, executor=executor, workers=workers)
     with conveyor.Worker(config=cfg, plugins=[rec]) as worker:
         assert worker.add(parent)
         assert worker.run()
-    assert len(called("parent.top")) == 2
+    assert len(called("parent.top")) == 1
     assert sorted(c[1] for c in called("file.run")) == ["dyn-a", "dyn-b", "dyn-c"]
     assert CALLS.index(("parent.top",)) < CALLS.index(("file.run", "dyn-a"))
     [(_, got)] = called("parent.got")
@@ -1283,3 +1285,74 @@ def test_a_hand_out_that_arrives_with_an_interruption_is_not_started(tmp_path: P
     assert scheduler.statuses([task.task_id]) == {task.task_id: "FAILED"}
     assert "interrupted by SIGTERM" in scheduler.explanation(task.task_id)
     assert worker.report is not None and worker.report.exit_code == 143
+
+
+BATCH_EVENTS: list[str] = []
+
+
+class WkBatchLeaf(conveyor.Task):
+    """A leaf kept in memory; ``fail`` makes it raise."""
+
+    tag = conveyor.Parameter()
+    n = conveyor.IntParameter()
+    fail = conveyor.BoolParameter(default=False)
+    done: set[str] = set()
+
+    def complete(self) -> bool:
+        return self.task_id in WkBatchLeaf.done
+
+    def run(self) -> None:
+        if self.fail:
+            raise RuntimeError("leaf failed")
+        WkBatchLeaf.done.add(self.task_id)
+
+
+class WkBatches(conveyor.Task):
+    """Yields three batches of leaves and records every step of its generator."""
+
+    tag = conveyor.Parameter()
+    fail_last = conveyor.BoolParameter(default=False)
+
+    def complete(self) -> bool:
+        return self.task_id in WkBatchLeaf.done
+
+    def run(self) -> Any:
+        BATCH_EVENTS.append("top")
+        try:
+            for batch in range(3):
+                BATCH_EVENTS.append(f"before {batch}")
+                fail = self.fail_last and batch == 2
+                yield [WkBatchLeaf(tag=self.tag, n=batch * 10 + k, fail=fail) for k in range(2)]
+            WkBatchLeaf.done.add(self.task_id)
+        finally:
+            BATCH_EVENTS.append("finally")
+
+
+@pytest.mark.parametrize(("executor", "workers"), [("inline", 1), ("thread", 2)])
+def test_a_run_yielding_batches_is_resumed_once_per_batch(executor: str, workers: int) -> None:
+    """A run() yielding three batches resumes after each (no step runs twice), and each
+    resumption is a new attempt with the next attempt number."""
+    BATCH_EVENTS.clear()
+    rec = RecordingPlugin()
+    task = WkBatches(tag=f"ok-{executor}")
+    cfg = conveyor.Config().with_overrides(executor=executor, workers=workers)
+    with conveyor.Worker(config=cfg, plugins=[rec]) as worker:
+        worker.add(task)
+        assert worker.run() is True
+    assert BATCH_EVENTS == ["top", "before 0", "before 1", "before 2", "finally"]
+    assert [e.attempt for e in rec.events("task_started", task.task_id)] == [1, 2, 3, 4]
+    dynamic = [e for e in rec.events("task_dependencies_discovered", task.task_id) if e.dynamic]
+    assert len(dynamic) == 3
+
+
+def test_a_suspended_run_that_never_resumes_is_closed_with_the_worker() -> None:
+    """When a yielded dependency fails, the suspended run() never resumes; closing the worker
+    finishes the generator, so its finally block runs."""
+    BATCH_EVENTS.clear()
+    task = WkBatches(tag="fails", fail_last=True)
+    with conveyor.Worker(config=conveyor.Config()) as worker:
+        worker.add(task)
+        assert worker.run() is False
+        assert BATCH_EVENTS[-1] == "before 2"  # suspended at the failing batch
+    assert BATCH_EVENTS[-1] == "finally"
+    assert BATCH_EVENTS.count("top") == 1

@@ -25,7 +25,10 @@ from .base import (
     Note,
     Outcome,
     Sink,
+    Suspended,
 )
+
+_NOT_RESUMED = object()  # _drive(): the generator has not yielded yet
 
 __all__ = ["run_attempt"]
 
@@ -39,8 +42,13 @@ class _Failure(Exception):
         self.missing = missing
 
 
-def run_attempt(request: AttemptRequest, sink: Sink) -> Outcome:
-    """Run one attempt of ``request.task`` here and return its outcome."""
+def run_attempt(request: AttemptRequest, sink: Sink, suspend: bool = False) -> Outcome:
+    """Run one attempt of ``request.task`` here and return its outcome.
+
+    With ``suspend`` (the in-process executors), a generator ``run()`` that yields incomplete
+    dependencies is kept paused in the outcome instead of being closed, and an attempt whose
+    request carries a suspended generator resumes it.
+    """
     task = request.task
     task_id = request.task_id
     started = time.perf_counter()
@@ -51,22 +59,30 @@ def run_attempt(request: AttemptRequest, sink: Sink) -> Outcome:
     task._reporter = report
     tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
     try:
-        return _attempt(task, request, started)
+        return _attempt(task, request, started, suspend)
     finally:
         structlog.contextvars.reset_contextvars(**tokens)
         task._reporter = None
 
 
-def _attempt(task: Task, request: AttemptRequest, started: float) -> Outcome:
+def _attempt(task: Task, request: AttemptRequest, started: float, suspend: bool) -> Outcome:
     task_id = request.task_id
+    resume = request.resume
     try:
         if _already_complete(task):
             # e.g. another worker finished it after this one registered it: do not run it again
+            if resume is not None:
+                resume.close()
             return Outcome(task_id, SUCCEEDED, _since(started))
         _check_dependencies(task, request.deps)
-        new_deps = _drive(task, task.run())
+        if resume is not None:
+            new_deps, paused = _drive(task, resume.generator, suspend, resume.yielded)
+        else:
+            new_deps, paused = _drive(task, task.run(), suspend)
         if new_deps:
-            return Outcome(task_id, NEEDS_DEPS, _since(started), new_deps=new_deps)
+            return Outcome(
+                task_id, NEEDS_DEPS, _since(started), new_deps=new_deps, suspended=paused
+            )
         must_check = request.check_complete or task.is_external()
         if must_check and task.has_own_completion() and not task.complete():
             raise _Failure(
@@ -118,22 +134,33 @@ def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:
         )
 
 
-def _drive(task: Task, result: Any) -> tuple[Task, ...]:
-    """Run a generator ``run()`` through its yields; return incomplete yielded tasks, if any."""
+def _drive(
+    task: Task, result: Any, suspend: bool, resumed_at: Any = _NOT_RESUMED
+) -> tuple[tuple[Task, ...], Suspended | None]:
+    """Run a generator ``run()`` through its yields; return incomplete yielded tasks, if any.
+
+    ``resumed_at`` is what a suspended generator last yielded: those dependencies are checked
+    again and their outputs sent in. With ``suspend``, a generator stopped at incomplete
+    dependencies is returned paused; otherwise it is closed.
+    """
     if not isinstance(result, Generator):
-        return ()
+        return (), None
+    yielded = resumed_at
     value: Any = None
     try:
         while True:
+            if yielded is not _NOT_RESUMED:
+                deps = checked_tasks(task, yielded, "run() yield")
+                incomplete = tuple(dep for dep in deps if not dep.complete())
+                if incomplete:
+                    if suspend:
+                        return incomplete, Suspended(result, yielded)
+                    result.close()
+                    return incomplete, None
+                value = _outputs_of(yielded)
             yielded = result.send(value)
-            deps = checked_tasks(task, yielded, "run() yield")
-            incomplete = tuple(dep for dep in deps if not dep.complete())
-            if incomplete:
-                result.close()
-                return incomplete
-            value = _outputs_of(yielded)
     except StopIteration:
-        return ()
+        return (), None
 
 
 def _explain(task: Task, exc: BaseException) -> str:

@@ -8,7 +8,8 @@ into hooks and scheduler updates on its own loop thread, in order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -24,6 +25,7 @@ __all__ = [
     "Note",
     "Outcome",
     "Sink",
+    "Suspended",
 ]
 
 SUCCEEDED, FAILED, TIMED_OUT, PROCESS_DIED, NEEDS_DEPS = (
@@ -35,9 +37,27 @@ SUCCEEDED, FAILED, TIMED_OUT, PROCESS_DIED, NEEDS_DEPS = (
 )
 
 
+@dataclass(slots=True, eq=False)
+class Suspended:
+    """A generator ``run()`` paused at a yield whose dependencies were not yet complete.
+
+    Only the in-process executors (``inline``, ``thread``) keep one: the next attempt resumes it,
+    sending the outputs of ``yielded``, instead of calling ``run()`` again from the top (SPEC
+    §2.1). It never crosses a process boundary.
+    """
+
+    generator: Generator[Any, Any, Any]
+    yielded: Any
+
+    def close(self) -> None:
+        """Finish the generator (its ``finally`` blocks run) when it will not be resumed."""
+        with contextlib.suppress(Exception):
+            self.generator.close()
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptRequest:
-    """One attempt to run a task."""
+    """One attempt to run a task (``resume``: a suspended run() to continue, in-process only)."""
 
     task: Task
     task_id: str
@@ -47,6 +67,7 @@ class AttemptRequest:
     deps: tuple[Task, ...] | None = None
     """The task's requirements when the worker already has them (saves calling requires()
     again); None means the executor calls ``task.deps()``."""
+    resume: Suspended | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +98,8 @@ class Outcome:
     timeout: float = 0.0
     exitcode: int | None = None
     signal: int | None = None
+    suspended: Suspended | None = None
+    """With needs_deps from an in-process executor: the paused run(), to resume later."""
 
 
 Message = Note | Outcome

@@ -29,7 +29,7 @@ class InlineExecutor:
         """
         self.active = True
         try:
-            outcome = run_attempt(request, sink)
+            outcome = run_attempt(request, sink, suspend=True)
         except Interrupted as exc:
             outcome = Outcome(request.task_id, FAILED, error=str(exc), exception_type="Interrupted")
         finally:

@@ -35,7 +35,7 @@ class ThreadExecutor:
 
 def _run_and_report(request: AttemptRequest, sink: Sink) -> None:
     try:
-        outcome = run_attempt(request, sink)
+        outcome = run_attempt(request, sink, suspend=True)
     except BaseException as exc:  # SystemExit & co. from run(): the worker must still hear of it
         outcome = Outcome(
             request.task_id,

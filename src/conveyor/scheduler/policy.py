@@ -74,6 +74,7 @@ class TaskRecord:
     tracking_url: str = ""
     registered: bool = False
     held: Mapping[str, int] = field(default_factory=dict)  # resources taken while RUNNING
+    dep_index: set[str] | None = None  # deps as a set, built when a registration merges
 
 
 _Entry = tuple[int, int, str]
@@ -139,11 +140,12 @@ class SchedulerCore:
         if spec.retry_count is not None:
             rec.retry_count = spec.retry_count
         rec.resources = spec.resources
+        added: tuple[str, ...] = ()
         if first or spec.deps or spec.status == PENDING:
-            self._set_deps(rec, spec.deps, merge=not first)
+            added = self._set_deps(rec, spec.deps, merge=not first)
         self._apply_status(rec, spec, worker_id)
         rec.own_priority = max(rec.own_priority, spec.priority)
-        self._raise_priority(rec, rec.own_priority)
+        self._raise_priority(rec, rec.own_priority, added)
         self._offer(rec, only=worker_id)
 
     def _apply_status(self, rec: TaskRecord, spec: TaskSpec, worker_id: str) -> None:
@@ -168,14 +170,36 @@ class SchedulerCore:
             self._tasks[task_id] = rec
         return rec
 
-    def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> None:
-        new = tuple(dict.fromkeys((*rec.deps, *deps) if merge else deps))
+    def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> tuple[str, ...]:
+        """Set (or, with ``merge``, extend) ``rec``'s dependencies; return the ones new to it.
+
+        Merging costs O(len(deps)), not O(all of rec's dependencies): a run() that yields its
+        dependencies in many small batches re-registers its task once per batch.
+        """
+        if merge and rec.deps:
+            index = rec.dep_index
+            if index is None:
+                index = rec.dep_index = set(rec.deps)
+            added = tuple(d for d in dict.fromkeys(deps) if d not in index)
+            if not added:
+                return ()
+            self._touch(rec)
+            index.update(added)
+            rec.deps += added
+            for dep_id in added:
+                dep = self._record(dep_id)
+                dep.dependents.add(rec.task_id)
+                if dep.status != DONE:
+                    rec.unmet += 1
+            return added
+        new = tuple(dict.fromkeys(deps))
         if new == rec.deps:
-            return
+            return ()
         self._touch(rec)
         for dep_id in rec.deps:
             self._tasks[dep_id].dependents.discard(rec.task_id)
         rec.deps = new
+        rec.dep_index = None
         unmet = 0
         for dep_id in new:
             dep = self._record(dep_id)
@@ -183,23 +207,32 @@ class SchedulerCore:
             if dep.status != DONE:
                 unmet += 1
         rec.unmet = unmet
+        return new
 
-    def _raise_priority(self, rec: TaskRecord, priority: int) -> None:
-        """Give ``rec`` at least ``priority`` and every dependency at least its dependent's."""
-        if priority > rec.priority:
+    def _raise_priority(
+        self, rec: TaskRecord, priority: int, new_deps: Sequence[str] | None = None
+    ) -> None:
+        """Give ``rec`` at least ``priority`` and every dependency at least its dependent's.
+
+        Dependencies already have at least ``rec``'s priority (the invariant), so when it does
+        not rise only ``new_deps`` (default: all) need looking at.
+        """
+        rose = priority > rec.priority
+        if rose:
             rec.priority = priority
             self._touch(rec)
             self._offer(rec)
-        stack = [rec]
+        first = rec.deps if rose or new_deps is None else new_deps
+        stack: list[tuple[TaskRecord, Sequence[str]]] = [(rec, first)]
         while stack:
-            current = stack.pop()
-            for dep_id in current.deps:
+            current, deps = stack.pop()
+            for dep_id in deps:
                 dep = self._tasks[dep_id]
                 if dep.priority < current.priority:
                     dep.priority = current.priority
                     self._touch(dep)
                     self._offer(dep)
-                    stack.append(dep)
+                    stack.append((dep, dep.deps))
 
     # --- status changes -------------------------------------------------------------------
 

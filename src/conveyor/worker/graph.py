@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.states import TaskState
 from ..task import Task
@@ -20,12 +21,16 @@ class Node:
     params: Mapping[str, str]
     state: TaskState = TaskState.NEW
     deps: tuple[str, ...] = ()
-    dynamic: list[str] = field(default_factory=list)
+    dynamic: dict[str, None] = field(default_factory=dict)
+    """Ids of the dependencies run() yielded, in order (a dict used as an ordered set)."""
     attempts: int = 0
     external: bool = False
     limited: bool = False
     reschedules: dict[str, int] = field(default_factory=dict)
     error: str = ""
+    notes: dict[str, Any] | None = None
+    """The last status message, progress and tracking URL of a run() now suspended at a
+    yield: sent to the scheduler again when it resumes (a hand-out clears them there)."""
 
     def all_deps(self) -> tuple[str, ...]:
         """Static and dynamic dependency ids."""

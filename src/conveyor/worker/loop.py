@@ -39,10 +39,11 @@ from ..executors.base import (
     Message,
     Note,
     Outcome,
+    Suspended,
 )
 from ..executors.channel import truncate
 from ..plugins import HookRelay, load_hook_plugins
-from ..protocol import TaskStatus, Work
+from ..protocol import NoteKind, TaskStatus, Work
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import FailureLogPlugin, SummaryPlugin, TransitionLogPlugin
@@ -108,6 +109,7 @@ class Worker(GraphWalk):
         self._graph: dict[str, Node] = {}
         self._requested: list[str] = []
         self._running: dict[str, Node] = {}
+        self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._loop_thread = threading.get_ident()
         self._draining = False
@@ -175,10 +177,13 @@ class Worker(GraphWalk):
         self.close()
 
     def close(self) -> None:
-        """Release the executors (waits for attempts still running)."""
+        """Release the executors (waits for attempts still running) and finish every run()
+        left suspended at a yield."""
         self._executor.close()
         if self._isolator is not None:
             self._isolator.close()
+        while self._suspended:
+            self._suspended.popitem()[1].close()
 
     def tasks(self) -> dict[str, Task]:
         """Every task of this worker's graph, by task id."""
@@ -352,7 +357,13 @@ class Worker(GraphWalk):
             timeout,
             self.settings.check_complete_on_run,
             known if len(known) == len(node.deps) else None,
+            resume := self._suspended.pop(node.task_id, None),
         )
+        if resume is not None and node.notes:
+            # the resumed run() set these before its yield; the hand-out cleared them
+            with contextlib.suppress(SchedulerUnavailable):
+                for kind, value in node.notes.items():
+                    self._transport.annotate(node.task_id, NoteKind(kind), value)
         executor.start(request, self._post)
 
     def _timeout_of(self, task: Task) -> float:
@@ -397,6 +408,8 @@ class Worker(GraphWalk):
             return
         trigger, event_cls, field = _NOTES[note.kind]
         self._transit(node, trigger, event_cls, **{field: note.value})
+        node.notes = node.notes or {}
+        node.notes[note.kind] = note.value
         # a lost status message is not worth holding the run for
         with contextlib.suppress(SchedulerUnavailable):
             self._transport.annotate(note.task_id, note.kind, note.value)
@@ -405,11 +418,13 @@ class Worker(GraphWalk):
         node = self._running.pop(outcome.task_id, None)
         if node is None:
             return
+        if outcome.suspended is None:
+            node.notes = None  # only a run() that will resume needs them again
         if outcome.kind == SUCCEEDED:
             self._outbox.send("task_done", self.id, node.task_id)
             self._transit(node, Trigger.SUCCEEDED, ev.TaskSucceeded, duration=outcome.duration)
         elif outcome.kind == NEEDS_DEPS:
-            self._on_new_deps(node, outcome.new_deps)
+            self._on_new_deps(node, outcome.new_deps, outcome.suspended)
         else:
             self._on_failure(node, outcome)
 
@@ -448,20 +463,23 @@ class Worker(GraphWalk):
             counts[task_id] = counts.get(task_id, 0) + 1
         return all(counts[t] <= self.settings.max_reschedules for t in missing)
 
-    def _on_new_deps(self, node: Node, new_deps: Sequence[Task]) -> None:
+    def _on_new_deps(
+        self, node: Node, new_deps: Sequence[Task], suspended: Suspended | None
+    ) -> None:
         ids = tuple(dep.task_id for dep in new_deps)
-        seen = set(node.dynamic)
-        node.dynamic.extend(t for t in dict.fromkeys(ids) if t not in seen)
+        dynamic = node.dynamic
+        added = tuple(t for t in dict.fromkeys(ids) if t not in dynamic)
+        dynamic.update(dict.fromkeys(added))
+        if suspended is not None:
+            self._suspended[node.task_id] = suspended
         self._transit(
             node, Trigger.DEPS_YIELDED, ev.DependenciesDiscovered, dependencies=ids, dynamic=True
         )
         self._walk(new_deps)
-        self._outbox.send(
-            "add_tasks",
-            self.id,
-            [self._spec(node, TaskStatus.PENDING, True)],
-            self.settings.assistant,
-        )
+        # a registration merges dependencies: naming only the new ones keeps a run() that
+        # yields many small batches linear
+        spec = self._spec(node, TaskStatus.PENDING, True, deps=node.deps + added)
+        self._outbox.send("add_tasks", self.id, [spec], self.settings.assistant)
 
     # --- liveness and signals -------------------------------------------------------------
 

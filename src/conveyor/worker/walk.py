@@ -197,14 +197,21 @@ class GraphWalk:
         return task.task_family, task.task_module, node.params
 
     def _spec(
-        self, node: Node, status: TaskStatus, runnable: bool, explanation: str = ""
+        self,
+        node: Node,
+        status: TaskStatus,
+        runnable: bool,
+        explanation: str = "",
+        deps: tuple[str, ...] | None = None,
     ) -> TaskSpec:
+        """The registration of ``node``; ``deps`` defaults to all its dependencies (the
+        scheduler merges the dependencies of a task it knows, so fewer may be named)."""
         task = node.task
         return TaskSpec(
             node.task_id,
             *self._identity(node),
             status=status,
-            deps=node.all_deps(),
+            deps=node.all_deps() if deps is None else deps,
             priority=task.priority,
             resources=task.resources,
             runnable=runnable,
