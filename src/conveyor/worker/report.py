@@ -135,8 +135,14 @@ def _upstream_problems(
 ) -> dict[str, str]:
     """For each task, the category value of a problem upstream ('' if none).
 
-    Iterative post-order depth-first search with memoisation: O(nodes + edges).
+    Iterative post-order depth-first search with memoisation: O(nodes + edges); nothing to
+    search when no task failed and no external data is missing (the common case).
     """
+    if not any(
+        state in _BAD or (state != TaskStatus.DONE and graph[t].external)
+        for t, state in states.items()
+    ):
+        return {}
     memo: dict[str, str] = {}
     visiting: set[str] = set()  # guards against cycles (their members are already broken)
     for root in graph:

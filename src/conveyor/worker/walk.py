@@ -83,10 +83,11 @@ class GraphWalk:
         visited: set[str] = set()
         specs: list[TaskSpec] = []
         pending: list[str] = []
+        new = True  # every edge so far led to a task never seen before: the walk is a tree
         try:
             # reversed: the sequential walk is LIFO, so the first root is registered first
             for root in reversed(list(roots)):
-                self._submit(root, checks, visited, recheck_ids)
+                new &= self._submit(root, checks, visited, recheck_ids)
             while checks.outstanding():
                 task, complete, error = checks.next()
                 node = self._graph[task.task_id]
@@ -96,10 +97,11 @@ class GraphWalk:
                 # reversed: the sequential walk is depth-first (LIFO), so the first
                 # requirement is visited (and registered) first
                 for dep in reversed(self._visit(node, complete, specs, pending)):
-                    self._submit(dep, checks, visited, recheck_ids)
+                    new &= self._submit(dep, checks, visited, recheck_ids)
         finally:
             checks.close()
-        self._break_cycles(pending, specs)
+        if not new:  # a cycle needs an edge back to a task already seen
+            self._break_cycles(pending, specs)
         if self._in_run:  # mid-run: must survive an outage, in order with the results
             self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
         else:
@@ -119,19 +121,22 @@ class GraphWalk:
         checks: SequentialChecks | ParallelChecks,
         visited: set[str],
         recheck: Set[str],
-    ) -> None:
+    ) -> bool:
+        """Queue ``task``'s complete() check if it is new (or to re-check); True if new."""
         task_id = task.task_id
         if task_id in visited:
-            return
+            return False
         visited.add(task_id)
         node = self._graph.get(task_id)
         if node is None:
             params = ev.Params(task.to_str_params())  # read-only for every plugin
             node = Node(task, task_id, params, external=task.is_external())
             self._graph[task_id] = node
-        elif task_id not in recheck or node.state not in _RECHECKABLE:
-            return
-        checks.submit(node.task)
+            checks.submit(task)
+            return True
+        if task_id in recheck and node.state in _RECHECKABLE:
+            checks.submit(node.task)
+        return False
 
     def _visit(
         self, node: Node, complete: bool, specs: list[TaskSpec], pending: list[str]

@@ -1,0 +1,112 @@
+"""Every built-in scheduler transport and state store passes the conformance checks shipped in
+conveyor.testing, and the checks catch broken ones."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import conveyor
+from conveyor.backends import load_backend
+from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
+from conveyor.testing.stores import check_state_store
+from conveyor.testing.transports import check_transport
+
+TOKEN = "conformance-token"
+MARKER = "CONFORMANCE_MARKER"
+TRANSPORT_CHECKS = [
+    "ping", "add_tasks", "get_work", "work_left", "annotate", "task_list", "task_done",
+    "task_failed", "explanation", "statuses",
+]  # fmt: skip
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[SchedulerProcess]:
+    """A real ``conveyor scheduler`` with a token, on loopback."""
+    marker = uuid.uuid4().hex
+    config = tmp_path / "server.toml"
+    config.write_text(f'[server]\ntoken = "{TOKEN}"\n', encoding="utf-8")
+    proc = SchedulerProcess(tmp_path, config, child_env(tmp_path, MARKER, marker))
+    proc.start()
+    yield proc
+    proc.kill()
+    kill_marked(MARKER, marker)
+
+
+def test_the_local_transport_conforms() -> None:
+    """The in-process scheduler, as the ``local`` transport builds it, passes every check."""
+    transport = load_backend("conveyor.schedulers", "local")(conveyor.Config())
+    assert check_transport(transport) == TRANSPORT_CHECKS
+
+
+def test_the_http_transport_conforms_against_a_real_server(server: SchedulerProcess) -> None:
+    """The ``http`` transport talking to a real server passes every check, twice (the second
+    run against a scheduler that already holds the first run's tasks)."""
+    config = conveyor.Config().with_overrides(scheduler_url=server.url)
+    config = config.with_section("scheduler", token=TOKEN)
+    transport = load_backend("conveyor.schedulers", "http")(config)
+    assert check_transport(transport) == TRANSPORT_CHECKS
+    assert check_transport(transport) == TRANSPORT_CHECKS
+
+
+class _StringlyStatuses:
+    """A broken transport: answers statuses with lower-case strings."""
+
+    def __init__(self) -> None:
+        self.inner = conveyor.Scheduler()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def statuses(self, task_ids: Any) -> dict[str, str]:
+        return {k: v.lower() for k, v in self.inner.statuses(task_ids).items()}
+
+
+def test_the_transport_check_catches_a_broken_transport() -> None:
+    """A transport whose statuses are not the protocol's fails the check with a message."""
+    with pytest.raises(AssertionError, match="done"):
+        check_transport(_StringlyStatuses())  # type: ignore[arg-type]
+
+
+def test_the_memory_store_conforms() -> None:
+    """``memory`` passes every check except durability, which it does not promise."""
+    store_cls = load_backend("conveyor.state_stores", "memory")
+    assert check_state_store(lambda: store_cls("", {}), durable=False) == [
+        "empty", "save-load", "upsert", "workers", "round-trip",
+    ]  # fmt: skip
+
+
+def test_the_sqlite_store_conforms(tmp_path: Path) -> None:
+    """``sqlite`` passes every check, including loading what it saved after being reopened."""
+    store_cls = load_backend("conveyor.state_stores", "sqlite")
+    path = str(tmp_path / "state.db")
+    checks = check_state_store(lambda: store_cls(path, {"synchronous": "full"}))
+    assert checks[-1] == "reopen"
+
+
+class _AppendOnlyStore:
+    """A broken store: keeps every saved row instead of replacing a task's row."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.workers: dict[str, bool] = {}
+
+    def load(self) -> tuple[list[dict[str, Any]], list[tuple[str, bool]]]:
+        return list(self.rows), list(self.workers.items())
+
+    def save(self, rows: Any, workers: Any) -> None:
+        self.rows.extend(rows)
+        self.workers.update(workers)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_store_check_catches_a_store_that_does_not_upsert() -> None:
+    """A store that appends instead of replacing fails the upsert check."""
+    with pytest.raises(AssertionError, match="replace"):
+        check_state_store(_AppendOnlyStore, durable=False)
