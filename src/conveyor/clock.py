@@ -9,7 +9,7 @@ can be tested deterministically without sleeping.
 
 from __future__ import annotations
 
-import time
+import time as _time
 from typing import Protocol, runtime_checkable
 
 __all__ = ["SYSTEM", "Clock", "SystemClock"]
@@ -33,21 +33,12 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The real clock."""
+    """The real clock (its methods are the ``time`` module's own functions)."""
 
     blocks = True
-
-    def time(self) -> float:
-        """``time.time()``."""
-        return time.time()
-
-    def monotonic(self) -> float:
-        """``time.monotonic()``."""
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        """``time.sleep()``."""
-        time.sleep(seconds)
+    time = staticmethod(_time.time)
+    monotonic = staticmethod(_time.monotonic)
+    sleep = staticmethod(_time.sleep)
 
 
 SYSTEM = SystemClock()

@@ -86,6 +86,7 @@ class Task:
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
     _param_names: ClassVar[frozenset[str]] = frozenset()
     _id_params: ClassVar[tuple[tuple[str, bool], ...]] = ()
+    _id_sorted: ClassVar[tuple[tuple[str, bool], ...]] = ()
     _family: ClassVar[str] = "Task"
     _reporter: Reporter | None
 
@@ -102,6 +103,7 @@ class Task:
         cls._id_params = tuple(
             (name, is_secret_name(name)) for name, param in cls._params if param.significant
         )
+        cls._id_sorted = tuple(sorted(cls._id_params))  # the order the task id hashes them in
         cls._family = cls.get_task_family()
         _REGISTRY[(cls.__module__, cls._family)] = cls
 
@@ -170,7 +172,7 @@ class Task:
     def task_id(self) -> str:
         """A deterministic id from the family and the significant parameters."""
         if self._task_id is None:
-            self._task_id = _make_task_id(self._family, self._id_params, self._string_params())
+            self._task_id = _make_task_id(self._family, self._id_sorted, self._string_params())
         return self._task_id
 
     def to_str_params(self) -> dict[str, str]:
@@ -326,7 +328,7 @@ def _make_task_id(
     """
     parts = [f"{len(family)}:{family}"]
     shown: list[str] = []
-    for name, secret in sorted(id_params):
+    for name, secret in id_params:  # sorted by name (Task._id_sorted)
         value = strings[name]
         parts.append(f"{len(name)}:{name}{len(value)}:{value}")
         if not secret and len(shown) < 3:

@@ -14,7 +14,7 @@ from typing import Any
 from .. import events as ev
 from ..clock import Clock
 from ..config import WorkerSettings
-from ..core.states import TaskState, Trigger, advance
+from ..core.states import TRANSITIONS, TaskState, Trigger, advance
 from ..errors import ConveyorError, DependencyCycle
 from ..plugins import HookRelay
 from ..protocol import TaskSpec, TaskStatus
@@ -51,7 +51,10 @@ class GraphWalk:
         self, node: Node, trigger: Trigger, event_cls: type[ev.Event], **fields: Any
     ) -> None:
         """Apply one transition to ``node`` and fire its hook (the only way states change)."""
-        node.state = advance(node.state, trigger)
+        state = TRANSITIONS.get((node.state, trigger))
+        if state is None:
+            state = advance(node.state, trigger)  # raises InvalidTransition
+        node.state = state
         if not self.hooks.wants(event_cls.hook):
             return
         task = node.task
@@ -63,7 +66,7 @@ class GraphWalk:
                 params=node.params,
                 worker_id=self.id,
                 timestamp=self.clock.time(),
-                state=_STATE_NAMES[node.state],
+                state=_STATE_NAMES[state],
                 **fields,
             )
         )
