@@ -554,3 +554,147 @@ def test_run_help_describes_every_option_and_keeps_the_module(
         assert "--dry, --no-dry" in text
         assert "default: ***" in text and "very-secret-default" not in text
         assert "Makes something good." in text
+
+
+LONG_SECRET = """
+import os
+
+import conveyor
+
+
+class Leaky(conveyor.Task):
+    api_token = conveyor.Parameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(os.environ["LEAKY_ROOT"], "leaky"))
+
+    def run(self):
+        raise PermissionError("x" * 150 + " denied for token " + self.api_token)
+"""
+
+
+def test_a_secret_cut_by_the_summary_line_limit_is_still_hidden(
+    tmp_path: Path, task_module: WriteModule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary line is cut after secrets are hidden, so no start of a secret shows."""
+    monkeypatch.setenv("LEAKY_ROOT", str(tmp_path))
+    module = __import__(task_module(LONG_SECRET))
+    secret = "hunter2-0123456789abcdef"
+    result = conveyor.build(module.Leaky(api_token=secret), log_level="critical")
+    assert "hunter2" not in result.summary
+    assert "PermissionError: xxx" in result.summary
+
+
+class _InterruptOnStart:
+    """Interrupts the worker as soon as ``count`` attempts have started."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.worker: conveyor.Worker | None = None
+
+    @conveyor.hookimpl
+    def conveyor_task_started(self, event: object) -> None:
+        self.count -= 1
+        if self.count == 0 and self.worker is not None:
+            self.worker.interrupt("SIGTERM")
+
+
+class _InterruptOnMessages:
+    """Interrupts the worker once ``count`` running attempts have sent a status message."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.worker: conveyor.Worker | None = None
+
+    @conveyor.hookimpl
+    def conveyor_task_status_message(self, event: object) -> None:
+        self.count -= 1
+        if self.count == 0 and self.worker is not None:
+            self.worker.interrupt("SIGTERM")
+
+
+SLOW_PAIR = """
+import os
+import time
+
+import conveyor
+
+
+class Slow(conveyor.Task):
+    root = conveyor.Parameter()
+    n = conveyor.IntParameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, f"slow-{self.n}"))
+
+    def run(self):
+        self.set_status_message("running")
+        time.sleep(0.3)
+        with self.output().open("w") as out:
+            out.write("ok")
+
+
+class Pair(conveyor.WrapperTask):
+    root = conveyor.Parameter()
+
+    def requires(self):
+        return [Slow(root=self.root, n=0), Slow(root=self.root, n=1)]
+"""
+
+
+def test_interrupted_thread_attempts_are_said_to_be_left_to_finish(
+    tmp_path: Path, task_module: WriteModule
+) -> None:
+    """Thread attempts cannot be stopped: the verdict says they were running and left to
+    finish, not that no task was running."""
+    module = __import__(task_module(SLOW_PAIR))
+    trigger = _InterruptOnMessages(2)
+    config = conveyor.Config().with_overrides(
+        executor="thread", workers=2, install_signal_handlers=False
+    )
+    with conveyor.Worker(config=config, plugins=[trigger]) as worker:
+        trigger.worker = worker
+        worker.add(module.Pair(root=str(tmp_path)))
+        worker.run()
+    assert worker.report is not None and worker.report.exit_code == 143
+    assert worker.report.summary.splitlines()[-1] == (
+        "Verdict: interrupted by SIGTERM - 2 task(s) were running: 0 stopped and reported "
+        "failed, 2 left to finish."
+    )
+
+
+@pytest.mark.parametrize(("executor", "workers"), [("inline", 1), ("fork", 2)])
+def test_an_interruption_while_an_attempt_is_set_up_stops_it_before_it_runs(
+    executor: str, workers: int, tmp_path: Path, task_module: WriteModule
+) -> None:
+    """SIGTERM arriving between the hand-out and the executor's start (here: in the
+    task_started hook) fails the attempt as interrupted; run() is never entered."""
+    module = __import__(task_module(SLOW_PAIR))
+    trigger = _InterruptOnStart(1)
+    recorder = RecordingPlugin()
+    config = conveyor.Config().with_overrides(
+        executor=executor, workers=workers, install_signal_handlers=False
+    )
+    with conveyor.Worker(config=config, plugins=[trigger, recorder]) as worker:
+        trigger.worker = worker
+        worker.add(module.Slow(root=str(tmp_path), n=7))
+        worker.run()
+    assert not (tmp_path / "slow-7").exists()
+    [failed] = recorder.events("task_failed")
+    assert failed.exception_type == "Interrupted"
+    assert worker.report is not None and worker.report.exit_code == 143
+    assert worker.report.summary.splitlines()[-1] == (
+        "Verdict: interrupted by SIGTERM - 1 running task(s) were stopped and reported failed."
+    )
+
+
+def test_conveyor_plugins_lists_plugins_even_with_a_broken_worker_toml(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """A worker.toml that does not validate does not stop ``conveyor plugins`` from listing
+    what is installed; it warns that the local plugins were not listed."""
+    (tmp_path / "worker.toml").write_text('[worker]\nworkers = "lots"\n', encoding="utf-8")
+    result = run_cli("plugins", cwd=tmp_path)
+    assert "conveyor.executors" in result.stdout
+    assert "warning: [plugins] local not listed" in result.stderr
+    assert result.returncode in (0, 1)

@@ -217,6 +217,17 @@ def test_conveyor_tasks_reasons_filters_and_order(
         env,
     )
     assert [t["family"] for t in json.loads(failed.stdout)["tasks"]] == ["Bad"]
+    several = _run(
+        _conveyor("tasks", "--scheduler-url", server.url, "--state", "failed, Done"),
+        tmp_path,
+        env,
+    )
+    assert several.returncode == 0, several.stderr
+    assert [line.split()[0] for line in several.stdout.splitlines()[1:]] == [
+        "DONE",
+        "DONE",
+        "FAILED",
+    ]
     good = _run(
         _conveyor("tasks", "--scheduler-url", server.url, "--family", "Good"), tmp_path, env
     )

@@ -165,3 +165,32 @@ def test_http_transport_reports_a_wrong_shaped_answer_instead_of_crashing(
         server.server_close()
     assert "get_work" in str(caught.value)
     assert f"{field}:" in str(caught.value)
+
+
+def test_answers_from_a_newer_server_may_carry_unknown_fields() -> None:
+    """An unknown field is refused in a request (strict) but ignored in an answer."""
+    with pytest.raises(FieldError):
+        decode(p.Ok, {"ok": True, "server_time": 1})
+    assert decode(p.Ok, {"ok": True, "server_time": 1}, strict=False) == p.Ok()
+    work = decode(
+        p.WorkAnswer, {"work": {**encode(p.Work("t", "F", "m", {})), "x": 1}}, strict=False
+    )
+    assert work.work == p.Work("t", "F", "m", {})
+
+
+def test_event_params_cannot_be_changed_even_through_init() -> None:
+    """Every mutating path of the read-only params raises, __init__ included."""
+    from conveyor.events import Params
+
+    params = Params({"a": "1"})
+    for change in (
+        lambda: params.__setitem__("a", "2"),
+        lambda: params.update(a="2"),
+        lambda: params.__init__(a="2"),  # type: ignore[misc]
+        lambda: params.pop("a"),
+        lambda: params.clear(),
+    ):
+        with pytest.raises(TypeError):
+            change()
+    assert params == {"a": "1"}
+    assert json.loads(json.dumps(params)) == {"a": "1"}

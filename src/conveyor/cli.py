@@ -351,8 +351,13 @@ def cmd_plugins(args: list[str]) -> int:
     parser.add_argument("--config")
     opts = parser.parse_args(args)
     sys.path.insert(0, os.getcwd())  # local plugins are found as `conveyor run` finds them
+    try:
+        local = load_config(opts.config).plugins.local
+    except ConfigError as exc:  # still list what is installed: this is the diagnostic command
+        print(f"conveyor: warning: [plugins] local not listed: {exc}", file=sys.stderr)
+        local = ()
     with contextlib.redirect_stdout(sys.stderr):  # whatever a plugin prints at import
-        rows = describe_installed(load_config(opts.config).plugins.local)
+        rows = describe_installed(local)
     if opts.json:
         print(json.dumps([row_dict(r) for r in rows], indent=2))
     else:
@@ -449,7 +454,7 @@ def cmd_tasks(args: list[str]) -> int:
     parser.add_argument("--family", action="append", default=[], metavar="FAMILY")
     parser.add_argument("--match", metavar="TEXT")
     opts = parser.parse_args(args)
-    states = {s.upper() for value in opts.state for s in value.split(",") if s.strip()}
+    states = {s.strip().upper() for value in opts.state for s in value.split(",") if s.strip()}
     unknown = sorted(states - set(TaskStatus))
     if unknown:
         raise UsageError(
@@ -495,7 +500,7 @@ def _select(
 def _task_note(task: TaskInfo) -> str:
     """One line: why a failed task failed (secrets hidden), else its status message."""
     if task.status in _FAILED_STATES and task.explanation:
-        return hide_secret_params(first_line(task.explanation, 120), task.params)
+        return first_line(hide_secret_params(task.explanation, task.params), 120)
     return task.status_message.replace("\n", " ")
 
 

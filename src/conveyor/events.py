@@ -42,6 +42,11 @@ class Params(dict[str, str]):
 
     __slots__ = ()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if self:  # dict.__init__ on a built one would update it
+            self._read_only()
+        super().__init__(*args, **kwargs)
+
     def _read_only(self, *args: object, **kwargs: object) -> Any:
         raise TypeError("event params are read-only")
 

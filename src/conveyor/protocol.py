@@ -335,8 +335,11 @@ ROUTES: dict[str, Route] = {
 
 def encode(value: Any) -> Any:
     """A protocol value as plain JSON data (dicts, lists, strings, numbers, None)."""
+    encoder = _ENCODERS.get(type(value))
+    if encoder is not None:
+        return encoder(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in _fields(type(value))}
+        return _encoder_of(type(value))(value)
     if isinstance(value, enum.StrEnum):
         return str(value)
     if isinstance(value, tuple | list):
@@ -346,10 +349,59 @@ def encode(value: Any) -> Any:
     return value
 
 
-def decode(cls: type[T], data: Any, where: str = "") -> T:
+_Convert = typing.Callable[[Any], Any]
+_ENCODERS: dict[type[Any], _Convert] = {}
+
+
+def _encoder_of(cls: type[Any]) -> _Convert:
+    """A function encoding instances of dataclass ``cls``, built once from its annotations."""
+    found = _ENCODERS.get(cls)
+    if found is not None:
+        return found
+    hints = _hints(cls)
+    converters = [(f.name, _converter(hints[f.name])) for f in _fields(cls)]
+
+    def encode_one(value: Any) -> dict[str, Any]:
+        out = {}
+        for name, convert in converters:
+            item = getattr(value, name)
+            out[name] = item if convert is None else convert(item)
+        return out
+
+    _ENCODERS[cls] = encode_one
+    return encode_one
+
+
+def _converter(hint: Any) -> _Convert | None:
+    """How to encode a value of type ``hint`` (None: it is JSON already)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [_converter(o) for o in typing.get_args(hint) if o is not type(None)]
+        if all(option is None for option in options):
+            return None
+        return encode  # mixed unions are rare: the generic path
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        return str
+    if dataclasses.is_dataclass(hint):
+        return _encoder_of(hint)  # type: ignore[arg-type]
+    if origin is tuple:
+        each = _converter(typing.get_args(hint)[0])
+        if each is None:
+            return list
+        return lambda v: [each(i) for i in v]
+    if origin is Mapping:
+        value = _converter(typing.get_args(hint)[1])
+        if value is None:
+            return dict
+        return lambda v: {str(k): value(i) for k, i in v.items()}
+    return None
+
+
+def decode(cls: type[T], data: Any, where: str = "", *, strict: bool = True) -> T:
     """``data`` (parsed JSON) as a ``cls``; FieldError naming the field if it does not fit.
 
-    Unknown fields are refused; fields with a default may be left out.
+    Fields with a default may be left out. Unknown fields are refused when ``strict`` (a
+    request the server receives) and ignored otherwise (an answer from a newer server).
     """
     if not isinstance(data, dict):
         raise FieldError(where or "body", "expected a JSON object")
@@ -362,9 +414,9 @@ def decode(cls: type[T], data: Any, where: str = "") -> T:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise FieldError(path, "missing required field")
             continue
-        values[f.name] = _value(hints[f.name], data[f.name], path, f.metadata)
+        values[f.name] = _value(hints[f.name], data[f.name], path, f.metadata, strict)
     names = [f.name for f in fields]
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names)) if strict else ()
     if unknown:
         path = f"{where}.{unknown[0]}" if where else unknown[0]
         raise FieldError(path, "unknown field; expected one of " + ", ".join(names))
@@ -375,40 +427,42 @@ def decode(cls: type[T], data: Any, where: str = "") -> T:
         raise FieldError(path, str(exc).split(": ", 1)[-1]) from None
 
 
-def _value(hint: Any, data: Any, path: str, meta: Mapping[str, Any]) -> Any:
+def _value(hint: Any, data: Any, path: str, meta: Mapping[str, Any], strict: bool) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return _union(typing.get_args(hint), data, path, meta)
+        return _union(typing.get_args(hint), data, path, meta, strict)
     if hint is Any:
         return data
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
-        allowed = meta.get("choices") or tuple(hint)
+        allowed = meta.get("choices") or _members(hint)
         if not isinstance(data, str) or data not in allowed:
             raise FieldError(path, "expected one of " + ", ".join(map(str, allowed)))
         return hint(data)
     if dataclasses.is_dataclass(hint):
-        return decode(hint, data, path)  # type: ignore[arg-type]
+        return decode(hint, data, path, strict=strict)  # type: ignore[arg-type]
     if origin is tuple:
         item = typing.get_args(hint)[0]
         if not isinstance(data, list):
             raise FieldError(path, f"expected a list of {_describe(item)}")
-        return tuple(_value(item, v, f"{path}[{i}]", meta) for i, v in enumerate(data))
+        return tuple(_value(item, v, f"{path}[{i}]", meta, strict) for i, v in enumerate(data))
     if origin is Mapping:
         item = typing.get_args(hint)[1]
         if not isinstance(data, dict):
             raise FieldError(path, f"expected an object of {_describe(item, meta)}")
-        return {str(k): _value(item, v, f"{path}.{k}", meta) for k, v in data.items()}
+        return {str(k): _value(item, v, f"{path}.{k}", meta, strict) for k, v in data.items()}
     return _scalar(hint, data, path, meta)
 
 
-def _union(options: tuple[Any, ...], data: Any, path: str, meta: Mapping[str, Any]) -> Any:
+def _union(
+    options: tuple[Any, ...], data: Any, path: str, meta: Mapping[str, Any], strict: bool
+) -> Any:
     if data is None and type(None) in options:
         return None
     for option in options:
         if option is type(None):
             continue
         try:
-            return _value(option, data, path, meta)
+            return _value(option, data, path, meta, strict)
         except FieldError:
             continue
     raise FieldError(path, "expected " + " or ".join(_describe(o) for o in options))
@@ -479,6 +533,16 @@ def json_schema(hint: Any, meta: Mapping[str, Any] | None = None) -> dict[str, A
     if "minimum" in meta:
         schema["minimum"] = meta["minimum"]
     return schema
+
+
+_MEMBERS: dict[type[Any], tuple[Any, ...]] = {}
+
+
+def _members(enum_cls: type[enum.StrEnum]) -> tuple[Any, ...]:
+    found = _MEMBERS.get(enum_cls)
+    if found is None:
+        found = _MEMBERS[enum_cls] = tuple(enum_cls)
+    return found
 
 
 _FIELDS: dict[type[Any], tuple[dataclasses.Field[Any], ...]] = {}

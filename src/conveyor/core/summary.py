@@ -51,7 +51,9 @@ class SummaryFacts:
     """task_id → one line saying how a failed task ended (failed: ..., timed out after N s,
     process died with signal S), for the tasks of the FAILED category."""
     stopped: int = 0
-    """How many running attempts an interruption stopped."""
+    """How many running attempts an interruption stopped (reported failed, interrupted)."""
+    running: int = 0
+    """How many attempts were running when the interruption came."""
 
 
 _INTERRUPT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -112,11 +114,17 @@ def render_summary(facts: SummaryFacts) -> str:
 def _verdict(facts: SummaryFacts) -> str:
     code = exit_code(facts)
     if code in (130, 143):
-        if facts.stopped:
-            stopped = f"{facts.stopped} running task(s) were stopped and reported failed"
-        else:
-            stopped = "no task was running"
-        return f"Verdict: interrupted by {facts.interrupted} - {stopped}."
+        running, stopped = max(facts.running, facts.stopped), facts.stopped
+        if not running:
+            what = "no task was running"
+        elif stopped == running:
+            what = f"{stopped} running task(s) were stopped and reported failed"
+        else:  # a thread attempt cannot be stopped: it runs to its end
+            what = (
+                f"{running} task(s) were running: {stopped} stopped and reported failed, "
+                f"{running - stopped} left to finish"
+            )
+        return f"Verdict: interrupted by {facts.interrupted} - {what}."
     if code == 0 and not facts.requested:
         if facts.categories:
             return "Verdict: succeeded - every task this worker ran succeeded."

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
-__all__ = ["STATUSES", "SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
+__all__ = ["SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
 
 PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
     TaskStatus.PENDING,
@@ -42,7 +42,6 @@ PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
     TaskStatus.DISABLED,
     TaskStatus.UNKNOWN,
 )
-STATUSES = tuple(TaskStatus)
 _ASSISTANTS = "\0assistants"
 
 

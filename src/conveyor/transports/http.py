@@ -153,7 +153,7 @@ class HttpTransport:
 
     def _decoded(self, cls: type[T], answer: Any, route: str) -> T:
         try:
-            return decode(cls, answer)
+            return decode(cls, answer, strict=False)  # a newer server may add fields
         except FieldError as exc:
             raise SchedulerUnavailable(
                 f"the scheduler at {self._where} answered {route} with something that does not "

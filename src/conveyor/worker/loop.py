@@ -28,6 +28,7 @@ from ..config import Config, resolve_config
 from ..core.states import TaskState, Trigger
 from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
+    FAILED,
     NEEDS_DEPS,
     PROCESS_DIED,
     SUCCEEDED,
@@ -102,6 +103,8 @@ class Worker(GraphWalk):
             self._executor = executor
         self._isolator: Executor | None = None
         self._interrupted = ""
+        self._running_at_interrupt = 0
+        self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
         for notifier in self.config.notifiers.enabled:
             # selected notifiers must exist (exit 2 otherwise); dispatching to them comes with
             # the notifier issue
@@ -196,6 +199,8 @@ class Worker(GraphWalk):
         self._loop_thread = threading.get_ident()
         self._draining = False
         self._interrupted = ""
+        self._running_at_interrupt = 0
+        self._interrupt_log = {}
         self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time()))
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
@@ -214,6 +219,7 @@ class Worker(GraphWalk):
             self._summary,
             self._interrupted,
             self._outbox.unreported(),
+            self._running_at_interrupt,
         )
         self.hooks.fire(
             ev.WorkerStopped(
@@ -228,6 +234,9 @@ class Worker(GraphWalk):
     def _loop(self) -> None:
         slots = max(1, self.settings.workers)
         while True:
+            if self._interrupt_log:
+                log.warning("interrupted; stopping running tasks", **self._interrupt_log)
+                self._interrupt_log = {}
             self._drain_inbox()
             if not self._outbox.flush():
                 if self._outbox.expired():
@@ -359,6 +368,18 @@ class Worker(GraphWalk):
             known if len(known) == len(node.deps) else None,
             resume := self._suspended.pop(node.task_id, None),
         )
+        if self._interrupted:  # the signal came while this attempt was being set up
+            if resume is not None:
+                resume.close()
+            self._post(
+                Outcome(
+                    node.task_id,
+                    FAILED,
+                    error=f"interrupted by {self._interrupted}",
+                    exception_type="Interrupted",
+                )
+            )
+            return
         if resume is not None and node.notes:
             # the resumed run() set these before its yield; the hand-out cleared them
             with contextlib.suppress(SchedulerUnavailable):
@@ -511,9 +532,13 @@ class Worker(GraphWalk):
         raising :class:`~conveyor.executors.base.Interrupted` into it. They are reported
         failed (interrupted) and the run's exit code becomes 128 + the signal number.
         """
+        if not self._interrupted:
+            self._running_at_interrupt = len(self._running)
         self._interrupted = self._interrupted or signal_name
         self._draining = True
-        log.warning("interrupted; stopping running tasks", signal=signal_name, hard=hard)
+        # logged by the loop, not here: this may run in a signal handler on a thread that
+        # holds the log stream's lock
+        self._interrupt_log = {"signal": signal_name, "hard": hard}
         for executor in (self._executor, self._isolator):
             stop = getattr(executor, "interrupt", None)
             if stop is not None:

@@ -37,6 +37,7 @@ def build_report(
     records: SummaryPlugin,
     interrupted: str = "",
     unreported: Set[str] = frozenset(),
+    running_at_interrupt: int = 0,
 ) -> RunReport:
     """Ask the scheduler for final states and classify every task of the graph.
 
@@ -69,6 +70,7 @@ def build_report(
         interrupted=interrupted,
         reasons={t: _reason(graph[t], records.failed.get(t, "failed"), errors[t]) for t in failed},
         stopped=len(records.interrupted),
+        running=running_at_interrupt,
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
@@ -83,7 +85,7 @@ def _reason(node: Node, ending: str, explanation: str) -> str:
     """
     if ending != "failed":
         return ending  # the explanation of a timeout or a dead process says no more than this
-    line = hide_secret_params(first_line(explanation), node.params)
+    line = first_line(hide_secret_params(explanation, node.params))  # hide, then cut
     return f"failed: {line}" if line else "failed"
 
 
