@@ -580,7 +580,7 @@ def test_a_secret_cut_by_the_summary_line_limit_is_still_hidden(
     monkeypatch.setenv("LEAKY_ROOT", str(tmp_path))
     module = __import__(task_module(LONG_SECRET))
     secret = "hunter2-0123456789abcdef"
-    result = conveyor.build(module.Leaky(api_token=secret), log_level="critical")
+    result = conveyor.build(module.Leaky(api_token=secret))
     assert "hunter2" not in result.summary
     assert "PermissionError: xxx" in result.summary
 
