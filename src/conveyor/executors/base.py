@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..protocol import AttemptOutcome, NoteKind
+from ..settings import Field, schema_of
 from ..task import Task
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Outcome",
     "Sink",
     "Suspended",
+    "complete_executor",
 ]
 
 SUCCEEDED, FAILED, TIMED_OUT, PROCESS_DIED, NEEDS_DEPS = (
@@ -119,16 +121,63 @@ class ExecutorContext:
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs attempts; see the module docstring for the reporting contract."""
+    """Runs attempts; see the module docstring for the reporting contract.
+
+    The worker builds it once as ``cls(ExecutorContext)``, with ``context.settings`` validated
+    against ``settings_schema``. Executors written before ``interrupt``, ``active`` and
+    ``settings_schema`` were part of the protocol still load: :func:`complete_executor` gives
+    them the defaults (no interruption, never active, no settings).
+    """
 
     name: ClassVar[str]
     can_kill: ClassVar[bool]
+    settings_schema: ClassVar[Mapping[str, Field]]
+    active: bool
+    """True while an attempt runs on the calling thread (``inline``): the worker then
+    interrupts it by raising :class:`Interrupted` there."""
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Begin the attempt; report notes and then exactly one Outcome through ``sink``."""
 
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Stop running attempts (SIGTERM to their trees, SIGKILL after the grace, at once if
+        ``hard``) and report them failed with exception type ``Interrupted``."""
+
     def close(self) -> None:
         """Wait for running attempts and release resources."""
+
+
+class _Completed:
+    """An executor written to the first protocol, given the members it lacks."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.can_kill = inner.can_kill
+        self.settings_schema = schema_of(inner)
+
+    @property
+    def active(self) -> bool:
+        return bool(getattr(self.inner, "active", False))
+
+    def start(self, request: AttemptRequest, sink: Sink) -> None:
+        self.inner.start(request, sink)
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        stop = getattr(self.inner, "interrupt", None)
+        if stop is not None:
+            stop(reason, hard)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def complete_executor(executor: Any) -> Executor:
+    """``executor`` itself if it has every member of :class:`Executor`, else a wrapper that
+    supplies the optional ones (the one place the worker tolerates an older executor)."""
+    if all(hasattr(executor, m) for m in ("active", "interrupt", "settings_schema")):
+        return executor  # type: ignore[no-any-return]
+    return _Completed(executor)  # type: ignore[return-value]
 
 
 class Interrupted(BaseException):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
+from ..settings import Field
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Interrupted, Outcome, Sink
 
@@ -15,6 +17,7 @@ class InlineExecutor:
 
     name: ClassVar[str] = "inline"
     can_kill: ClassVar[bool] = False
+    settings_schema: ClassVar[Mapping[str, Field]] = {}
 
     def __init__(self, context: ExecutorContext | None = None) -> None:
         """Inline needs no settings; ``context`` is accepted for a uniform constructor."""
@@ -35,6 +38,9 @@ class InlineExecutor:
         finally:
             self.active = False
         sink(outcome)
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Nothing to do here: the worker raises Interrupted into the running attempt."""
 
     def close(self) -> None:
         """Nothing to release."""

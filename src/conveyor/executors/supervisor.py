@@ -15,11 +15,13 @@ import selectors
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import psutil
 
+from ..settings import Field
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import LineReader, decode
 from .proctree import descendants, signal_tree
@@ -316,6 +318,8 @@ class ProcessExecutor:
 
     name: ClassVar[str] = "process"
     can_kill: ClassVar[bool] = True
+    settings_schema: ClassVar[Mapping[str, Field]] = {}
+    active = False  # attempts run in child processes
 
     def __init__(self, context: ExecutorContext | None = None) -> None:
         """Create the executor; its supervisor thread starts with the first attempt."""

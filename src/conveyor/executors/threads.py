@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
+from ..settings import Field
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome, Sink
 
@@ -16,6 +18,8 @@ class ThreadExecutor:
 
     name: ClassVar[str] = "thread"
     can_kill: ClassVar[bool] = False
+    settings_schema: ClassVar[Mapping[str, Field]] = {}
+    active = False  # attempts run on the pool's threads, never on the caller's
 
     def __init__(self, context: ExecutorContext | None = None) -> None:
         """Create a pool of ``context.workers`` threads (started lazily)."""
@@ -27,6 +31,9 @@ class ThreadExecutor:
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Queue the attempt on the pool; its outcome arrives through ``sink``."""
         self._pool.submit(_run_and_report, request, sink)
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Threads cannot be killed: running attempts are left to finish."""
 
     def close(self) -> None:
         """Wait for running attempts, then stop the threads."""

@@ -13,6 +13,7 @@ from ..config import Config
 from ..errors import ConfigError
 from ..scheduler import Scheduler
 from ..scheduler.persist import from_row
+from ..settings import schema_of
 
 __all__ = ["bind_listener", "build_service", "check_bind", "serve"]
 
@@ -42,7 +43,7 @@ def build_service(config: Config) -> Any:
 
     server = config.server
     store_cls = load_backend("conveyor.state_stores", server.state_store)
-    schema = getattr(store_cls, "settings_schema", {})
+    schema = schema_of(store_cls)
     settings = config.backend_settings("state_stores", server.state_store, schema)
     store = store_cls(server.state_path, settings)
     rows, workers = store.load()

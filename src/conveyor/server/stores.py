@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Protocol
 
-from ..config import Field
 from ..errors import ConfigError
+from ..settings import Field
 
 __all__ = ["MemoryStore", "SqliteStore", "StateStore"]
 
@@ -26,7 +26,11 @@ Workers = list[tuple[str, bool]]
 
 
 class StateStore(Protocol):
-    """What the server needs from a store."""
+    """What the server needs from a store; built once as ``cls(state_path, settings)``, with
+    ``settings`` validated against ``settings_schema``.
+    ``conveyor.testing.stores.check_state_store`` is its conformance check."""
+
+    settings_schema: ClassVar[dict[str, Field]]
 
     def load(self) -> tuple[Rows, Workers]:
         """Every saved task row and ``(worker_id, assistant)`` pair."""

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import validate_backend_settings
 from ..executors.base import (
     FAILED,
     NEEDS_DEPS,
@@ -33,6 +32,7 @@ from ..executors.base import (
     Note,
     Outcome,
 )
+from ..settings import schema_of, validate_backend_settings
 from ..task import Task
 from . import conformance_tasks as ct
 
@@ -129,7 +129,7 @@ def check_executor(
     The timeout scenario runs only when the executor declares ``can_kill = True``.
     """
     work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="conformance"))
-    schema = getattr(executor_cls, "settings_schema", {})
+    schema = schema_of(executor_cls)
     settings = validate_backend_settings("executors", "conformance", {}, schema)
     executor: Executor = executor_cls(ExecutorContext(workers=2, kill_grace=1.0, settings=settings))
     assert isinstance(executor.name, str) and executor.name, "an executor needs a name"

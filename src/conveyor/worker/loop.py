@@ -41,10 +41,12 @@ from ..executors.base import (
     Note,
     Outcome,
     Suspended,
+    complete_executor,
 )
 from ..executors.channel import truncate
 from ..plugins import HookRelay, load_hook_plugins
 from ..protocol import NoteKind, TaskStatus, Work
+from ..settings import schema_of
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport
 from .builtin_plugins import FailureLogPlugin, SummaryPlugin, TransitionLogPlugin
@@ -100,7 +102,7 @@ class Worker(GraphWalk):
         if executor is None or isinstance(executor, str):
             self._executor = self._make_executor(executor)
         else:
-            self._executor = executor
+            self._executor = complete_executor(executor)
         self._isolator: Executor | None = None
         self._interrupted = ""
         self._running_at_interrupt = 0
@@ -146,7 +148,7 @@ class Worker(GraphWalk):
         if name == "auto":
             name = "inline" if self.settings.workers == 1 else _PROCESS_EXECUTOR
         cls = load_backend("conveyor.executors", name)
-        schema = getattr(cls, "settings_schema", {})
+        schema = schema_of(cls)
         logging = self.config.logging
         context = ExecutorContext(
             self.settings.workers,
@@ -155,8 +157,7 @@ class Worker(GraphWalk):
             logging.level,
             logging.format,  # "auto" decides in the child, on the same stderr
         )
-        executor: Executor = cls(context)
-        return executor
+        return complete_executor(cls(context))
 
     def _executor_for(self, timeout: float) -> Executor:
         """The configured executor, or — for a timeout it cannot enforce — a process one."""
@@ -540,11 +541,10 @@ class Worker(GraphWalk):
         # holds the log stream's lock
         self._interrupt_log = {"signal": signal_name, "hard": hard}
         for executor in (self._executor, self._isolator):
-            stop = getattr(executor, "interrupt", None)
-            if stop is not None:
-                stop(signal_name, hard)
+            if executor is not None:
+                executor.interrupt(signal_name, hard)
         self._inbox.put(_WAKE)
-        if getattr(self._executor, "active", False) and threading.get_ident() == self._loop_thread:
+        if self._executor.active and threading.get_ident() == self._loop_thread:
             raise Interrupted(signal_name)
 
 
