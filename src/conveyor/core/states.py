@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 The worker tracks every task of its graph in a :class:`TaskState`. Things that happen to a task
-are :class:`Trigger` values; each trigger is delivered to exactly one hook (``Trigger.hook``), so
-"every transition fires a hook" is a property of this table, checked by a meta-test.
+are :class:`Trigger` values; each trigger names the one event it fires (:data:`EVENT_OF`, and
+so exactly one hook: ``Trigger.hook``), so "every transition fires a hook" is a property of
+these tables, checked by a meta-test.
 :func:`advance` is the only way to move: it returns the new state or raises
 :class:`~conveyor.errors.InvalidTransition` and changes nothing. This module does no I/O; the
 worker loop (``conveyor.worker.loop``) does the I/O and builds the hook events.
@@ -21,9 +22,19 @@ from __future__ import annotations
 
 from enum import Enum
 
+from .. import events as ev
 from ..errors import InvalidTransition
 
-__all__ = ["HOOK_OF", "TRANSITIONS", "TaskState", "Trigger", "advance", "mermaid_diagram"]
+__all__ = [
+    "EVENT_OF",
+    "HOOK_OF",
+    "RECHECKABLE",
+    "TRANSITIONS",
+    "TaskState",
+    "Trigger",
+    "advance",
+    "mermaid_diagram",
+]
 
 
 class TaskState(Enum):
@@ -66,25 +77,29 @@ class Trigger(Enum):
         return HOOK_OF[self]
 
 
-HOOK_OF: dict[Trigger, str] = {
-    Trigger.CHECKED_COMPLETE: "conveyor_task_complete_checked",
-    Trigger.CHECKED_INCOMPLETE: "conveyor_task_complete_checked",
-    Trigger.DEPS_FOUND: "conveyor_task_dependencies_discovered",
-    Trigger.DEPS_YIELDED: "conveyor_task_dependencies_discovered",
-    Trigger.BROKEN: "conveyor_task_broken",
-    Trigger.STARTED: "conveyor_task_started",
-    Trigger.STATUS_MESSAGE: "conveyor_task_status_message",
-    Trigger.PROGRESS: "conveyor_task_progress",
-    Trigger.TRACKING_URL: "conveyor_task_tracking_url",
-    Trigger.SUCCEEDED: "conveyor_task_succeeded",
-    Trigger.FAILED: "conveyor_task_failed",
-    Trigger.TIMED_OUT: "conveyor_task_timed_out",
-    Trigger.PROCESS_DIED: "conveyor_task_process_died",
+EVENT_OF: dict[Trigger, type[ev.Event]] = {
+    Trigger.CHECKED_COMPLETE: ev.CompleteChecked,
+    Trigger.CHECKED_INCOMPLETE: ev.CompleteChecked,
+    Trigger.DEPS_FOUND: ev.DependenciesDiscovered,
+    Trigger.DEPS_YIELDED: ev.DependenciesDiscovered,
+    Trigger.BROKEN: ev.TaskBroken,
+    Trigger.STARTED: ev.TaskStarted,
+    Trigger.STATUS_MESSAGE: ev.TaskStatusMessage,
+    Trigger.PROGRESS: ev.TaskProgress,
+    Trigger.TRACKING_URL: ev.TaskTrackingUrl,
+    Trigger.SUCCEEDED: ev.TaskSucceeded,
+    Trigger.FAILED: ev.TaskFailed,
+    Trigger.TIMED_OUT: ev.TaskTimedOut,
+    Trigger.PROCESS_DIED: ev.ProcessDied,
 }
+"""The one table of which event (and so which hook) each trigger fires."""
+
+HOOK_OF: dict[Trigger, str] = {trigger: cls.hook for trigger, cls in EVENT_OF.items()}
 
 
 S, T = TaskState, Trigger
-_RECHECKABLE = (S.COMPLETE, S.DONE, S.FAILED, S.PENDING)
+RECHECKABLE = (S.COMPLETE, S.DONE, S.FAILED, S.PENDING)  # a tuple: the table keeps its order
+"""States from which a task may be checked again (re-added, or a dependency vanished)."""
 
 TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
     (S.NEW, T.CHECKED_COMPLETE): S.COMPLETE,
@@ -93,7 +108,7 @@ TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
     (S.CHECKED, T.DEPS_FOUND): S.PENDING,
     (S.CHECKED, T.BROKEN): S.BROKEN,
     (S.PENDING, T.STARTED): S.RUNNING,
-    **{(state, T.BROKEN): S.BROKEN for state in _RECHECKABLE},
+    **{(state, T.BROKEN): S.BROKEN for state in RECHECKABLE},
     (S.FAILED, T.STARTED): S.RUNNING,
     (S.RUNNING, T.STATUS_MESSAGE): S.RUNNING,
     (S.RUNNING, T.PROGRESS): S.RUNNING,
@@ -103,8 +118,8 @@ TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
     (S.RUNNING, T.TIMED_OUT): S.FAILED,
     (S.RUNNING, T.PROCESS_DIED): S.FAILED,
     (S.RUNNING, T.DEPS_YIELDED): S.PENDING,
-    **{(state, T.CHECKED_COMPLETE): S.COMPLETE for state in _RECHECKABLE},
-    **{(state, T.CHECKED_INCOMPLETE): S.CHECKED for state in _RECHECKABLE if state != S.PENDING},
+    **{(state, T.CHECKED_COMPLETE): S.COMPLETE for state in RECHECKABLE},
+    **{(state, T.CHECKED_INCOMPLETE): S.CHECKED for state in RECHECKABLE if state != S.PENDING},
     (S.PENDING, T.CHECKED_INCOMPLETE): S.PENDING,
 }
 

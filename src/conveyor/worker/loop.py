@@ -25,14 +25,11 @@ from .. import events as ev
 from ..backends import load_backend
 from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
+from ..core.machine import HandOut, on_hand_out, on_outcome
 from ..core.states import TaskState, Trigger
 from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     FAILED,
-    NEEDS_DEPS,
-    PROCESS_DIED,
-    SUCCEEDED,
-    TIMED_OUT,
     AttemptRequest,
     Executor,
     ExecutorContext,
@@ -335,12 +332,12 @@ class Worker(GraphWalk):
         node = self._graph.get(work.task_id) or self._adopt(work)
         if node is None:
             return
-        if node.state in (TaskState.DONE, TaskState.COMPLETE):
-            # reopened since this worker saw it complete (another worker found it incomplete):
-            # check again; the walk registers DONE, or PENDING to be handed out and run again
+        decision = on_hand_out(node.state)
+        if decision is HandOut.RECHECK:
+            # the walk registers DONE, or PENDING to be handed out and run again
             self._walk([node.task], recheck=(node.task_id,))
             return
-        if node.state not in (TaskState.PENDING, TaskState.FAILED):
+        if decision is HandOut.IGNORE:
             log.warning(
                 "scheduler handed out a task in an unexpected state",
                 task_id=node.task_id,
@@ -354,7 +351,6 @@ class Worker(GraphWalk):
         self._transit(
             node,
             Trigger.STARTED,
-            ev.TaskStarted,
             executor=executor.name,
             attempt=node.attempts,
         )
@@ -428,8 +424,8 @@ class Worker(GraphWalk):
         node = self._running.get(note.task_id)
         if node is None:
             return
-        trigger, event_cls, field = _NOTES[note.kind]
-        self._transit(node, trigger, event_cls, **{field: note.value})
+        trigger, field = _NOTES[note.kind]
+        self._transit(node, trigger, **{field: note.value})
         node.notes = node.notes or {}
         node.notes[note.kind] = note.value
         # a lost status message is not worth holding the run for
@@ -442,48 +438,24 @@ class Worker(GraphWalk):
             return
         if outcome.suspended is None:
             node.notes = None  # only a run() that will resume needs them again
-        if outcome.kind == SUCCEEDED:
+        decision = on_outcome(
+            outcome.kind, outcome.missing, node.reschedules, self.settings.max_reschedules
+        )
+        trigger = decision.trigger
+        if trigger is Trigger.SUCCEEDED:
             self._outbox.send("task_done", self.id, node.task_id)
-            self._transit(node, Trigger.SUCCEEDED, ev.TaskSucceeded, duration=outcome.duration)
-        elif outcome.kind == NEEDS_DEPS:
+            self._transit(node, trigger, duration=outcome.duration)
+            return
+        if trigger is Trigger.DEPS_YIELDED:
             self._on_new_deps(node, outcome.new_deps, outcome.suspended)
-        else:
-            self._on_failure(node, outcome)
-
-    def _on_failure(self, node: Node, outcome: Outcome) -> None:
+            return
+        node.reschedules = dict(decision.reschedules)
         node.error = truncate(outcome.error or outcome.kind)
-        reschedule = self._may_reschedule(node, outcome.missing)
-        if not reschedule:
+        if not decision.reschedule:
             self._outbox.send("task_failed", self.id, node.task_id, node.error)
-        if outcome.kind == TIMED_OUT:
-            self._transit(node, Trigger.TIMED_OUT, ev.TaskTimedOut, timeout=outcome.timeout)
-        elif outcome.kind == PROCESS_DIED:
-            self._transit(
-                node,
-                Trigger.PROCESS_DIED,
-                ev.ProcessDied,
-                exitcode=outcome.exitcode,
-                signal=outcome.signal,
-            )
-        else:
-            self._transit(
-                node,
-                Trigger.FAILED,
-                ev.TaskFailed,
-                error=node.error,
-                exception_type=outcome.exception_type,
-                duration=outcome.duration,
-            )
-        if reschedule:
+        self._transit(node, trigger, **_failure_fields(trigger, node.error, outcome))
+        if decision.reschedule:
             self._walk([node.task], recheck=(node.task_id, *outcome.missing))
-
-    def _may_reschedule(self, node: Node, missing: Sequence[str]) -> bool:
-        if not missing:
-            return False
-        counts = node.reschedules
-        for task_id in missing:
-            counts[task_id] = counts.get(task_id, 0) + 1
-        return all(counts[t] <= self.settings.max_reschedules for t in missing)
 
     def _on_new_deps(
         self, node: Node, new_deps: Sequence[Task], suspended: Suspended | None
@@ -494,9 +466,7 @@ class Worker(GraphWalk):
         dynamic.update(dict.fromkeys(added))
         if suspended is not None:
             self._suspended[node.task_id] = suspended
-        self._transit(
-            node, Trigger.DEPS_YIELDED, ev.DependenciesDiscovered, dependencies=ids, dynamic=True
-        )
+        self._transit(node, Trigger.DEPS_YIELDED, dependencies=ids, dynamic=True)
         self._walk(new_deps)
         # a registration merges dependencies: naming only the new ones keeps a run() that
         # yields many small batches linear
@@ -548,9 +518,22 @@ class Worker(GraphWalk):
             raise Interrupted(signal_name)
 
 
+def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str, Any]:
+    """The event fields of a failed, timed-out or dead attempt."""
+    if trigger is Trigger.TIMED_OUT:
+        return {"timeout": outcome.timeout}
+    if trigger is Trigger.PROCESS_DIED:
+        return {"exitcode": outcome.exitcode, "signal": outcome.signal}
+    return {
+        "error": error,
+        "exception_type": outcome.exception_type,
+        "duration": outcome.duration,
+    }
+
+
 _PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"
-_NOTES: dict[str, tuple[Trigger, type[ev.Event], str]] = {
-    "status_message": (Trigger.STATUS_MESSAGE, ev.TaskStatusMessage, "message"),
-    "progress": (Trigger.PROGRESS, ev.TaskProgress, "percentage"),
-    "tracking_url": (Trigger.TRACKING_URL, ev.TaskTrackingUrl, "url"),
+_NOTES: dict[str, tuple[Trigger, str]] = {
+    "status_message": (Trigger.STATUS_MESSAGE, "message"),
+    "progress": (Trigger.PROGRESS, "percentage"),
+    "tracking_url": (Trigger.TRACKING_URL, "url"),
 }

@@ -14,7 +14,8 @@ from typing import Any
 from .. import events as ev
 from ..clock import Clock
 from ..config import WorkerSettings
-from ..core.states import TRANSITIONS, TaskState, Trigger, advance
+from ..core.machine import registration
+from ..core.states import EVENT_OF, RECHECKABLE, TRANSITIONS, TaskState, Trigger, advance
 from ..errors import ConveyorError, DependencyCycle
 from ..plugins import HookRelay
 from ..protocol import TaskSpec, TaskStatus
@@ -27,7 +28,6 @@ from .outbox import Outbox
 __all__ = ["GraphWalk"]
 
 _STATE_NAMES = {state: state.name for state in TaskState}
-_RECHECKABLE = frozenset({TaskState.COMPLETE, TaskState.DONE, TaskState.FAILED, TaskState.PENDING})
 
 
 class GraphWalk:
@@ -47,14 +47,14 @@ class GraphWalk:
 
     # --- transitions ----------------------------------------------------------------------
 
-    def _transit(
-        self, node: Node, trigger: Trigger, event_cls: type[ev.Event], **fields: Any
-    ) -> None:
-        """Apply one transition to ``node`` and fire its hook (the only way states change)."""
+    def _transit(self, node: Node, trigger: Trigger, **fields: Any) -> None:
+        """Apply one transition to ``node`` and fire the event its trigger names (the only way
+        states change)."""
         state = TRANSITIONS.get((node.state, trigger))
         if state is None:
             state = advance(node.state, trigger)  # raises InvalidTransition
         node.state = state
+        event_cls = EVENT_OF[trigger]
         if not self.hooks.wants(event_cls.hook):
             return
         task = node.task
@@ -137,7 +137,7 @@ class GraphWalk:
             self._graph[task_id] = node
             checks.submit(task)
             return True
-        if task_id in recheck and node.state in _RECHECKABLE:
+        if task_id in recheck and node.state in RECHECKABLE:
             checks.submit(node.task)
         return False
 
@@ -146,10 +146,10 @@ class GraphWalk:
     ) -> list[Task]:
         """Record a check result; register the task; return the dependencies to walk."""
         if complete:
-            self._transit(node, Trigger.CHECKED_COMPLETE, ev.CompleteChecked, complete=True)
+            self._transit(node, Trigger.CHECKED_COMPLETE, complete=True)
             specs.append(TaskSpec(node.task_id, *self._identity(node), status=TaskStatus.DONE))
             return []
-        self._transit(node, Trigger.CHECKED_INCOMPLETE, ev.CompleteChecked, complete=False)
+        self._transit(node, Trigger.CHECKED_INCOMPLETE, complete=False)
         if node.state is TaskState.PENDING:  # an external task re-checked
             return []
         deps, status, runnable = self._requirements(node, specs)
@@ -159,7 +159,6 @@ class GraphWalk:
         self._transit(
             node,
             Trigger.DEPS_FOUND,
-            ev.DependenciesDiscovered,
             dependencies=node.deps,
             dynamic=False,
         )
@@ -172,15 +171,20 @@ class GraphWalk:
     ) -> tuple[list[Task] | None, TaskStatus, bool]:
         """The dependencies to walk, the status to register and whether it may run here."""
         task = node.task
-        if node.external:
-            return [], TaskStatus.PENDING, self.settings.retry_external_tasks
-        if task.disabled:
-            node.error = f"{task!r} is disabled (disabled = True on its class); it never runs"
-            return [], TaskStatus.DISABLED, False
-        limit = self.settings.task_limit
-        if limit and self._scheduled >= limit and node.attempts == 0:
-            node.limited = True
-            return [], TaskStatus.PENDING, False
+        settings = self.settings
+        decided = registration(
+            external=node.external,
+            disabled=task.disabled,
+            retry_external=settings.retry_external_tasks,
+            task_limit=settings.task_limit,
+            scheduled=self._scheduled,
+            attempts=node.attempts,
+            label=repr(task) if task.disabled else "",  # repr() costs: only when shown
+        )
+        if not decided.walk:
+            node.limited = decided.limited
+            node.error = decided.error or node.error
+            return [], decided.status, decided.runnable
         try:
             deps = task.deps()
         except Exception as exc:
@@ -191,7 +195,7 @@ class GraphWalk:
 
     def _broken(self, node: Node, error: str, phase: str, specs: list[TaskSpec]) -> None:
         node.error = error
-        self._transit(node, Trigger.BROKEN, ev.TaskBroken, error=error, phase=phase)
+        self._transit(node, Trigger.BROKEN, error=error, phase=phase)
         specs.append(self._spec(node, TaskStatus.UNKNOWN, False, explanation=error))
 
     def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:

@@ -1,0 +1,141 @@
+"""The worker's decisions, as pure functions: facts in, what to do out.
+
+Theory of operation
+-------------------
+The worker loop (``conveyor.worker.loop``) and the graph walk (``conveyor.worker.walk``) do the
+I/O: they call ``complete()`` and ``requires()``, talk to the scheduler and the executors, fire
+hooks. Every *decision* about what a fact means is made here, by plain functions that tests
+call directly:
+
+* :func:`registration` — how a task that is not complete is registered: external, disabled,
+  held back by ``task_limit``, or to be walked further (its requirements asked for).
+* :func:`on_hand_out` — what a task the scheduler hands out means in the state the worker has
+  it in: start an attempt, check it again (it was complete here but reopened), or ignore it.
+* :func:`on_outcome` — which trigger an attempt's outcome is, and whether a failure caused by a
+  dependency that vanished at run time is rescheduled (``max_reschedules`` per dependency) or
+  reported to the scheduler.
+
+The transition each decision names is applied through :func:`conveyor.core.states.advance`,
+whose table also names the event it fires.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..protocol import AttemptOutcome, TaskStatus
+from .states import TaskState, Trigger
+
+__all__ = [
+    "FailureDecision",
+    "HandOut",
+    "Registration",
+    "on_hand_out",
+    "on_outcome",
+    "registration",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """How to register a task found incomplete.
+
+    ``walk`` says whether to ask for its requirements (and walk them); ``limited`` that
+    ``task_limit`` held it back; ``error`` is its explanation when it will never run here.
+    """
+
+    status: TaskStatus
+    runnable: bool
+    walk: bool
+    limited: bool = False
+    error: str = ""
+
+
+def registration(
+    *,
+    external: bool,
+    disabled: bool,
+    retry_external: bool,
+    task_limit: int,
+    scheduled: int,
+    attempts: int,
+    label: str,
+) -> Registration:
+    """The registration of an incomplete task (before its requirements are asked for).
+
+    An external task is PENDING, runnable only with ``retry_external_tasks`` (to be checked
+    again). A disabled one is DISABLED and never runs. Once ``task_limit`` tasks were scheduled
+    by this worker, a task not yet attempted is registered PENDING but not runnable here.
+    """
+    if external:
+        return Registration(TaskStatus.PENDING, retry_external, walk=False)
+    if disabled:
+        error = f"{label} is disabled (disabled = True on its class); it never runs"
+        return Registration(TaskStatus.DISABLED, False, walk=False, error=error)
+    if task_limit and scheduled >= task_limit and attempts == 0:
+        return Registration(TaskStatus.PENDING, False, walk=False, limited=True)
+    return Registration(TaskStatus.PENDING, True, walk=True)
+
+
+class HandOut(enum.Enum):
+    """What to do with a task the scheduler handed out."""
+
+    START = "start"
+    RECHECK = "recheck"
+    """It was complete here but another worker found it incomplete: check it again."""
+    IGNORE = "ignore"
+    """It is in no state to run (already running, broken): log and leave it."""
+
+
+def on_hand_out(state: TaskState) -> HandOut:
+    """The decision for a hand-out of a task in ``state``."""
+    if state in (TaskState.PENDING, TaskState.FAILED):
+        return HandOut.START
+    if state in (TaskState.DONE, TaskState.COMPLETE):
+        return HandOut.RECHECK
+    return HandOut.IGNORE
+
+
+_TRIGGER_OF = {
+    AttemptOutcome.SUCCEEDED: Trigger.SUCCEEDED,
+    AttemptOutcome.FAILED: Trigger.FAILED,
+    AttemptOutcome.TIMED_OUT: Trigger.TIMED_OUT,
+    AttemptOutcome.PROCESS_DIED: Trigger.PROCESS_DIED,
+    AttemptOutcome.NEEDS_DEPS: Trigger.DEPS_YIELDED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FailureDecision:
+    """The trigger of an outcome, and for a failure whether to reschedule instead of report.
+
+    ``reschedules`` is the task's updated count of reschedules per missing dependency.
+    """
+
+    trigger: Trigger
+    reschedule: bool = False
+    reschedules: Mapping[str, int] = field(default_factory=dict)
+
+
+def on_outcome(
+    kind: AttemptOutcome,
+    missing: Sequence[str] = (),
+    reschedules: Mapping[str, int] | None = None,
+    max_reschedules: int = 1,
+) -> FailureDecision:
+    """Decide what an attempt's outcome means.
+
+    A failure whose dependencies ``missing`` were found incomplete just before ``run()`` is
+    rescheduled (walked and registered again, not reported as a failure) while every such
+    dependency has been missing at most ``max_reschedules`` times (Luigi's rule).
+    """
+    trigger = _TRIGGER_OF[kind]
+    counts = dict(reschedules or {})
+    if trigger is not Trigger.FAILED or not missing:
+        return FailureDecision(trigger, False, counts)
+    for task_id in missing:
+        counts[task_id] = counts.get(task_id, 0) + 1
+    reschedule = all(counts[t] <= max_reschedules for t in missing)
+    return FailureDecision(trigger, reschedule, counts)
