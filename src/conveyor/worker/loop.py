@@ -42,7 +42,7 @@ from ..executors.base import (
 )
 from ..executors.channel import truncate
 from ..plugins import HookRelay, load_hook_plugins
-from ..protocol import NoteKind, TaskStatus, Work
+from ..protocol import NoteKind, TaskSpec, TaskStatus, Work
 from ..settings import schema_of
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport
@@ -51,6 +51,7 @@ from .graph import Node
 from .outbox import Outbox
 from .report import RunReport, build_report
 from .signals import install_signal_handlers
+from .transitions import Transitions
 from .walk import GraphWalk
 
 __all__ = ["Worker"]
@@ -60,7 +61,7 @@ _ids = itertools.count(1)
 _WAKE = object()
 
 
-class Worker(GraphWalk):
+class Worker:
     """Walks task graphs, registers them with a scheduler and runs what it is handed.
 
     Use it as a context manager::
@@ -92,6 +93,7 @@ class Worker(GraphWalk):
         self.clock = clock
         self.rand: Callable[[], float] = random.random  # jitter of the idle waits
         self.hooks = HookRelay()
+        self._transit = Transitions(self.id, self.hooks, clock)
         self._summary = SummaryPlugin()
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
@@ -109,13 +111,14 @@ class Worker(GraphWalk):
             # the notifier issue
             load_backend("conveyor.notifiers", notifier)
         self._graph: dict[str, Node] = {}
+        self._in_run = False
+        self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
         self._requested: list[str] = []
         self._running: dict[str, Node] = {}
         self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._loop_thread = threading.get_ident()
         self._draining = False
-        self._scheduled = 0
         self.report: RunReport | None = None
 
     # --- set-up ---------------------------------------------------------------------------
@@ -185,6 +188,21 @@ class Worker(GraphWalk):
             self._isolator.close()
         while self._suspended:
             self._suspended.popitem()[1].close()
+
+    def add(self, task: Task) -> bool:
+        """Walk ``task``'s graph and register it; False if any task in it is broken."""
+        if not isinstance(task, Task):
+            raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
+        self._requested.append(task.task_id)
+        return self._walker.walk([task])
+
+    def _register(self, specs: list[TaskSpec]) -> None:
+        """Registration's one path: to the scheduler now before the run; during it through the
+        outbox, which survives an outage and keeps registrations in order with results."""
+        if self._in_run:
+            self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
+        else:
+            self._transport.add_tasks(self.id, specs, self.settings.assistant)
 
     def tasks(self) -> dict[str, Task]:
         """Every task of this worker's graph, by task id."""
@@ -335,7 +353,7 @@ class Worker(GraphWalk):
         decision = on_hand_out(node.state)
         if decision is HandOut.RECHECK:
             # the walk registers DONE, or PENDING to be handed out and run again
-            self._walk([node.task], recheck=(node.task_id,))
+            self._walker.walk([node.task], recheck=(node.task_id,))
             return
         if decision is HandOut.IGNORE:
             log.warning(
@@ -455,7 +473,7 @@ class Worker(GraphWalk):
             self._outbox.send("task_failed", self.id, node.task_id, node.error)
         self._transit(node, trigger, **_failure_fields(trigger, node.error, outcome))
         if decision.reschedule:
-            self._walk([node.task], recheck=(node.task_id, *outcome.missing))
+            self._walker.walk([node.task], recheck=(node.task_id, *outcome.missing))
 
     def _on_new_deps(
         self, node: Node, new_deps: Sequence[Task], suspended: Suspended | None
@@ -467,10 +485,10 @@ class Worker(GraphWalk):
         if suspended is not None:
             self._suspended[node.task_id] = suspended
         self._transit(node, Trigger.DEPS_YIELDED, dependencies=ids, dynamic=True)
-        self._walk(new_deps)
+        self._walker.walk(new_deps)
         # a registration merges dependencies: naming only the new ones keeps a run() that
         # yields many small batches linear
-        spec = self._spec(node, TaskStatus.PENDING, True, deps=node.deps + added)
+        spec = self._walker.spec(node, TaskStatus.PENDING, True, deps=node.deps + added)
         self._outbox.send("add_tasks", self.id, [spec], self.settings.assistant)
 
     # --- liveness and signals -------------------------------------------------------------

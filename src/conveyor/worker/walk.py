@@ -1,29 +1,25 @@
 r"""The graph walk: complete() checks, requires(), registration, cycle detection.
 
-:class:`GraphWalk` is the part of the :class:`~conveyor.worker.loop.Worker` that turns tasks
-into registered :class:`~conveyor.worker.graph.Node`\ s, and the one place where a task's state
-changes (:meth:`GraphWalk._transit`, which also fires the transition's hook).
+:class:`GraphWalk` turns tasks into registered :class:`~conveyor.worker.graph.Node`\ s; what
+to register is decided by :func:`conveyor.core.machine.registration`, and every state change
+goes through the shared :class:`~conveyor.worker.transitions.Transitions`.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable, Mapping, Set
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Set
 
 from .. import events as ev
-from ..clock import Clock
 from ..config import WorkerSettings
 from ..core.machine import registration
-from ..core.states import EVENT_OF, RECHECKABLE, TRANSITIONS, TaskState, Trigger, advance
+from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConveyorError, DependencyCycle
-from ..plugins import HookRelay
 from ..protocol import TaskSpec, TaskStatus
 from ..task import Task
-from ..transports.base import SchedulerTransport
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
-from .outbox import Outbox
+from .transitions import Transitions
 
 __all__ = ["GraphWalk"]
 
@@ -31,56 +27,33 @@ _STATE_NAMES = {state: state.name for state in TaskState}
 
 
 class GraphWalk:
-    """Walking and registering task graphs; mixed into the Worker."""
+    r"""Walks task graphs into :class:`~conveyor.worker.graph.Node`\ s and registers them.
 
-    id: str
-    settings: WorkerSettings
-    clock: Clock
-    hooks: HookRelay
-    _graph: dict[str, Node]
-    _requested: list[str]
-    _running: dict[str, Node]
-    _scheduled: int
-    _transport: SchedulerTransport
-    _outbox: Outbox
-    _in_run: bool = False
+    A collaborator of the :class:`~conveyor.worker.loop.Worker`: it shares the worker's graph
+    and its :class:`~conveyor.worker.transitions.Transitions`, and hands every registration to
+    one callable (the worker sends it to the scheduler directly before the run, through its
+    outbox during it).
+    """
 
-    # --- transitions ----------------------------------------------------------------------
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        graph: dict[str, Node],
+        transit: Transitions,
+        register: Callable[[list[TaskSpec]], None],
+    ) -> None:
+        """Walk into ``graph``, moving nodes with ``transit`` and registering with ``register``."""
+        self.settings = settings
+        self.graph = graph
+        self.transit = transit
+        self.register = register
+        self.scheduled = 0  # tasks this worker walked into (for task_limit)
 
-    def _transit(self, node: Node, trigger: Trigger, **fields: Any) -> None:
-        """Apply one transition to ``node`` and fire the event its trigger names (the only way
-        states change)."""
-        state = TRANSITIONS.get((node.state, trigger))
-        if state is None:
-            state = advance(node.state, trigger)  # raises InvalidTransition
-        node.state = state
-        event_cls = EVENT_OF[trigger]
-        if not self.hooks.wants(event_cls.hook):
-            return
-        task = node.task
-        self.hooks.fire(
-            event_cls(
-                task_id=node.task_id,
-                family=task.task_family,
-                module=task.task_module,
-                params=node.params,
-                worker_id=self.id,
-                timestamp=self.clock.time(),
-                state=_STATE_NAMES[state],
-                **fields,
-            )
-        )
+    def walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
+        """Check, walk and register ``roots`` and what they need; False if any is broken.
 
-    # --- the graph walk -------------------------------------------------------------------
-
-    def add(self, task: Task) -> bool:
-        """Walk ``task``'s graph and register it; False if any task in it is broken."""
-        if not isinstance(task, Task):
-            raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
-        self._requested.append(task.task_id)
-        return self._walk([task])
-
-    def _walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
+        Tasks already in the graph are not walked again unless their id is in ``recheck``.
+        """
         recheck_ids = frozenset(recheck)
         checks = self._checks()
         visited: set[str] = set()
@@ -93,7 +66,7 @@ class GraphWalk:
                 new &= self._submit(root, checks, visited, recheck_ids)
             while checks.outstanding():
                 task, complete, error = checks.next()
-                node = self._graph[task.task_id]
+                node = self.graph[task.task_id]
                 if error:
                     self._broken(node, error, "complete", specs)
                     continue
@@ -105,11 +78,8 @@ class GraphWalk:
             checks.close()
         if not new:  # a cycle needs an edge back to a task already seen
             self._break_cycles(pending, specs)
-        if self._in_run:  # mid-run: must survive an outage, in order with the results
-            self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
-        else:
-            self._transport.add_tasks(self.id, specs, self.settings.assistant)
-        graph = self._graph
+        self.register(specs)
+        graph = self.graph
         return not any(graph[t].state is TaskState.BROKEN for t in visited)
 
     def _checks(self) -> SequentialChecks | ParallelChecks:
@@ -130,11 +100,11 @@ class GraphWalk:
         if task_id in visited:
             return False
         visited.add(task_id)
-        node = self._graph.get(task_id)
+        node = self.graph.get(task_id)
         if node is None:
             params = ev.Params(task.to_str_params())  # read-only for every plugin
             node = Node(task, task_id, params, external=task.is_external())
-            self._graph[task_id] = node
+            self.graph[task_id] = node
             checks.submit(task)
             return True
         if task_id in recheck and node.state in RECHECKABLE:
@@ -146,23 +116,23 @@ class GraphWalk:
     ) -> list[Task]:
         """Record a check result; register the task; return the dependencies to walk."""
         if complete:
-            self._transit(node, Trigger.CHECKED_COMPLETE, complete=True)
+            self.transit(node, Trigger.CHECKED_COMPLETE, complete=True)
             specs.append(TaskSpec(node.task_id, *self._identity(node), status=TaskStatus.DONE))
             return []
-        self._transit(node, Trigger.CHECKED_INCOMPLETE, complete=False)
+        self.transit(node, Trigger.CHECKED_INCOMPLETE, complete=False)
         if node.state is TaskState.PENDING:  # an external task re-checked
             return []
         deps, status, runnable = self._requirements(node, specs)
         if deps is None:
             return []
         node.deps = tuple(dep.task_id for dep in deps)
-        self._transit(
+        self.transit(
             node,
             Trigger.DEPS_FOUND,
             dependencies=node.deps,
             dynamic=False,
         )
-        specs.append(self._spec(node, status, runnable))
+        specs.append(self.spec(node, status, runnable))
         pending.append(node.task_id)
         return deps
 
@@ -177,7 +147,7 @@ class GraphWalk:
             disabled=task.disabled,
             retry_external=settings.retry_external_tasks,
             task_limit=settings.task_limit,
-            scheduled=self._scheduled,
+            scheduled=self.scheduled,
             attempts=node.attempts,
             label=repr(task) if task.disabled else "",  # repr() costs: only when shown
         )
@@ -190,25 +160,25 @@ class GraphWalk:
         except Exception as exc:
             self._broken(node, _requires_error(task, exc), "requires", specs)
             return None, TaskStatus.UNKNOWN, False
-        self._scheduled += 1
+        self.scheduled += 1
         return deps, TaskStatus.PENDING, True
 
     def _broken(self, node: Node, error: str, phase: str, specs: list[TaskSpec]) -> None:
         node.error = error
-        self._transit(node, Trigger.BROKEN, error=error, phase=phase)
-        specs.append(self._spec(node, TaskStatus.UNKNOWN, False, explanation=error))
+        self.transit(node, Trigger.BROKEN, error=error, phase=phase)
+        specs.append(self.spec(node, TaskStatus.UNKNOWN, False, explanation=error))
 
     def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
-        while (cycle := find_cycle(pending, self._graph)) is not None:
-            error = str(DependencyCycle([label(self._graph[t].task) for t in cycle]))
+        while (cycle := find_cycle(pending, self.graph)) is not None:
+            error = str(DependencyCycle([label(self.graph[t].task) for t in cycle]))
             for task_id in dict.fromkeys(cycle):
-                self._broken(self._graph[task_id], error, "requires", specs)
+                self._broken(self.graph[task_id], error, "requires", specs)
 
     def _identity(self, node: Node) -> tuple[str, str, Mapping[str, str]]:
         task = node.task
         return task.task_family, task.task_module, node.params
 
-    def _spec(
+    def spec(
         self,
         node: Node,
         status: TaskStatus,

@@ -1,0 +1,51 @@
+"""Applying a transition: the one place where a task's state changes and its hook fires."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import Clock
+from ..core.states import EVENT_OF, TRANSITIONS, TaskState, Trigger, advance
+from ..plugins import HookRelay
+from .graph import Node
+
+__all__ = ["Transitions"]
+
+_STATE_NAMES = {state: state.name for state in TaskState}
+
+
+class Transitions:
+    """Moves nodes through the state machine and fires the event each trigger names.
+
+    Shared by the graph walk and the worker loop; an event nobody listens to is not built.
+    """
+
+    def __init__(self, worker_id: str, hooks: HookRelay, clock: Clock) -> None:
+        """Fire through ``hooks``, with ``worker_id`` and ``clock`` in every event."""
+        self.worker_id = worker_id
+        self.hooks = hooks
+        self.clock = clock
+
+    def __call__(self, node: Node, trigger: Trigger, **fields: Any) -> None:
+        """Apply ``trigger`` to ``node`` (InvalidTransition if the table forbids it) and fire
+        its event with ``fields``."""
+        state = TRANSITIONS.get((node.state, trigger))
+        if state is None:
+            state = advance(node.state, trigger)  # raises InvalidTransition
+        node.state = state
+        event_cls = EVENT_OF[trigger]
+        if not self.hooks.wants(event_cls.hook):
+            return
+        task = node.task
+        self.hooks.fire(
+            event_cls(
+                task_id=node.task_id,
+                family=task.task_family,
+                module=task.task_module,
+                params=node.params,
+                worker_id=self.worker_id,
+                timestamp=self.clock.time(),
+                state=_STATE_NAMES[state],
+                **fields,
+            )
+        )
