@@ -70,13 +70,20 @@ def registration(
     by this worker, a task not yet attempted is registered PENDING but not runnable here.
     """
     if external:
-        return Registration(TaskStatus.PENDING, retry_external, walk=False)
+        return _EXTERNAL_RETRIED if retry_external else _EXTERNAL
     if disabled:
         error = f"{label} is disabled (disabled = True on its class); it never runs"
         return Registration(TaskStatus.DISABLED, False, walk=False, error=error)
     if task_limit and scheduled >= task_limit and attempts == 0:
-        return Registration(TaskStatus.PENDING, False, walk=False, limited=True)
-    return Registration(TaskStatus.PENDING, True, walk=True)
+        return _LIMITED
+    return _WALK
+
+
+# the common answers, built once (this runs for every incomplete task of every walk)
+_WALK = Registration(TaskStatus.PENDING, True, walk=True)
+_LIMITED = Registration(TaskStatus.PENDING, False, walk=False, limited=True)
+_EXTERNAL = Registration(TaskStatus.PENDING, False, walk=False)
+_EXTERNAL_RETRIED = Registration(TaskStatus.PENDING, True, walk=False)
 
 
 class HandOut(enum.Enum):
