@@ -70,7 +70,7 @@ def test_task_limit_holds_back_new_tasks_but_not_ones_already_attempted() -> Non
         (TaskState.DONE, HandOut.RECHECK),
         (TaskState.COMPLETE, HandOut.RECHECK),
         (TaskState.RUNNING, HandOut.IGNORE),
-        (TaskState.BROKEN, HandOut.IGNORE),
+        (TaskState.UNKNOWN, HandOut.IGNORE),
         (TaskState.NEW, HandOut.IGNORE),
         (TaskState.CHECKED, HandOut.IGNORE),
     ],

@@ -107,7 +107,7 @@ def test_yielded_dependencies_send_a_running_task_back_to_pending():
         (S.PENDING, T.SUCCEEDED),
         (S.DONE, T.SUCCEEDED),
         (S.COMPLETE, T.STARTED),
-        (S.BROKEN, T.STARTED),
+        (S.UNKNOWN, T.STARTED),
         (S.RUNNING, T.BROKEN),
     ],
     ids=_name,
@@ -157,7 +157,7 @@ def test_every_state_is_reachable_from_new():
 def test_only_broken_is_a_dead_end():
     """Every state except BROKEN (a scheduling error, final) has at least one outgoing move."""
     has_exit = {source for source, _ in TRANSITIONS}
-    assert set(TaskState) - has_exit == {S.BROKEN}
+    assert set(TaskState) - has_exit == {S.UNKNOWN}
 
 
 def test_table_uses_only_enum_members():

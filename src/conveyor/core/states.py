@@ -13,7 +13,8 @@ worker loop (``conveyor.worker.loop``) does the I/O and builds the hook events.
 A task is ``NEW`` when discovered, is checked (``COMPLETE`` or ``CHECKED``), has its
 requirements evaluated and is registered (``PENDING``), is handed out and runs (``RUNNING``),
 and ends ``DONE`` or ``FAILED``; a ``run()`` that yields incomplete dependencies goes back to
-``PENDING``. Anything that goes wrong while scheduling makes it ``BROKEN``. A task is checked
+``PENDING``. Anything that goes wrong while scheduling makes it ``UNKNOWN`` (the status it
+is registered with; the trigger and hook are *broken*). A task is checked
 again (from ``COMPLETE``, ``DONE``, ``FAILED`` or ``PENDING``) when it is re-added after a
 dependency vanished at run time or when an external task is re-checked.
 """
@@ -47,7 +48,7 @@ class TaskState(Enum):
     RUNNING = "RUNNING"
     DONE = "DONE"
     FAILED = "FAILED"
-    BROKEN = "BROKEN"
+    UNKNOWN = "UNKNOWN"  # broken while scheduling: registered UNKNOWN, never runs
 
     __hash__ = object.__hash__  # members are singletons; identity hashing keeps advance() fast
 
@@ -104,11 +105,11 @@ RECHECKABLE = (S.COMPLETE, S.DONE, S.FAILED, S.PENDING)  # a tuple: the table ke
 TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
     (S.NEW, T.CHECKED_COMPLETE): S.COMPLETE,
     (S.NEW, T.CHECKED_INCOMPLETE): S.CHECKED,
-    (S.NEW, T.BROKEN): S.BROKEN,
+    (S.NEW, T.BROKEN): S.UNKNOWN,
     (S.CHECKED, T.DEPS_FOUND): S.PENDING,
-    (S.CHECKED, T.BROKEN): S.BROKEN,
+    (S.CHECKED, T.BROKEN): S.UNKNOWN,
     (S.PENDING, T.STARTED): S.RUNNING,
-    **{(state, T.BROKEN): S.BROKEN for state in RECHECKABLE},
+    **{(state, T.BROKEN): S.UNKNOWN for state in RECHECKABLE},
     (S.FAILED, T.STARTED): S.RUNNING,
     (S.RUNNING, T.STATUS_MESSAGE): S.RUNNING,
     (S.RUNNING, T.PROGRESS): S.RUNNING,
@@ -137,5 +138,5 @@ def mermaid_diagram() -> str:
     lines = ["stateDiagram-v2", "    [*] --> NEW"]
     for (source, trigger), target in TRANSITIONS.items():
         lines.append(f"    {source.name} --> {target.name}: {trigger.name.lower()}")
-    lines.extend(["    DONE --> [*]", "    COMPLETE --> [*]", "    BROKEN --> [*]"])
+    lines.extend(["    DONE --> [*]", "    COMPLETE --> [*]", "    UNKNOWN --> [*]"])
     return "\n".join(lines)

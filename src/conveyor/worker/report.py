@@ -100,13 +100,13 @@ _LOCAL = {
     TaskState.COMPLETE: TaskStatus.DONE,
     TaskState.DONE: TaskStatus.DONE,
     TaskState.FAILED: TaskStatus.FAILED,
-    TaskState.BROKEN: TaskStatus.UNKNOWN,
+    TaskState.UNKNOWN: TaskStatus.UNKNOWN,
     TaskState.RUNNING: TaskStatus.RUNNING,
 }
 
 
 def _state(node: Node, status: TaskStatus) -> TaskStatus:
-    if node.state is TaskState.BROKEN:
+    if node.state is TaskState.UNKNOWN:
         return TaskStatus.UNKNOWN
     return status
 

@@ -80,7 +80,7 @@ class GraphWalk:
             self._break_cycles(pending, specs)
         self.register(specs)
         graph = self.graph
-        return not any(graph[t].state is TaskState.BROKEN for t in visited)
+        return not any(graph[t].state is TaskState.UNKNOWN for t in visited)
 
     def _checks(self) -> SequentialChecks | ParallelChecks:
         if self.settings.parallel_scheduling:
