@@ -307,3 +307,19 @@ def test_shared_scheduler_run_exits_5_without_keep_alive_and_0_with_it(
                 proc.kill()
                 proc.wait(timeout=10)
     assert os.path.exists(root / "gated.out")
+
+
+def test_the_listener_is_a_tcp_socket_so_connections_get_nodelay() -> None:
+    """bind_listener makes an IPPROTO_TCP socket: asyncio sets TCP_NODELAY on the connections it
+    accepts only then (without it each keep-alive request waited ~40 ms for a delayed ACK)."""
+    from conveyor.server.main import bind_listener
+
+    listener = bind_listener("127.0.0.1", 0)
+    try:
+        assert listener.proto == socket.IPPROTO_TCP
+        client = socket.create_connection(listener.getsockname(), timeout=5)
+        accepted, _ = listener.accept()
+        with client, accepted:
+            assert accepted.proto == socket.IPPROTO_TCP
+    finally:
+        listener.close()

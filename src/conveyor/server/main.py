@@ -91,10 +91,22 @@ def bind_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port``; ConfigError (exit 2) naming the address if the
     port is taken or the address cannot be used."""
     where = f"{_url_host(host)}:{port}"
+    sock: socket.socket | None = None
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, port), family=family, backlog=2048)
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )[0]
+        # proto must be IPPROTO_TCP (socket.create_server leaves it 0): asyncio sets TCP_NODELAY
+        # on accepted connections only then, and without it every keep-alive request waits
+        # ~40 ms for a delayed ACK
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+        return sock
     except OSError as exc:
+        if sock is not None:
+            sock.close()
         reason = exc.strerror or str(exc)
         if exc.errno == errno.EADDRINUSE:
             reason = "the address is already in use (is another scheduler running there?)"
