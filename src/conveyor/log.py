@@ -16,7 +16,7 @@ import structlog
 
 from .config import LoggingSettings
 from .core.summary import first_line
-from .progress import TerminalStream
+from .terminal import TerminalStream
 
 __all__ = ["configure_logging"]
 
@@ -34,7 +34,7 @@ def configure_logging(
 ) -> None:
     """Configure structlog and stdlib logging: level, console or JSON lines, to stderr.
 
-    On a terminal, lines go through a :class:`~conveyor.progress.TerminalStream` (pass the one
+    On a terminal, lines go through a :class:`~conveyor.terminal.TerminalStream` (pass the one
     the progress line uses), so that they never share a line with the live status line.
     """
     out: Any = stream or sys.stderr

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..protocol import AttemptOutcome, NoteKind
-from ..settings import Field, schema_of
 from ..task import Task
+
+if TYPE_CHECKING:
+    from ..settings import Field
 
 __all__ = [
     "AttemptRequest",
@@ -154,6 +156,8 @@ class _Completed:
         self.inner = inner
         self.name = inner.name
         self.can_kill = inner.can_kill
+        from ..settings import schema_of  # only for executors of the first protocol
+
         self.settings_schema = schema_of(inner)
 
     @property

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ..settings import Field
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Interrupted, Outcome, Sink
+
+if TYPE_CHECKING:
+    from ..settings import Field
 
 __all__ = ["InlineExecutor"]
 

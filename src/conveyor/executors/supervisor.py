@@ -17,14 +17,16 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psutil
 
-from ..settings import Field
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import LineReader, decode
 from .proctree import descendants, signal_tree
+
+if TYPE_CHECKING:
+    from ..settings import Field
 
 __all__ = ["Child", "ProcessExecutor", "Supervisor"]
 

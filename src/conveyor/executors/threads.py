@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ..settings import Field
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome, Sink
+
+if TYPE_CHECKING:
+    from ..settings import Field
 
 __all__ = ["ThreadExecutor"]
 
