@@ -19,7 +19,7 @@ from conveyor.testing.transports import check_transport
 TOKEN = "conformance-token"
 MARKER = "CONFORMANCE_MARKER"
 TRANSPORT_CHECKS = [
-    "ping", "add_tasks", "get_work", "work_left", "annotate", "task_list", "task_done",
+    "ping", "add_tasks", "get_work", "work_left", "annotate", "task_list", "merge", "task_done",
     "task_failed", "explanation", "statuses",
 ]  # fmt: skip
 

@@ -1356,3 +1356,95 @@ def test_a_suspended_run_that_never_resumes_is_closed_with_the_worker() -> None:
         assert BATCH_EVENTS[-1] == "before 2"  # suspended at the failing batch
     assert BATCH_EVENTS[-1] == "finally"
     assert BATCH_EVENTS.count("top") == 1
+
+
+class WkVanishLeaf(conveyor.Task):
+    """Kept in memory; a plugin deletes it once after it succeeds."""
+
+    tag = conveyor.Parameter()
+    done: set[str] = set()
+    runs: list[str] = []
+
+    def complete(self) -> bool:
+        return self.task_id in WkVanishLeaf.done
+
+    def run(self) -> None:
+        WkVanishLeaf.runs.append(self.task_id)
+        WkVanishLeaf.done.add(self.task_id)
+
+
+class WkVanishRoot(conveyor.Task):
+    """Yields one leaf, then completes."""
+
+    tag = conveyor.Parameter()
+
+    def complete(self) -> bool:
+        return self.task_id in WkVanishLeaf.done
+
+    def run(self) -> Any:
+        yield WkVanishLeaf(tag=self.tag)
+        WkVanishLeaf.done.add(self.task_id)
+
+
+class _DeleteOnce:
+    """Deletes the leaf's output the first time it succeeds (it vanished before the resume)."""
+
+    def __init__(self) -> None:
+        self.deleted = False
+
+    @conveyor.hookimpl
+    def conveyor_task_succeeded(self, event: Any) -> None:
+        if event.family == "WkVanishLeaf" and not self.deleted:
+            self.deleted = True
+            WkVanishLeaf.done.discard(event.task_id)
+
+
+@pytest.mark.parametrize(("executor", "workers"), [("inline", 1), ("thread", 2)])
+def test_a_yielded_task_that_vanishes_before_the_resume_is_run_again(
+    executor: str, workers: int
+) -> None:
+    """The resumed run() finds its yielded task incomplete again: the worker checks that task
+    again and runs it, and the parent finishes, instead of resuming in a loop."""
+    root = WkVanishRoot(tag=f"vanish-{executor}")
+    rec = RecordingPlugin()
+    cfg = conveyor.Config().with_overrides(executor=executor, workers=workers)
+    with conveyor.Worker(config=cfg, plugins=[_DeleteOnce(), rec]) as worker:
+        worker.add(root)
+        assert worker.run() is True
+    leaf = WkVanishLeaf(tag=root.tag)
+    assert WkVanishLeaf.runs.count(leaf.task_id) == 2
+    assert len(rec.events("task_started", root.task_id)) <= 4
+
+
+class WkCycleMid(conveyor.Task):
+    """Yields the task that requires it: a cycle through run()."""
+
+    def complete(self) -> bool:
+        return False
+
+    def run(self) -> Any:
+        yield WkCycleTop()
+
+
+class WkCycleTop(conveyor.Task):
+    """Requires WkCycleMid."""
+
+    def requires(self) -> Any:
+        return WkCycleMid()
+
+    def complete(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_a_run_that_yields_a_task_requiring_it_is_a_cycle(keep_alive: bool) -> None:
+    """Mid yields Top, which requires Mid: both are broken with the cycle named, exit 3, and
+    the run ends (also with keep_alive)."""
+    cfg = conveyor.Config().with_overrides(keep_alive=keep_alive, wait_interval=0.05)
+    with conveyor.Worker(config=cfg) as worker:
+        worker.add(WkCycleTop())
+        worker.run()
+    report = worker.report
+    assert report is not None and report.exit_code == 3
+    assert report.states[WkCycleMid().task_id] == "UNKNOWN"
+    assert "cycle" in report.errors[WkCycleMid().task_id].lower()

@@ -58,9 +58,13 @@ def run_attempt(request: AttemptRequest, sink: Sink, suspend: bool = False) -> O
 
     task._reporter = report
     tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
+    outcome: Outcome | None = None
     try:
-        return _attempt(task, request, started, suspend)
+        outcome = _attempt(task, request, started, suspend)
+        return outcome
     finally:
+        if request.resume is not None and (outcome is None or outcome.suspended is None):
+            request.resume.close()  # not paused again: finish it now, not at garbage collection
         structlog.contextvars.reset_contextvars(**tokens)
         task._reporter = None
 

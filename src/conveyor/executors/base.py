@@ -125,8 +125,8 @@ class ExecutorContext:
 class Executor(Protocol):
     """Runs attempts; see the module docstring for the reporting contract.
 
-    The worker builds it once as ``cls(ExecutorContext)``, with ``context.settings`` validated
-    against ``settings_schema``. Executors written before ``interrupt``, ``active`` and
+    A worker builds the configured one as ``cls(ExecutorContext)``, with ``context.settings``
+    validated against ``settings_schema`` (an embedder may pass a ready one instead). Executors written before ``interrupt``, ``active`` and
     ``settings_schema`` were part of the protocol still load: :func:`complete_executor` gives
     them the defaults (no interruption, never active, no settings).
     """

@@ -101,6 +101,8 @@ def bind_listener(host: str, port: int) -> socket.socket:
         # ~40 ms for a delayed ACK
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # as socket.create_server: "::" is not also IPv4's
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
         sock.listen(2048)
         return sock

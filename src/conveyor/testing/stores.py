@@ -53,10 +53,12 @@ def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) ->
         rows, workers = store.load()
         assert _by_id(rows) == {"a": first, "b": second}, "loaded rows differ from saved ones"
         updated = _row("a", 1, TaskStatus.FAILED, "it broke")
-        store.save([updated], [("w2", True), ("w1", False)])
+        store.save([updated], [("w2", True)])  # the server saves only the workers that changed
         rows, workers = store.load()
         assert _by_id(rows) == {"a": updated, "b": second}, "a saved row did not replace the old"
-        assert sorted(workers) == [("w1", False), ("w2", True)], f"workers: {workers}"
+        assert sorted(workers) == [("w1", False), ("w2", True)], (
+            f"a save must add workers, not replace them: {workers}"
+        )
         restored = from_row(_by_id(rows)["a"])
         assert restored.status is TaskStatus.FAILED and restored.progress == 12.5, restored
     finally:

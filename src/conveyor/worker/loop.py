@@ -381,7 +381,7 @@ class Worker:
             timeout,
             self.settings.check_complete_on_run,
             known if len(known) == len(node.deps) else None,
-            resume := self._suspended.pop(node.task_id, None),
+            resume := self._resumable(node, executor),
         )
         if self._interrupted:  # the signal came while this attempt was being set up
             if resume is not None:
@@ -401,6 +401,15 @@ class Worker:
                 for kind, value in node.notes.items():
                     self._transport.annotate(node.task_id, NoteKind(kind), value)
         executor.start(request, self._post)
+
+    def _resumable(self, node: Node, executor: Executor) -> Suspended | None:
+        """The paused run() of ``node`` if ``executor`` is the one that paused it, else None
+        (a paused run() handed to another executor is closed: that one starts from the top)."""
+        paused = self._suspended.pop(node.task_id, None)
+        if paused is not None and executor is not self._executor:
+            paused.close()
+            return None
+        return paused
 
     def _timeout_of(self, task: Task) -> float:
         if task.worker_timeout is not None:
@@ -482,14 +491,21 @@ class Worker:
         dynamic = node.dynamic
         added = tuple(t for t in dict.fromkeys(ids) if t not in dynamic)
         dynamic.update(dict.fromkeys(added))
+        self._transit(node, Trigger.DEPS_YIELDED, dependencies=ids, dynamic=True)
+        graph = self._graph
+        known = [t for t in ids if t in graph]
+        # re-check yielded tasks seen before: one that was done may have vanished since
+        self._walker.walk(new_deps, recheck=known)
+        if known and self._walker.break_cycles_from([node.task_id]):
+            if suspended is not None:
+                suspended.close()  # a task in a cycle never runs again
+            return
         if suspended is not None:
             self._suspended[node.task_id] = suspended
-        self._transit(node, Trigger.DEPS_YIELDED, dependencies=ids, dynamic=True)
-        self._walker.walk(new_deps)
         # a registration merges dependencies: naming only the new ones keeps a run() that
         # yields many small batches linear
         spec = self._walker.spec(node, TaskStatus.PENDING, True, deps=node.deps + added)
-        self._outbox.send("add_tasks", self.id, [spec], self.settings.assistant)
+        self._register([spec])
 
     # --- liveness and signals -------------------------------------------------------------
 

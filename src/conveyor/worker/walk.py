@@ -23,8 +23,6 @@ from .transitions import Transitions
 
 __all__ = ["GraphWalk"]
 
-_STATE_NAMES = {state: state.name for state in TaskState}
-
 
 class GraphWalk:
     r"""Walks task graphs into :class:`~conveyor.worker.graph.Node`\ s and registers them.
@@ -167,6 +165,15 @@ class GraphWalk:
         node.error = error
         self.transit(node, Trigger.BROKEN, error=error, phase=phase)
         specs.append(self.spec(node, TaskStatus.UNKNOWN, False, explanation=error))
+
+    def break_cycles_from(self, start: list[str]) -> bool:
+        """Find dependency cycles reachable from ``start``, mark their tasks broken and register
+        them; True if there was one (a run() that yielded a task already in the graph)."""
+        specs: list[TaskSpec] = []
+        self._break_cycles(start, specs)
+        if specs:
+            self.register(specs)
+        return bool(specs)
 
     def _break_cycles(self, pending: list[str], specs: list[TaskSpec]) -> None:
         while (cycle := find_cycle(pending, self.graph)) is not None:
