@@ -126,9 +126,10 @@ class Executor(Protocol):
     """Runs attempts; see the module docstring for the reporting contract.
 
     A worker builds the configured one as ``cls(ExecutorContext)``, with ``context.settings``
-    validated against ``settings_schema`` (an embedder may pass a ready one instead). Executors written before ``interrupt``, ``active`` and
-    ``settings_schema`` were part of the protocol still load: :func:`complete_executor` gives
-    them the defaults (no interruption, never active, no settings).
+    validated against ``settings_schema`` (an embedder may pass a ready one instead).
+    Executors written before ``interrupt``, ``active`` and ``settings_schema`` were part of the
+    protocol still load: :func:`complete_executor` gives them the defaults (no interruption,
+    never active, no settings).
     """
 
     name: ClassVar[str]
