@@ -7,6 +7,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -600,10 +601,12 @@ class _InterruptOnStart:
 
 
 class _InterruptOnMessages:
-    """Interrupts the worker once ``count`` running attempts have sent a status message."""
+    """Interrupts the worker once ``count`` running attempts have sent a status message, then
+    opens ``gate`` so that they can finish (so both surely run at the interruption)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, gate: Any) -> None:
         self.count = count
+        self.gate = gate
         self.worker: conveyor.Worker | None = None
 
     @conveyor.hookimpl
@@ -611,13 +614,16 @@ class _InterruptOnMessages:
         self.count -= 1
         if self.count == 0 and self.worker is not None:
             self.worker.interrupt("SIGTERM")
+            self.gate.set()
 
 
 SLOW_PAIR = """
 import os
-import time
+import threading
 
 import conveyor
+
+GATE = threading.Event()  # set by the test once the worker is interrupted
 
 
 class Slow(conveyor.Task):
@@ -629,7 +635,8 @@ class Slow(conveyor.Task):
 
     def run(self):
         self.set_status_message("running")
-        time.sleep(0.3)
+        if not GATE.wait(30):
+            raise RuntimeError("the gate never opened")
         with self.output().open("w") as out:
             out.write("ok")
 
@@ -648,7 +655,7 @@ def test_interrupted_thread_attempts_are_said_to_be_left_to_finish(
     """Thread attempts cannot be stopped: the verdict says they were running and left to
     finish, not that no task was running."""
     module = __import__(task_module(SLOW_PAIR))
-    trigger = _InterruptOnMessages(2)
+    trigger = _InterruptOnMessages(2, module.GATE)
     config = conveyor.Config().with_overrides(
         executor="thread", workers=2, install_signal_handlers=False
     )

@@ -284,16 +284,7 @@ class Worker:
                 else:
                     return
                 continue
-            if work is not None and self._interrupted:
-                # the signal came while get_work was on its way: never start it; report it
-                # failed like the attempts the interruption stopped
-                self._outbox.send(
-                    "task_failed",
-                    self.id,
-                    work.task_id,
-                    f"not started: the worker was interrupted by {self._interrupted}",
-                )
-            elif work is not None:
+            if work is not None:
                 self._start(work)
             elif self._running:
                 self._wait_for_message(None)
@@ -347,6 +338,12 @@ class Worker:
             self._inbox.put(message)
 
     def _start(self, work: Work) -> None:
+        if self._interrupted:
+            # the signal came while get_work was on its way: never start it; report it
+            # failed like the attempts the interruption stopped
+            explanation = f"not started: the worker was interrupted by {self._interrupted}"
+            self._outbox.send("task_failed", self.id, work.task_id, explanation)
+            return
         node = self._graph.get(work.task_id) or self._adopt(work)
         if node is None:
             return
@@ -383,7 +380,7 @@ class Worker:
             known if len(known) == len(node.deps) else None,
             resume := self._resumable(node, executor),
         )
-        if self._interrupted:  # the signal came while this attempt was being set up
+        if self._interrupted:  # ... or while this attempt was being set up (its start hooks)
             if resume is not None:
                 resume.close()
             self._post(
