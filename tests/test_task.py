@@ -383,6 +383,59 @@ def test_to_str_params_returns_a_copy():
     assert TtPlain.from_str_params(task.to_str_params()).task_id == before
 
 
+# --- equal tasks made again ----------------------------------------------------------------
+
+
+class TtWhen(conveyor.Task):
+    """A date-time parameter: equal aware values in different zones have different ids."""
+
+    moment = conveyor.DateTimeParameter()
+
+
+def test_an_equal_task_made_again_is_a_separate_object_with_the_same_identity():
+    """The binding of an equal task is reused, but each instance is its own object: changing
+    one's attributes or param_kwargs changes neither the other nor a third made later."""
+    first = TtPlain(name="a", n=2)
+    second = TtPlain(name="a", n=2)
+    assert second is not first and second.task_id == first.task_id
+    assert second.param_kwargs == {"name": "a", "n": 2} and second.n == 2
+    second.n = 5
+    second.param_kwargs["n"] = 7
+    third = TtPlain(name="a", n=2)
+    assert (first.n, first.param_kwargs["n"]) == (2, 2)
+    assert (third.n, third.param_kwargs["n"], third.task_id) == (2, 2, first.task_id)
+
+
+def test_a_value_equal_to_an_earlier_one_is_still_checked_on_its_own():
+    """True == 1 in Python, but a bool is no int parameter, even after TtPlain(n=1)."""
+    TtPlain(name="a", n=1)
+    with pytest.raises(conveyor.ParameterError, match="got True"):
+        TtPlain(name="a", n=True)
+
+
+def test_equal_aware_datetimes_in_different_zones_keep_their_own_ids():
+    """Equal instants written in two zones serialise differently, so their ids differ."""
+    utc = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    plus_two = utc.astimezone(datetime.timezone(datetime.timedelta(hours=2)))
+    assert utc == plus_two
+    assert TtWhen(moment=utc).task_id != TtWhen(moment=plus_two).task_id
+    assert TtWhen(moment=plus_two).moment.utcoffset() == datetime.timedelta(hours=2)
+
+
+def test_a_task_made_again_after_the_first_is_gone_is_bound_afresh():
+    """The reuse holds only while an equal task is alive: nothing is kept for a dead one."""
+    import gc
+    import weakref
+
+    first = TtPlain(name="gone", n=3)
+    task_id = first.task_id
+    ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert ref() is None  # the memo does not keep a task alive
+    assert TtPlain(name="gone", n=3).task_id == task_id
+
+
 # --- equality ------------------------------------------------------------------------------
 
 

@@ -10,13 +10,16 @@ worker can find the class again from those strings (``load_task_class``).
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import importlib
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from .errors import ParameterError, TaskDefinitionError, TaskLoadError
+from .events import Params
 from .parameters import Parameter
 from .secrets import REDACTED, is_secret_name
 from .targets import Target
@@ -35,6 +38,14 @@ _ID_MAX = 128
 _HASH_LEN = 10
 
 _REGISTRY: dict[tuple[str, str], type[Task]] = {}
+
+# Binding remembered per (class, keyword arguments), so that the many equal tasks a graph's
+# requires() methods build (Luigi's style: each dependent makes its own instance) are bound and
+# hashed into a task id once. Only for values of these exact types, whose equality implies an
+# equal string form (True == 1 and aware datetimes in different zones are equal but differ).
+_BINDABLE = frozenset({str, int, datetime.date})
+_BOUND: dict[tuple[Any, ...], weakref.ref[Task]] = {}
+_BOUND_MAX = 1 << 16  # entries; the whole memo is dropped when full
 
 #: Called with (kind, value) by ``set_status_message`` and friends while an attempt runs.
 Reporter = Callable[[str, object], None]
@@ -89,6 +100,11 @@ class Task:
     _id_sorted: ClassVar[tuple[tuple[str, bool], ...]] = ()
     _family: ClassVar[str] = "Task"
     _reporter: Reporter | None
+    _hash: int | None
+    _str_params: Params | None
+    _task_id: str | None
+    param_kwargs: dict[str, Any]
+    """The parameter values by name, in declaration order."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Collect the class's parameters (in declaration order) and register the class."""
@@ -109,19 +125,32 @@ class Task:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Bind parameters from positional (declaration order) and keyword arguments."""
+        self._hash = None
+        self._reporter = None
+        key = _bound_key(type(self), kwargs) if not args else None
+        twin = _twin(key)
+        if twin is not None:  # an equal task was made before: share its string form and id
+            self._set_values(dict(twin.param_kwargs))
+            self._str_params = twin._string_params()
+            self._task_id = twin.task_id
+            return
         given = self._merge_args(args, kwargs) if args else kwargs
         for name in given:
             if name not in self._param_names:
                 self._unknown(name, given[name])
-        values: dict[str, Any] = {}
-        for name, param in self._params:
-            values[name] = _bind(self._family, name, param, given)
-        self.param_kwargs: dict[str, Any] = values
-        self.__dict__.update(values)
-        self._str_params: dict[str, str] | None = None
-        self._task_id: str | None = None
-        self._hash: int | None = None
-        self._reporter = None
+        family = self._family
+        self._set_values({name: _bind(family, name, param, given) for name, param in self._params})
+        self._str_params = None
+        self._task_id = None
+        if key is not None:
+            if len(_BOUND) >= _BOUND_MAX:
+                _BOUND.clear()
+            _BOUND[key] = weakref.ref(self)
+
+    def _set_values(self, values: dict[str, Any]) -> None:
+        self.param_kwargs = values
+        for name in values:  # attribute by attribute: the instance keeps no separate dict
+            setattr(self, name, values[name])
 
     def _merge_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         family = self._family
@@ -179,11 +208,13 @@ class Task:
         """Every parameter in its string form (the wire and CLI representation)."""
         return dict(self._string_params())
 
-    def _string_params(self) -> dict[str, str]:
-        """The cached string form; callers must not mutate it."""
+    def _string_params(self) -> Params:
+        """The cached string form, read-only (the worker hands it to every event as is)."""
         if self._str_params is None:
             values = self.param_kwargs
-            self._str_params = {name: param.serialize(values[name]) for name, param in self._params}
+            self._str_params = Params(
+                {name: param.serialize(values[name]) for name, param in self._params}
+            )
         return self._str_params
 
     @classmethod
@@ -318,6 +349,24 @@ def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any
         ) from None
 
 
+def _twin(key: tuple[Any, ...] | None) -> Task | None:
+    """The live task made before with the same memo key, if any."""
+    if key is None:
+        return None
+    ref = _BOUND.get(key)
+    return ref() if ref is not None else None
+
+
+def _bound_key(cls: type[Task], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The memo key of a keyword-only construction, or None if a value is not memoisable."""
+    for value in kwargs.values():
+        if type(value) not in _BINDABLE:
+            return None
+    # the class by id, names, then values: one flat tuple of atoms, which the garbage collector
+    # stops tracking (an entry is used only while its task is alive, and so its class)
+    return (id(cls), *kwargs, *kwargs.values())
+
+
 def _make_task_id(
     family: str, id_params: tuple[tuple[str, bool], ...], strings: Mapping[str, str]
 ) -> str:
@@ -327,15 +376,22 @@ def _make_task_id(
     secret-named parameters are covered by the hash only.
     """
     parts = [f"{len(family)}:{family}"]
-    shown: list[str] = []
+    shown = [_id_safe(family)]
     for name, secret in id_params:  # sorted by name (Task._id_sorted)
         value = strings[name]
         parts.append(f"{len(name)}:{name}{len(value)}:{value}")
-        if not secret and len(shown) < 3:
-            shown.append(_ID_UNSAFE.sub("_", value)[:16])
+        if not secret and len(shown) < 4:
+            shown.append(_id_safe(value)[:16])
     digest = hashlib.sha256("".join(parts).encode()).hexdigest()[:_HASH_LEN]
-    head = "_".join([_ID_UNSAFE.sub("_", family), *shown])
+    head = "_".join(shown)
     return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"
+
+
+def _id_safe(text: str) -> str:
+    """``text`` with every run of characters unsafe in a task id replaced by ``_``."""
+    if text.isascii() and text.isalnum():  # the common case, without the regex
+        return text
+    return _ID_UNSAFE.sub("_", text)
 
 
 def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:

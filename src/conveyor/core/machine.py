@@ -118,12 +118,18 @@ _TRIGGER_OF = {
 class FailureDecision:
     """The trigger of an outcome, and for a failure whether to reschedule instead of report.
 
-    ``reschedules`` is the task's updated count of reschedules per missing dependency.
+    ``reschedules`` is, for a failure, the task's updated count of reschedules per missing
+    dependency (a success or new dependencies leave the counts alone: empty here).
     """
 
     trigger: Trigger
     reschedule: bool = False
     reschedules: Mapping[str, int] = field(default_factory=dict)
+
+
+_NO_FAILURE = {
+    trigger: FailureDecision(trigger) for trigger in (Trigger.SUCCEEDED, Trigger.DEPS_YIELDED)
+}
 
 
 def on_outcome(
@@ -139,6 +145,8 @@ def on_outcome(
     dependency has been missing at most ``max_reschedules`` times (Luigi's rule).
     """
     trigger = _TRIGGER_OF[kind]
+    if trigger is Trigger.SUCCEEDED or trigger is Trigger.DEPS_YIELDED:
+        return _NO_FAILURE[trigger]  # (the counts only matter to a failure)
     counts = dict(reschedules or {})
     if trigger is not Trigger.FAILED or not missing:
         return FailureDecision(trigger, False, counts)

@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
@@ -43,6 +44,15 @@ PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
     TaskStatus.UNKNOWN,
 )
 _ASSISTANTS = "\0assistants"
+_NOTHING_HELD: Mapping[str, int] = MappingProxyType({})
+
+
+def _members(groups: dict[str, set[str]], key: str) -> set[str]:
+    """The set ``groups[key]``, created empty on first use."""
+    members = groups.get(key)
+    if members is None:
+        members = groups[key] = set()
+    return members
 
 
 @dataclass(slots=True, eq=False)
@@ -55,14 +65,17 @@ class TaskRecord:
     module: str = ""
     params: Mapping[str, str] = field(default_factory=dict)
     status: TaskStatus = PENDING
-    deps: tuple[str, ...] = ()
+    deps: Sequence[str] = ()
+    """Dependency ids in order: a tuple, or a list once a registration merged more in."""
     dependents: set[str] = field(default_factory=set)
     unmet: int = 0
     own_priority: int = 0
     priority: int = 0
     resources: Mapping[str, int] = field(default_factory=dict)
-    stakeholders: set[str] = field(default_factory=set)
-    runners: set[str] = field(default_factory=set)
+    stakeholders: tuple[str, ...] = ()
+    """Workers that registered the task (a tuple: few, and cheap for the garbage collector)."""
+    runners: tuple[str, ...] = ()
+    """Workers that may run it."""
     worker: str | None = None
     retry_count: int | None = None
     failures: deque[float] | None = None  # allocated on the first failure
@@ -72,7 +85,8 @@ class TaskRecord:
     progress: float | None = None
     tracking_url: str = ""
     registered: bool = False
-    held: Mapping[str, int] = field(default_factory=dict)  # resources taken while RUNNING
+    held: Mapping[str, int] = field(default_factory=lambda: _NOTHING_HELD)
+    """Resources taken while RUNNING."""
     dep_index: set[str] | None = None  # deps as a set, built when a registration merges
 
 
@@ -132,10 +146,11 @@ class SchedulerCore:
         rec.registered = True
         if spec.family:
             rec.family, rec.module, rec.params = spec.family, spec.module, spec.params
-        rec.stakeholders.add(worker_id)
-        self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
-        if spec.runnable:
-            rec.runners.add(worker_id)
+        if worker_id not in rec.stakeholders:
+            rec.stakeholders += (worker_id,)
+        _members(self._by_worker, worker_id).add(rec.task_id)
+        if spec.runnable and worker_id not in rec.runners:
+            rec.runners += (worker_id,)
         if spec.retry_count is not None:
             rec.retry_count = spec.retry_count
         rec.resources = spec.resources
@@ -184,7 +199,10 @@ class SchedulerCore:
                 return ()
             self._touch(rec)
             index.update(added)
-            rec.deps += added
+            deps = rec.deps
+            if not isinstance(deps, list):  # a list once merged: appends stay O(len(added))
+                deps = rec.deps = list(deps)
+            deps.extend(added)
             for dep_id in added:
                 dep = self._record(dep_id)
                 dep.dependents.add(rec.task_id)
@@ -192,7 +210,7 @@ class SchedulerCore:
                     rec.unmet += 1
             return added
         new = tuple(dict.fromkeys(deps))
-        if new == rec.deps:
+        if new == tuple(rec.deps):
             return ()
         self._touch(rec)
         for dep_id in rec.deps:
@@ -222,6 +240,8 @@ class SchedulerCore:
             self._touch(rec)
             self._offer(rec)
         first = rec.deps if rose or new_deps is None else new_deps
+        if not first:
+            return
         stack: list[tuple[TaskRecord, Sequence[str]]] = [(rec, first)]
         while stack:
             current, deps = stack.pop()
@@ -269,10 +289,14 @@ class SchedulerCore:
             targets: Iterable[str] = rec.runners
         else:
             targets = (only,) if only in rec.runners else ()
+        heaps = self._heaps
         for worker_id in targets:
-            heapq.heappush(self._heaps.setdefault(worker_id, []), entry)
+            heap = heaps.get(worker_id)
+            if heap is None:
+                heap = heaps[worker_id] = []
+            heapq.heappush(heap, entry)
         if self._assistants:
-            heapq.heappush(self._heaps.setdefault(_ASSISTANTS, []), entry)
+            heapq.heappush(heaps.setdefault(_ASSISTANTS, []), entry)
 
     # --- handing out work -----------------------------------------------------------------
 
@@ -326,15 +350,17 @@ class SchedulerCore:
         for name, amount in rec.held.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
-        self._running_on.setdefault(worker_id, set()).add(rec.task_id)
+        _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)
 
     def _release(self, rec: TaskRecord) -> None:
         if rec.worker is not None:
-            self._running_on.get(rec.worker, set()).discard(rec.task_id)
+            running = self._running_on.get(rec.worker)
+            if running is not None:
+                running.discard(rec.task_id)
         rec.worker = None
-        held, rec.held = rec.held, {}
+        held, rec.held = rec.held, _NOTHING_HELD
         for name, amount in held.items():
             self._used[name] -= amount
             self._unpark(name, amount)
@@ -525,7 +551,7 @@ class SchedulerCore:
                     elsewhere += 1
                 elif rec.status in (PENDING, FAILED) and self._can_progress(rec, memo):
                     pending += 1
-                    unique += rec.stakeholders == {worker_id}
+                    unique += rec.stakeholders == (worker_id,)
             return WorkLeft(pending, unique, elsewhere)
 
     def _can_progress(self, start: TaskRecord, memo: dict[str, bool]) -> bool:
@@ -588,7 +614,7 @@ def _describe(rec: TaskRecord) -> TaskInfo:
         status=rec.status,
         worker=rec.worker,
         priority=rec.priority,
-        dependencies=rec.deps,
+        dependencies=tuple(rec.deps),
         status_message=rec.status_message,
         progress=rec.progress,
         tracking_url=rec.tracking_url,

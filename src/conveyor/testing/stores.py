@@ -32,8 +32,8 @@ def _row(task_id: str, seq: int, status: TaskStatus, text: str) -> dict[str, Any
         params={"p": text},
         status=status,
         deps=("other",),
-        stakeholders={"w1"},
-        runners={"w1"},
+        stakeholders=("w1",),
+        runners=("w1",),
         explanation=text,
         progress=12.5,
     )

@@ -19,37 +19,18 @@ __all__ = ["FailureLogPlugin", "SummaryPlugin", "TransitionLogPlugin"]
 
 
 class SummaryPlugin:
-    """Collects, from the hooks, what the execution summary reports about attempts."""
+    """Collects, from the hooks, how failed attempts ended, for the execution summary.
+
+    What succeeded, what was already complete and what this worker started is read from the
+    worker's graph at the end (``Node.succeeded``, ``Node.state``, ``Node.attempts``): the
+    common path of a run fires no event unless a plugin or a log line wants it.
+    """
 
     def __init__(self) -> None:
         """Start with empty records."""
-        self.already_done: set[str] = set()
-        self.completed: set[str] = set()
         self.failed: dict[str, str] = {}
         """task_id → how its last attempt ended: failed, timed out after N s, process died…"""
         self.interrupted: set[str] = set()
-        self.broken: set[str] = set()
-        self.started: set[str] = set()
-
-    @hookimpl
-    def conveyor_task_complete_checked(self, event: ev.CompleteChecked) -> None:
-        """A task found complete before this worker ran it is 'already done'."""
-        if event.complete and event.task_id not in self.completed:
-            self.already_done.add(event.task_id)
-        else:
-            self.already_done.discard(event.task_id)
-
-    @hookimpl
-    def conveyor_task_started(self, event: ev.TaskStarted) -> None:
-        """Remember which tasks this worker attempted."""
-        self.started.add(event.task_id)
-
-    @hookimpl
-    def conveyor_task_succeeded(self, event: ev.TaskSucceeded) -> None:
-        """Record a success (it clears an earlier failure of the same task)."""
-        self.completed.add(event.task_id)
-        self.failed.pop(event.task_id, None)
-        self.interrupted.discard(event.task_id)
 
     @hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
@@ -70,11 +51,6 @@ class SummaryPlugin:
             self.failed[event.task_id] = f"process died with signal {_signal_name(event.signal)}"
         else:
             self.failed[event.task_id] = f"process died with exit code {event.exitcode}"
-
-    @hookimpl
-    def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
-        """Record a task that failed scheduling."""
-        self.broken.add(event.task_id)
 
 
 def _signal_name(number: int) -> str:

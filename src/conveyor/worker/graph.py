@@ -24,6 +24,8 @@ class Node:
     dynamic: dict[str, None] = field(default_factory=dict)
     """Ids of the dependencies run() yielded, in order (a dict used as an ordered set)."""
     attempts: int = 0
+    succeeded: bool = False
+    """An attempt of this worker succeeded (the summary's "completed")."""
     external: bool = False
     limited: bool = False
     reschedules: dict[str, int] = field(default_factory=dict)

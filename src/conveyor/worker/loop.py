@@ -467,6 +467,7 @@ class Worker:
         )
         trigger = decision.trigger
         if trigger is Trigger.SUCCEEDED:
+            node.succeeded = True
             self._outbox.send("task_done", self.id, node.task_id)
             self._transit(node, trigger, duration=outcome.duration)
             return

@@ -53,9 +53,7 @@ def build_report(
         graph[task_id].error = "its result could not be reported: the scheduler was unreachable"
     states = {t: _state(node, statuses.get(t, TaskStatus.UNKNOWN)) for t, node in graph.items()}
     upstream = _upstream_problems(graph, states)
-    categories = {
-        t: _categorize(node, states[t], records, upstream.get(t, "")) for t, node in graph.items()
-    }
+    categories = {t: _categorize(node, states[t], upstream.get(t, "")) for t, node in graph.items()}
     errors = {
         t: node.error or _explanation(transport, t)
         for t, node in graph.items()
@@ -69,12 +67,12 @@ def build_report(
         requested=list(dict.fromkeys(requested)),
         interrupted=interrupted,
         reasons={t: _reason(graph[t], records.failed.get(t, "failed"), errors[t]) for t in failed},
-        stopped=len(records.interrupted),
+        stopped=sum(1 for t in records.interrupted if not graph[t].succeeded),
         running=running_at_interrupt,
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
-    ok = all(states.get(t) == TaskStatus.DONE for t in records.started)
+    ok = all(states.get(t) == TaskStatus.DONE for t, node in graph.items() if node.attempts)
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
 
 
@@ -111,14 +109,16 @@ def _state(node: Node, status: TaskStatus) -> TaskStatus:
     return status
 
 
-def _categorize(node: Node, state: TaskStatus, records: SummaryPlugin, upstream: str) -> Category:
-    tid = node.task_id
+def _categorize(node: Node, state: TaskStatus, upstream: str) -> Category:
     if state == TaskStatus.UNKNOWN:
         return Category.BROKEN
     if state == TaskStatus.DONE:
-        if tid in records.completed:
+        if node.succeeded:
             return Category.COMPLETED
-        return Category.ALREADY_DONE if tid in records.already_done else Category.DONE_ELSEWHERE
+        # found complete by its last check, before this worker ran it
+        if node.state is TaskState.COMPLETE:
+            return Category.ALREADY_DONE
+        return Category.DONE_ELSEWHERE
     if node.external and state in (TaskStatus.FAILED, TaskStatus.PENDING):
         return Category.MISSING_EXTERNAL
     if state == TaskStatus.FAILED:

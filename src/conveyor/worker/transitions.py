@@ -34,10 +34,11 @@ class Transitions:
             state = advance(node.state, trigger)  # raises InvalidTransition
         node.state = state
         event_cls = EVENT_OF[trigger]
-        if not self.hooks.wants(event_cls.hook):
+        hooks = self.hooks
+        if not hooks.wants(event_cls.hook):
             return
         task = node.task
-        self.hooks.fire(
+        hooks.fire(
             event_cls(
                 task_id=node.task_id,
                 family=task.task_family,

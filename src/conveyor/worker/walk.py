@@ -10,7 +10,6 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Set
 
-from .. import events as ev
 from ..config import WorkerSettings
 from ..core.machine import registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
@@ -100,8 +99,8 @@ class GraphWalk:
         visited.add(task_id)
         node = self.graph.get(task_id)
         if node is None:
-            params = ev.Params(task.to_str_params())  # read-only for every plugin
-            node = Node(task, task_id, params, external=task.is_external())
+            # read-only, so shared with every plugin as is
+            node = Node(task, task_id, task._string_params(), external=task.is_external())
             self.graph[task_id] = node
             checks.submit(task)
             return True
