@@ -12,9 +12,12 @@ import pytest
 
 import conveyor
 from conveyor.backends import load_backend
+from conveyor.protocol import TaskStatus
+from conveyor.server.stores import StoreContext
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
 from conveyor.testing.stores import check_state_store
 from conveyor.testing.transports import check_transport
+from conveyor.transports.base import TransportContext
 
 TOKEN = "conformance-token"
 MARKER = "CONFORMANCE_MARKER"
@@ -39,7 +42,7 @@ def server(tmp_path: Path) -> Iterator[SchedulerProcess]:
 
 def test_the_local_transport_conforms() -> None:
     """The in-process scheduler, as the ``local`` transport builds it, passes every check."""
-    transport = load_backend("conveyor.schedulers", "local")(conveyor.Config())
+    transport = load_backend("conveyor.schedulers", "local")(TransportContext.of(conveyor.Config()))
     assert check_transport(transport) == TRANSPORT_CHECKS
 
 
@@ -48,7 +51,7 @@ def test_the_http_transport_conforms_against_a_real_server(server: SchedulerProc
     run against a scheduler that already holds the first run's tasks)."""
     config = conveyor.Config().with_overrides(scheduler_url=server.url)
     config = config.with_section("scheduler", token=TOKEN)
-    transport = load_backend("conveyor.schedulers", "http")(config)
+    transport = load_backend("conveyor.schedulers", "http")(TransportContext.of(config))
     assert check_transport(transport) == TRANSPORT_CHECKS
     assert check_transport(transport) == TRANSPORT_CHECKS
 
@@ -75,7 +78,7 @@ def test_the_transport_check_catches_a_broken_transport() -> None:
 def test_the_memory_store_conforms() -> None:
     """``memory`` passes every check except durability, which it does not promise."""
     store_cls = load_backend("conveyor.state_stores", "memory")
-    assert check_state_store(lambda: store_cls("", {}), durable=False) == [
+    assert check_state_store(lambda: store_cls(StoreContext()), durable=False) == [
         "empty", "save-load", "upsert", "workers", "round-trip",
     ]  # fmt: skip
 
@@ -84,7 +87,7 @@ def test_the_sqlite_store_conforms(tmp_path: Path) -> None:
     """``sqlite`` passes every check, including loading what it saved after being reopened."""
     store_cls = load_backend("conveyor.state_stores", "sqlite")
     path = str(tmp_path / "state.db")
-    checks = check_state_store(lambda: store_cls(path, {"synchronous": "full"}))
+    checks = check_state_store(lambda: store_cls(StoreContext(path, {"synchronous": "full"})))
     assert checks[-1] == "reopen"
 
 
@@ -110,3 +113,88 @@ def test_the_store_check_catches_a_store_that_does_not_upsert() -> None:
     """A store that appends instead of replacing fails the upsert check."""
     with pytest.raises(AssertionError, match="replace"):
         check_state_store(_AppendOnlyStore, durable=False)
+
+
+# --- one way to build every backend ---------------------------------------------------------
+
+
+class _Fam(conveyor.Task):
+    """A task with nothing to do but to be run once."""
+
+    def run(self) -> None:
+        _RAN.append(self.task_id)
+
+    def complete(self) -> bool:
+        return self.task_id in _RAN
+
+
+_RAN: list[str] = []
+
+
+def test_a_third_party_transport_is_built_from_its_validated_table(tmp_path: Path) -> None:
+    """The worker builds a transport like every backend: ``cls(TransportContext)`` with its
+    ``[schedulers.<name>]`` table validated (defaults filled in), and then uses it."""
+    from conveyor_recorder_plugin.transport import LabelledTransport
+
+    config_file = tmp_path / "worker.toml"
+    config_file.write_text(
+        '[scheduler]\ntransport = "labelled"\nretry_delay = 7\n'
+        '[schedulers.labelled]\nlabel = "blue"\n',
+        encoding="utf-8",
+    )
+    LabelledTransport.built.clear()
+    result = conveyor.build(_Fam(), config=conveyor.load_config(config_file), log_level="warning")
+    assert result.ok
+    [transport] = LabelledTransport.built
+    assert transport.label == "blue" and transport.retry_delay == 7
+    assert transport.statuses([_Fam().task_id]) == {_Fam().task_id: TaskStatus.DONE}
+
+    config_file.write_text('[scheduler]\ntransport = "labelled"\n', encoding="utf-8")
+    LabelledTransport.built.clear()
+    conveyor.Worker(config=conveyor.load_config(config_file)).close()
+    assert LabelledTransport.built[0].label == "unlabelled"  # the schema's default
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[schedulers.labelled]\ncolour = 'red'\n", "unknown key 'schedulers.labelled.colour'"),
+        ("[schedulers.labelled]\nlabel = 3\n", "schedulers.labelled.label"),
+        ("[schedulers.local]\nsurprise = 1\n", "unknown key 'schedulers.local.surprise'"),
+        ("[executors.inline]\nsurprise = 1\n", "unknown key 'executors.inline.surprise'"),
+    ],
+)
+def test_a_bad_backend_table_is_a_config_error_naming_file_and_key(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    """Every kind's own table is checked against its schema when the backend is built."""
+    config_file = tmp_path / "worker.toml"
+    transport = "labelled" if "labelled" in table else "local"
+    config_file.write_text(f'[scheduler]\ntransport = "{transport}"\n{table}', encoding="utf-8")
+    with pytest.raises(conveyor.ConfigError, match=message) as caught:
+        conveyor.Worker(config=conveyor.load_config(config_file))
+    assert str(config_file) in str(caught.value)
+
+
+def test_a_state_store_is_built_from_its_context(tmp_path: Path) -> None:
+    """The server's store is built by the same function: ``cls(StoreContext)`` with the
+    ``[state_stores.sqlite]`` table validated; a bad value names the key."""
+    from conveyor.backends import build_backend
+
+    path = str(tmp_path / "state.db")
+    config = conveyor.Config().with_section("server", state_path=path)
+    store = build_backend(
+        "conveyor.state_stores", "sqlite", config, lambda s: StoreContext(path, s)
+    )
+    store.save([], [("w1", False)])
+    store.close()
+    assert (tmp_path / "state.db").exists()
+    config_file = tmp_path / "server.toml"
+    config_file.write_text("[state_stores.sqlite]\nsynchronous = 'sometimes'\n", encoding="utf-8")
+    with pytest.raises(conveyor.ConfigError, match=r"state_stores\.sqlite\.synchronous"):
+        build_backend(
+            "conveyor.state_stores",
+            "sqlite",
+            conveyor.load_config(config_file),
+            lambda s: StoreContext(path, s),
+        )

@@ -59,7 +59,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
     assert config.server.port == 8082
     assert config.notifiers.on == ("failed", "timed_out", "process_died", "broken")
     assert config.logging.level == "info"
-    assert set(config.backends) == {"executors", "notifiers", "state_stores"}
+    assert set(config.backends) == {"executors", "schedulers", "notifiers", "state_stores"}
 
 
 def test_schema_defaults_equal_dataclass_defaults() -> None:

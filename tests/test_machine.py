@@ -72,6 +72,7 @@ def test_task_limit_holds_back_new_tasks_but_not_ones_already_attempted() -> Non
         (TaskState.RUNNING, HandOut.IGNORE),
         (TaskState.UNKNOWN, HandOut.IGNORE),
         (TaskState.NEW, HandOut.IGNORE),
+        (None, HandOut.ADOPT),
         (TaskState.CHECKED, HandOut.IGNORE),
     ],
 )

@@ -415,7 +415,7 @@ def test_a_value_equal_to_an_earlier_one_is_still_checked_on_its_own():
 
 def test_equal_aware_datetimes_in_different_zones_keep_their_own_ids():
     """Equal instants written in two zones serialise differently, so their ids differ."""
-    utc = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    utc = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC)
     plus_two = utc.astimezone(datetime.timezone(datetime.timedelta(hours=2)))
     assert utc == plus_two
     assert TtWhen(moment=utc).task_id != TtWhen(moment=plus_two).task_id

@@ -1015,6 +1015,34 @@ def test_assistant_runs_tasks_another_worker_registered(tmp_path: Path) -> None:
     assert scheduler.statuses(ids) == dict.fromkeys(ids, "DONE")
 
 
+def test_an_assistant_rechecks_the_dependencies_of_a_task_it_adopts(tmp_path: Path) -> None:
+    """A task an assistant never walked has its requirements read (dependencies_discovered
+    is its first event) and re-checked before run(): a dependency the scheduler believes done
+    but whose output is missing is found, rescheduled and run first."""
+    scheduler = conveyor.Scheduler()
+    registrar = conveyor.Worker(scheduler, config=make_config(tmp_path), worker_id="registrar")
+    first, second = WkChain(root=str(tmp_path), n=0), WkChain(root=str(tmp_path), n=1)
+    assert registrar.add(second)
+    scheduler.get_work("registrar")  # hands out link 0 ...
+    scheduler.task_done("registrar", first.task_id)  # ... "done", but its output never made
+    rec = RecordingPlugin()
+    cfg = make_config(tmp_path, assistant=True, task_modules=[__name__])
+    with conveyor.Worker(scheduler, config=cfg, worker_id="helper", plugins=[rec]) as assistant:
+        assert assistant.run()
+    registrar.close()
+    assert called("chain.run") == [("chain.run", 0), ("chain.run", 1)]
+    assert scheduler.statuses([first.task_id, second.task_id]) == {
+        first.task_id: "DONE",
+        second.task_id: "DONE",
+    }
+    hooks = [r.hook for r in rec.records if r.event.task_id == second.task_id]
+    assert hooks[:2] == ["conveyor_task_dependencies_discovered", "conveyor_task_started"]
+    [discovered, *_] = rec.events("task_dependencies_discovered", second.task_id)
+    assert discovered.dependencies == (first.task_id,) and discovered.state == "PENDING"
+    [failed] = rec.events("task_failed", second.task_id)
+    assert "unfulfilled dependencies" in failed.error
+
+
 def test_assistant_refuses_a_task_from_another_module(tmp_path: Path, task_module: Any) -> None:
     """An assistant refuses, without importing it, a task whose module is not in task_modules."""
     marker = tmp_path / "imported.marker"

@@ -7,17 +7,29 @@ third party's backend takes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stevedore import DriverManager
 from stevedore.exception import NoMatches
 
 from .errors import BackendNotFound, PluginError
 from .plugins import entry_point_names, load_local_plugins
+from .settings import schema_of
 
-__all__ = ["GROUPS", "InstalledPlugin", "describe_installed", "installed_names", "load_backend"]
+if TYPE_CHECKING:
+    from .config import Config
+
+__all__ = [
+    "GROUPS",
+    "TABLES",
+    "InstalledPlugin",
+    "build_backend",
+    "describe_installed",
+    "installed_names",
+    "load_backend",
+]
 
 GROUPS = {
     "executor": "conveyor.executors",
@@ -26,6 +38,13 @@ GROUPS = {
     "state_store": "conveyor.state_stores",
 }
 HOOK_GROUP = "conveyor.plugins"
+TABLES = {
+    "conveyor.executors": "executors",
+    "conveyor.schedulers": "schedulers",
+    "conveyor.notifiers": "notifiers",
+    "conveyor.state_stores": "state_stores",
+}
+"""The configuration table of each group: a backend's own keys are ``[<table>.<name>]``."""
 
 _cache: dict[tuple[str, str], Any] = {}
 
@@ -70,6 +89,25 @@ def load_backend(group: str, name: str) -> Any:
         raise BackendNotFound(group, name, installed) from None
     _cache[key] = manager.driver
     return manager.driver
+
+
+def build_backend(
+    group: str,
+    name: str,
+    config: Config,
+    context: Callable[[Mapping[str, Any]], object] | None = None,
+) -> Any:
+    """Build the backend ``name`` of ``group``: the one way every kind of backend is made.
+
+    The class the entry point names is loaded, its ``[<table>.<name>]`` table is validated
+    against the class's ``settings_schema`` (ConfigError naming the file and key otherwise),
+    and the class is called with ``context(settings)`` — the kind's context object holding the
+    validated settings and what the worker or server gives every backend of that kind — or,
+    without ``context``, with the settings alone (a notifier, SPEC §4.3).
+    """
+    cls = load_backend(group, name)
+    settings = config.backend_settings(TABLES[group], name, schema_of(cls))
+    return cls(settings if context is None else context(settings))
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ __all__ = [
     "validate_backend_settings",
 ]
 
-BACKEND_GROUPS = ("executors", "notifiers", "state_stores")
+BACKEND_GROUPS = ("executors", "schedulers", "notifiers", "state_stores")
 """Sections whose sub-tables hold one backend's settings each."""
 
 _ENV_PREFIX = "CONVEYOR_"
@@ -659,7 +659,7 @@ def _document(config: Config) -> dict[str, Any]:
             del table["token"]
         document[name] = table
     document["notifiers"].update(config.backends.get("notifiers", {}))
-    for group in ("executors", "state_stores"):
+    for group in ("executors", "schedulers", "state_stores"):
         if config.backends.get(group):
             document[group] = config.backends[group]
     return document

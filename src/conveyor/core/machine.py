@@ -10,7 +10,8 @@ call directly:
 * :func:`registration` — how a task that is not complete is registered: external, disabled,
   held back by ``task_limit``, or to be walked further (its requirements asked for).
 * :func:`on_hand_out` — what a task the scheduler hands out means in the state the worker has
-  it in: start an attempt, check it again (it was complete here but reopened), or ignore it.
+  it in: start an attempt, check it again (it was complete here but reopened), adopt it (an
+  assistant never walked it), or ignore it.
 * :func:`on_outcome` — which trigger an attempt's outcome is, and whether a failure caused by a
   dependency that vanished at run time is rescheduled (``max_reschedules`` per dependency) or
   reported to the scheduler.
@@ -94,10 +95,15 @@ class HandOut(enum.Enum):
     """It was complete here but another worker found it incomplete: check it again."""
     IGNORE = "ignore"
     """It is in no state to run (already running, broken): log and leave it."""
+    ADOPT = "adopt"
+    """This worker never saw it (an assistant): load it from ``task_modules``, read its
+    requirements, and start it."""
 
 
-def on_hand_out(state: TaskState) -> HandOut:
-    """The decision for a hand-out of a task in ``state``."""
+def on_hand_out(state: TaskState | None) -> HandOut:
+    """The decision for a hand-out of a task in ``state`` (None: not in this worker's graph)."""
+    if state is None:
+        return HandOut.ADOPT
     if state in (TaskState.PENDING, TaskState.FAILED):
         return HandOut.START
     if state in (TaskState.DONE, TaskState.COMPLETE):

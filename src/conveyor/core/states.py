@@ -13,10 +13,12 @@ worker loop (``conveyor.worker.loop``) does the I/O and builds the hook events.
 A task is ``NEW`` when discovered, is checked (``COMPLETE`` or ``CHECKED``), has its
 requirements evaluated and is registered (``PENDING``), is handed out and runs (``RUNNING``),
 and ends ``DONE`` or ``FAILED``; a ``run()`` that yields incomplete dependencies goes back to
-``PENDING``. Anything that goes wrong while scheduling makes it ``UNKNOWN`` (the status it
-is registered with; the trigger and hook are *broken*). A task is checked
-again (from ``COMPLETE``, ``DONE``, ``FAILED`` or ``PENDING``) when it is re-added after a
-dependency vanished at run time or when an external task is re-checked.
+``PENDING``. A task handed out to an assistant that never walked it goes from ``NEW`` to
+``PENDING`` when its requirements are read (the scheduler found it incomplete, not this worker).
+Anything that goes wrong while scheduling makes it ``UNKNOWN`` (the status it is registered
+with; the trigger and hook are *broken*). A task is checked again (from ``COMPLETE``, ``DONE``,
+``FAILED`` or ``PENDING``) when it is re-added after a dependency vanished at run time or when
+an external task is re-checked.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
     (S.CHECKED, T.DEPS_FOUND): S.PENDING,
     (S.CHECKED, T.BROKEN): S.UNKNOWN,
     (S.PENDING, T.STARTED): S.RUNNING,
+    (S.NEW, T.DEPS_FOUND): S.PENDING,  # adopted: an assistant is handed a task it never walked
     **{(state, T.BROKEN): S.UNKNOWN for state in RECHECKABLE},
     (S.FAILED, T.STARTED): S.RUNNING,
     (S.RUNNING, T.STATUS_MESSAGE): S.RUNNING,

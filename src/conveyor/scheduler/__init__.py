@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import Config, resolve_config
+from ..config import Config, SchedulerSettings, resolve_config
 from .policy import SchedulerCore, TaskSpec, Work, WorkLeft
 
 __all__ = ["Scheduler", "TaskSpec", "Work", "WorkLeft", "resolve_config"]
@@ -20,18 +20,21 @@ __all__ = ["Scheduler", "TaskSpec", "Work", "WorkLeft", "resolve_config"]
 class Scheduler(SchedulerCore):
     """The in-process scheduler, usable directly and shareable by several Workers.
 
-    ``config`` is a Config, a path to a worker.toml, or None (discovered); keyword overrides
-    are ``[scheduler]`` keys (``retry_delay=…``, ``resources={"db": 1}``).
+    ``config`` is a Config, a path to a worker.toml, None (discovered), or the resolved
+    ``[scheduler]`` settings alone; keyword overrides are ``[scheduler]`` keys
+    (``retry_delay=…``, ``resources={"db": 1}``).
     """
 
     def __init__(
         self,
-        config: Config | str | os.PathLike[str] | None = None,
+        config: Config | SchedulerSettings | str | os.PathLike[str] | None = None,
         *,
         clock: Callable[[], float] = time.time,
         **overrides: Any,
     ) -> None:
         """Build the scheduler from the ``[scheduler]`` policy keys."""
+        if isinstance(config, SchedulerSettings):
+            config = Config(scheduler=config)
         cfg = resolve_config(config)
         if overrides:
             cfg = cfg.with_section("scheduler", **overrides)

@@ -8,12 +8,12 @@ import socket
 import sys
 from typing import Any
 
-from ..backends import load_backend
+from ..backends import build_backend
 from ..config import Config
 from ..errors import ConfigError
 from ..scheduler import Scheduler
 from ..scheduler.persist import from_row
-from ..settings import schema_of
+from .stores import StoreContext
 
 __all__ = ["bind_listener", "build_service", "check_bind", "serve"]
 
@@ -42,10 +42,12 @@ def build_service(config: Config) -> Any:
     from .app import SchedulerService
 
     server = config.server
-    store_cls = load_backend("conveyor.state_stores", server.state_store)
-    schema = schema_of(store_cls)
-    settings = config.backend_settings("state_stores", server.state_store, schema)
-    store = store_cls(server.state_path, settings)
+    store = build_backend(
+        "conveyor.state_stores",
+        server.state_store,
+        config,
+        lambda settings: StoreContext(server.state_path, settings),
+    )
     rows, workers = store.load()
     core = Scheduler(config)
     core.restore([from_row(row) for row in rows], workers)

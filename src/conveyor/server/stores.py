@@ -14,6 +14,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from ..errors import ConfigError
@@ -25,9 +26,17 @@ Rows = list[dict[str, Any]]
 Workers = list[tuple[str, bool]]
 
 
+@dataclass(frozen=True, slots=True)
+class StoreContext:
+    """What a state store is built with (``cls(context)``): ``[server] state_path`` and the
+    store's own ``[state_stores.<name>]`` table, validated against its ``settings_schema``."""
+
+    state_path: str = ""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
 class StateStore(Protocol):
-    """What the server needs from a store; built once as ``cls(state_path, settings)``, with
-    ``settings`` validated against ``settings_schema``.
+    """What the server needs from a store; built once as ``cls(StoreContext)``.
     ``conveyor.testing.stores.check_state_store`` is its conformance check."""
 
     settings_schema: ClassVar[dict[str, Field]]
@@ -47,8 +56,8 @@ class MemoryStore:
 
     settings_schema: ClassVar[dict[str, Field]] = {}
 
-    def __init__(self, state_path: str = "", settings: Mapping[str, Any] | None = None) -> None:
-        """``state_path`` is ignored."""
+    def __init__(self, context: StoreContext | None = None) -> None:
+        """Nothing is read from ``context``: the state lives in this object."""
         self._rows: dict[str, dict[str, Any]] = {}
         self._workers: dict[str, bool] = {}
 
@@ -88,9 +97,10 @@ class SqliteStore:
         ),
     }
 
-    def __init__(self, state_path: str, settings: Mapping[str, Any] | None = None) -> None:
-        """Open (creating and migrating if needed) the database at ``state_path``."""
-        synchronous = str((settings or {}).get("synchronous", "normal")).upper()
+    def __init__(self, context: StoreContext) -> None:
+        """Open (creating and migrating if needed) the database at ``context.state_path``."""
+        state_path = context.state_path
+        synchronous = str(context.settings.get("synchronous", "normal")).upper()
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(state_path, check_same_thread=False, isolation_level=None)

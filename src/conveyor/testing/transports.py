@@ -7,9 +7,10 @@ naming the first broken promise. Task ids are unique per call, so it can run aga
 scheduler that holds other tasks. It returns the names of the calls it checked::
 
     from conveyor.testing.transports import check_transport
+    from conveyor.transports.base import TransportContext
 
     def test_my_transport_conforms():
-        check_transport(MyTransport(config))
+        check_transport(MyTransport(TransportContext.of(config)))
 """
 
 from __future__ import annotations

@@ -7,17 +7,38 @@ The in-process :class:`conveyor.Scheduler` satisfies it directly; the ``http`` t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..config import Config, SchedulerSettings
 from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
-__all__ = ["SchedulerTransport"]
+__all__ = ["SchedulerTransport", "TransportContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class TransportContext:
+    """What a transport is built with (``cls(context)``): the worker's ``[scheduler]`` settings
+    and the transport's own ``[schedulers.<name>]`` table, validated against its
+    ``settings_schema``."""
+
+    scheduler: SchedulerSettings
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: Config) -> TransportContext:
+        """The context of a transport built by hand from ``config`` (no own settings)."""
+        return cls(config.scheduler)
 
 
 @runtime_checkable
 class SchedulerTransport(Protocol):
-    """What a worker needs from a scheduler."""
+    """What a worker needs from a scheduler.
+
+    The entry point in ``conveyor.schedulers`` names a callable (a class, or a function) that
+    the worker calls once with a :class:`TransportContext`; it returns the transport.
+    """
 
     def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
         """Register or update tasks for a worker."""

@@ -49,6 +49,7 @@ from ..protocol import (
     decode,
     encode,
 )
+from .base import TransportContext
 
 __all__ = ["HttpTransport"]
 
@@ -63,9 +64,15 @@ class _Transient(Exception):
 class HttpTransport:
     """Talks to ``conveyor scheduler`` at ``[scheduler] url``."""
 
-    def __init__(self, config: Config) -> None:
-        """Read the client keys of ``[scheduler]``; nothing is contacted yet."""
-        self.settings: SchedulerSettings = config.scheduler
+    def __init__(self, context: TransportContext | Config) -> None:
+        """Read the client keys of ``[scheduler]``; nothing is contacted yet.
+
+        A worker passes a :class:`TransportContext`; a whole ``Config`` is accepted too, for
+        code that builds the transport by hand (``HttpTransport(conveyor.load_config())``).
+        """
+        if isinstance(context, Config):
+            context = TransportContext.of(context)
+        self.settings: SchedulerSettings = context.scheduler
         parts = urlsplit(self.settings.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(

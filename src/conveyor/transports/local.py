@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..config import Config
 from ..scheduler import Scheduler
+from .base import TransportContext
 
 __all__ = ["LocalTransport"]
 
 
-def LocalTransport(config: Config) -> Scheduler:
-    """Build the in-process scheduler from the ``[scheduler]`` section of ``config``."""
-    return Scheduler(config)
+def LocalTransport(context: TransportContext) -> Scheduler:
+    """Build the in-process scheduler from the worker's ``[scheduler]`` settings."""
+    return Scheduler(context.scheduler)

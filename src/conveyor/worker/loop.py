@@ -22,11 +22,11 @@ from typing import Any
 import structlog
 
 from .. import events as ev
-from ..backends import load_backend
+from ..backends import build_backend, load_backend
 from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
 from ..core.machine import HandOut, on_hand_out, on_outcome
-from ..core.states import TaskState, Trigger
+from ..core.states import Trigger
 from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     FAILED,
@@ -43,16 +43,15 @@ from ..executors.base import (
 from ..executors.channel import truncate
 from ..plugins import HookRelay, load_hook_plugins
 from ..protocol import NoteKind, TaskSpec, TaskStatus, Work
-from ..settings import schema_of
 from ..task import Task, load_task_class
-from ..transports.base import SchedulerTransport
+from ..transports.base import SchedulerTransport, TransportContext
 from .builtin_plugins import FailureLogPlugin, SummaryPlugin, TransitionLogPlugin
 from .graph import Node
 from .outbox import Outbox
 from .report import RunReport, build_report
 from .signals import install_signal_handlers
 from .transitions import Transitions
-from .walk import GraphWalk
+from .walk import GraphWalk, requires_error
 
 __all__ = ["Worker"]
 
@@ -139,25 +138,31 @@ class Worker:
             self.hooks.register(plugin, str(name))
 
     def _make_transport(self) -> SchedulerTransport:
-        factory = load_backend("conveyor.schedulers", self.config.scheduler.transport)
-        transport: SchedulerTransport = factory(self.config)
+        config = self.config
+        transport: SchedulerTransport = build_backend(
+            "conveyor.schedulers",
+            config.scheduler.transport,
+            config,
+            lambda settings: TransportContext(config.scheduler, settings),
+        )
         return transport
 
     def _make_executor(self, name: str | None = None) -> Executor:
         name = name or self.settings.executor
         if name == "auto":
             name = "inline" if self.settings.workers == 1 else _PROCESS_EXECUTOR
-        cls = load_backend("conveyor.executors", name)
-        schema = schema_of(cls)
+        workers, kill_grace = self.settings.workers, self.settings.kill_grace
         logging = self.config.logging
-        context = ExecutorContext(
-            self.settings.workers,
-            self.settings.kill_grace,
-            self.config.backend_settings("executors", name, schema),
-            logging.level,
-            logging.format,  # "auto" decides in the child, on the same stderr
+        executor = build_backend(
+            "conveyor.executors",
+            name,
+            self.config,
+            # log format "auto" is decided in the child, on the same stderr
+            lambda settings: ExecutorContext(
+                workers, kill_grace, settings, logging.level, logging.format
+            ),
         )
-        return complete_executor(cls(context))
+        return complete_executor(executor)
 
     def _executor_for(self, timeout: float) -> Executor:
         """The configured executor, or — for a timeout it cannot enforce — a process one."""
@@ -344,10 +349,12 @@ class Worker:
             explanation = f"not started: the worker was interrupted by {self._interrupted}"
             self._outbox.send("task_failed", self.id, work.task_id, explanation)
             return
-        node = self._graph.get(work.task_id) or self._adopt(work)
+        node = self._graph.get(work.task_id)
+        decision = on_hand_out(None if node is None else node.state)
+        if decision is HandOut.ADOPT:
+            node = self._adopt(work)
         if node is None:
-            return
-        decision = on_hand_out(node.state)
+            return  # adoption refused it (reported failed)
         if decision is HandOut.RECHECK:
             # the walk registers DONE, or PENDING to be handed out and run again
             self._walker.walk([node.task], recheck=(node.task_id,))
@@ -414,16 +421,27 @@ class Worker:
         return float(self.settings.timeout)
 
     def _adopt(self, work: Work) -> Node | None:
-        """A task another worker registered (assistant mode): load it from task_modules only."""
+        """A task another worker registered (assistant mode): load it from task_modules only,
+        and learn its requirements (re-checked before it runs, like every task's)."""
         try:
             task = self._load_foreign(work)
         except ConveyorError as exc:
-            self._outbox.send("task_failed", self.id, work.task_id, str(exc))
-            log.error("refused task", task_id=work.task_id, error=str(exc))
+            self._refuse(work.task_id, str(exc))
             return None
-        node = Node(task, work.task_id, ev.Params(work.params), TaskState.PENDING)
+        try:
+            deps = task.deps()
+        except Exception as exc:  # requires() is user code
+            self._refuse(work.task_id, requires_error(task, exc))
+            return None
+        node = Node(task, work.task_id, ev.Params(work.params))
+        node.deps = tuple(dep.task_id for dep in deps)
         self._graph[work.task_id] = node
+        self._transit(node, Trigger.DEPS_FOUND, dependencies=node.deps, dynamic=False)
         return node
+
+    def _refuse(self, task_id: str, error: str) -> None:
+        self._outbox.send("task_failed", self.id, task_id, error)
+        log.error("refused task", task_id=task_id, error=error)
 
     def _load_foreign(self, work: Work) -> Task:
         allowed = self.settings.task_modules

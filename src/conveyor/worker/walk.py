@@ -20,7 +20,7 @@ from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
 from .transitions import Transitions
 
-__all__ = ["GraphWalk"]
+__all__ = ["GraphWalk", "requires_error"]
 
 
 class GraphWalk:
@@ -155,7 +155,7 @@ class GraphWalk:
         try:
             deps = task.deps()
         except Exception as exc:
-            self._broken(node, _requires_error(task, exc), "requires", specs)
+            self._broken(node, requires_error(task, exc), "requires", specs)
             return None, TaskStatus.UNKNOWN, False
         self.scheduled += 1
         return deps, TaskStatus.PENDING, True
@@ -208,7 +208,9 @@ class GraphWalk:
         )
 
 
-def _requires_error(task: Task, exc: Exception) -> str:
+def requires_error(task: Task, exc: Exception) -> str:
+    """The explanation of a ``requires()`` that raised: the message of conveyor's own errors,
+    else the traceback."""
     if isinstance(exc, ConveyorError):
         return str(exc)
     return f"{task!r}.requires() raised:\n{traceback.format_exc()}"
