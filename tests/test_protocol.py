@@ -131,7 +131,8 @@ def test_http_transport_reports_a_wrong_shaped_answer_instead_of_crashing(
     answer: Any, field: str
 ) -> None:
     """A scheduler answering get_work with data that does not fit the protocol makes the http
-    transport raise SchedulerUnavailable naming the route and the field, never a TypeError."""
+    transport retry (like a 5xx), then raise SchedulerUnavailable naming the route and the
+    field, never a TypeError."""
     import http.server
     import threading
 
@@ -140,9 +141,11 @@ def test_http_transport_reports_a_wrong_shaped_answer_instead_of_crashing(
     from conveyor.transports.http import HttpTransport
 
     body = json.dumps(answer).encode()
+    asked: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            asked.append(self.path)
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -158,6 +161,7 @@ def test_http_transport_reports_a_wrong_shaped_answer_instead_of_crashing(
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         config = conveyor.Config().with_overrides(scheduler_url=url)
+        config = config.with_section("scheduler", rpc_retries=3, rpc_retry_wait=0.01)
         with pytest.raises(SchedulerUnavailable) as caught:
             HttpTransport(config).get_work("w")
     finally:
@@ -165,6 +169,7 @@ def test_http_transport_reports_a_wrong_shaped_answer_instead_of_crashing(
         server.server_close()
     assert "get_work" in str(caught.value)
     assert f"{field}:" in str(caught.value)
+    assert asked == ["/api/v1/get_work"] * 3  # retried like a transient error
 
 
 def test_answers_from_a_newer_server_may_carry_unknown_fields() -> None:

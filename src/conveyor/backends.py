@@ -80,13 +80,12 @@ def load_backend(group: str, name: str) -> Any:
         )
     except NoMatches:
         if errors:
-            err = errors[0]
-            raise PluginError(
-                f"{group} backend {name!r} is installed but failed to import: "
-                f"{type(err).__name__}: {err}",
-                plugin=name,
-            ) from None
+            raise _import_failed(group, name, errors[0]) from None
         raise BackendNotFound(group, name, installed) from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # stevedore lets SystemExit through: still the backend's
+        raise _import_failed(group, name, err) from None
     _cache[key] = manager.driver
     return manager.driver
 
@@ -108,6 +107,14 @@ def build_backend(
     cls = load_backend(group, name)
     settings = config.backend_settings(TABLES[group], name, schema_of(cls))
     return cls(settings if context is None else context(settings))
+
+
+def _import_failed(group: str, name: str, err: BaseException) -> PluginError:
+    return PluginError(
+        f"{group} backend {name!r} is installed but failed to import: "
+        f"{type(err).__name__}: {err}",
+        plugin=name,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,17 +221,26 @@ def _load_entry_points(
     def on_failure(_mgr: Any, ep: Any, err: BaseException) -> None:
         failures.append(LoadFailure(ep.name, dists.get(ep.name, ""), _describe(err)))
 
-    manager = NamedExtensionManager(
-        GROUP,
-        names=wanted,
-        on_load_failure_callback=on_failure,
-        on_missing_entrypoints_callback=None,
-    )
-    for ext in manager.extensions:
+    for name in wanted:
+        # one manager per plugin: stevedore reports an Exception through on_failure but lets
+        # SystemExit (and AssertionError) through, which must not stop the other plugins
         try:
-            loaded.append(PluginSource(ext.name, _instantiate(ext.plugin), dists.get(ext.name, "")))
-        except Exception as exc:
-            failures.append(LoadFailure(ext.name, dists.get(ext.name, ""), _describe(exc)))
+            manager = NamedExtensionManager(
+                GROUP,
+                names=[name],
+                on_load_failure_callback=on_failure,
+                on_missing_entrypoints_callback=None,
+            )
+            for ext in manager.extensions:
+                loaded.append(PluginSource(ext.name, _instantiate(ext.plugin), dists[ext.name]))
+        except _LET_THROUGH:
+            raise
+        except BaseException as exc:  # a plugin's import is its own: never the worker's exit
+            failures.append(LoadFailure(name, dists.get(name, ""), _describe(exc)))
+
+
+# Ctrl+C while plugins load stops the program; every other exception is the plugin's failure
+_LET_THROUGH = (KeyboardInterrupt,)
 
 
 def _load_local(spec: str, loaded: list[PluginSource], failures: list[LoadFailure]) -> None:
@@ -240,7 +249,9 @@ def _load_local(spec: str, loaded: list[PluginSource], failures: list[LoadFailur
         obj: Any = importlib.import_module(module_name)
         if attr:
             obj = _instantiate(getattr(obj, attr))
-    except Exception as exc:
+    except _LET_THROUGH:
+        raise
+    except BaseException as exc:  # SystemExit at import included: reported, not an exit
         failures.append(LoadFailure(spec, "(local)", _describe(exc)))
         return
     warning = "" if attr else _no_hooks_warning(spec, obj)

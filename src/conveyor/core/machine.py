@@ -148,15 +148,21 @@ def on_outcome(
 
     A failure whose dependencies ``missing`` were found incomplete just before ``run()`` is
     rescheduled (walked and registered again, not reported as a failure) while every such
-    dependency has been missing at most ``max_reschedules`` times (Luigi's rule).
+    dependency has been missing at most ``max_reschedules`` times (Luigi's rule). For a
+    ``run()`` that yielded dependencies, ``missing`` are those that already ran successfully
+    here and are still incomplete (e.g. with ``check_complete_on_run = false``): past the same
+    bound the attempt is a failure instead of another round.
     """
     trigger = _TRIGGER_OF[kind]
-    if trigger is Trigger.SUCCEEDED or trigger is Trigger.DEPS_YIELDED:
+    if trigger is Trigger.SUCCEEDED or (trigger is Trigger.DEPS_YIELDED and not missing):
         return _NO_FAILURE[trigger]  # (the counts only matter to a failure)
     counts = dict(reschedules or {})
-    if trigger is not Trigger.FAILED or not missing:
-        return FailureDecision(trigger, False, counts)
-    for task_id in missing:
-        counts[task_id] = counts.get(task_id, 0) + 1
-    reschedule = all(counts[t] <= max_reschedules for t in missing)
-    return FailureDecision(trigger, reschedule, counts)
+    if trigger is Trigger.DEPS_YIELDED or (trigger is Trigger.FAILED and missing):
+        for task_id in missing:
+            counts[task_id] = counts.get(task_id, 0) + 1
+        within = all(counts[t] <= max_reschedules for t in missing)
+        if trigger is Trigger.DEPS_YIELDED:
+            # a yielded dependency that ran and is still incomplete, too often: give up
+            return FailureDecision(trigger if within else Trigger.FAILED, False, counts)
+        return FailureDecision(trigger, within, counts)
+    return FailureDecision(trigger, False, counts)

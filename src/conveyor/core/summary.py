@@ -54,16 +54,21 @@ class SummaryFacts:
     """How many running attempts an interruption stopped (reported failed, interrupted)."""
     running: int = 0
     """How many attempts were running when the interruption came."""
+    unreachable: str = ""
+    """Why the run stopped asking for work: the scheduler did not answer (or answered what
+    does not fit the protocol) within its retries."""
 
 
 _INTERRUPT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
 def exit_code(facts: SummaryFacts) -> int:
-    """SPEC §6: 130/143 interrupted, 3 scheduling error, 1 failure, 4 missing data,
-    5 incomplete, else 0."""
+    """SPEC §6: 130/143 interrupted, 2 the scheduler stopped answering, 3 scheduling error,
+    1 failure, 4 missing data, 5 incomplete, else 0."""
     if facts.interrupted in _INTERRUPT_CODES:
         return _INTERRUPT_CODES[facts.interrupted]
+    if facts.unreachable:
+        return 2
     present = set(facts.categories.values())
     if Category.BROKEN in present:
         return 3
@@ -125,6 +130,8 @@ def _verdict(facts: SummaryFacts) -> str:
                 f"{running - stopped} left to finish"
             )
         return f"Verdict: interrupted by {facts.interrupted} - {what}."
+    if code == 2:
+        return f"Verdict: failed - the scheduler stopped answering: {facts.unreachable}"
     if code == 0 and not facts.requested:
         if facts.categories:
             return "Verdict: succeeded - every task this worker ran succeeded."

@@ -136,12 +136,21 @@ class HttpTransport:
             )
         return answer
 
-    def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        route: str,
+        body: dict[str, Any] | None = None,
+        check: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The answer of ``route`` (passed through ``check``, which raises _Transient for an
+        answer that does not fit), retried with backoff; SchedulerUnavailable in the end."""
         s = self.settings
         backoff = Backoff(s.rpc_retry_wait, s.rpc_retry_max_wait)
         for attempt in range(1, max(1, s.rpc_retries) + 1):
             try:
-                return self._once(method, route, body)
+                answer = self._once(method, route, body)
+                return answer if check is None else check(answer)
             except _Transient as exc:
                 last = str(exc)
                 if attempt >= s.rpc_retries:
@@ -155,17 +164,19 @@ class HttpTransport:
     def _post(self, request: Any) -> Any:
         """Send a protocol request to its route; its answer, checked against the protocol."""
         route = _ROUTE_OF[type(request)]
-        answer = self._call("POST", f"/api/v1/{route.name}", encode(request))
-        return self._decoded(route.answer, answer, route.name)
+        path = f"/api/v1/{route.name}"
+        return self._call("POST", path, encode(request), self._checker(route.answer, path))
 
-    def _decoded(self, cls: type[T], answer: Any, route: str) -> T:
-        try:
-            return decode(cls, answer, strict=False)  # a newer server may add fields
-        except FieldError as exc:
-            raise SchedulerUnavailable(
-                f"the scheduler at {self._where} answered {route} with something that does not "
-                f"fit the protocol: {exc}"
-            ) from None
+    def _checker(self, cls: type[T], route: str) -> Callable[[Any], T]:
+        """Decode an answer as ``cls``; one that does not fit is retried like a 5xx."""
+
+        def check(answer: Any) -> T:
+            try:
+                return decode(cls, answer, strict=False)  # a newer server may add fields
+            except FieldError as exc:
+                raise _Transient(f"an answer that does not fit the protocol: {exc}") from None
+
+        return check
 
     # --- the transport protocol ---------------------------------------------------------------
 
@@ -222,11 +233,19 @@ class HttpTransport:
     def task_list(self) -> list[TaskInfo]:
         """The server's task list."""
         route = "/api/v1/tasks"
-        return list(self._decoded(TaskList, self._call("GET", route), route).tasks)
+        answer: TaskList = self._call("GET", route, check=self._checker(TaskList, route))
+        return list(answer.tasks)
 
     def worker_list(self) -> list[dict[str, Any]]:
         """The server's worker list."""
-        return list(self._call("GET", "/api/v1/workers")["workers"])
+        return list(self._call("GET", "/api/v1/workers", check=_worker_rows))
 
 
 _ROUTE_OF = {route.request: route for route in ROUTES.values()}
+
+
+def _worker_rows(answer: Any) -> list[dict[str, Any]]:
+    rows = answer.get("workers") if isinstance(answer, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise _Transient("an answer that does not fit the protocol: workers: expected a list")
+    return rows

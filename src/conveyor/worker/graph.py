@@ -50,8 +50,8 @@ def find_cycle(start: Iterable[str], nodes: Mapping[str, Node]) -> list[str] | N
     last), or None. Iterative depth-first search: O(nodes + edges)."""
     done: set[str] = set()
     for root in start:
-        if root in done:
-            continue
+        if root in done or nodes[root].state is not TaskState.PENDING:
+            continue  # (a task already broken by an earlier cycle is no start)
         path: list[str] = []
         on_path: set[str] = set()
         stack: list[tuple[str, int]] = [(root, 0)]

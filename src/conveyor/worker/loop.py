@@ -16,6 +16,7 @@ import random
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..core.states import Trigger
 from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     FAILED,
+    NEEDS_DEPS,
     AttemptRequest,
     Executor,
     ExecutorContext,
@@ -103,6 +105,7 @@ class Worker:
             self._executor = complete_executor(executor)
         self._isolator: Executor | None = None
         self._interrupted = ""
+        self._unreachable = ""  # why the loop stopped: the scheduler did not answer get_work
         self._running_at_interrupt = 0
         self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
         for notifier in self.config.notifiers.enabled:
@@ -220,6 +223,7 @@ class Worker:
         self._loop_thread = threading.get_ident()
         self._draining = False
         self._interrupted = ""
+        self._unreachable = ""
         self._running_at_interrupt = 0
         self._interrupt_log = {}
         self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time()))
@@ -241,6 +245,7 @@ class Worker:
             self._interrupted,
             self._outbox.unreported(),
             self._running_at_interrupt,
+            unreachable=self._unreachable,
         )
         self.hooks.fire(
             ev.WorkerStopped(
@@ -287,6 +292,7 @@ class Worker:
                 elif self.settings.keep_alive:  # a long-running worker waits for it to return
                     self._wait_for_message(self.settings.wait_interval)
                 else:
+                    self._unreachable = str(exc)
                     return
                 continue
             if work is not None:
@@ -480,25 +486,51 @@ class Worker:
             return
         if outcome.suspended is None:
             node.notes = None  # only a run() that will resume needs them again
-        decision = on_outcome(
-            outcome.kind, outcome.missing, node.reschedules, self.settings.max_reschedules
-        )
+        yielded = outcome.kind is NEEDS_DEPS
+        missing = self._ran_and_incomplete(outcome.new_deps) if yielded else outcome.missing
+        limit = self.settings.max_reschedules
+        decision = on_outcome(outcome.kind, missing, node.reschedules, limit)
         trigger = decision.trigger
         if trigger is Trigger.SUCCEEDED:
             node.succeeded = True
             self._outbox.send("task_done", self.id, node.task_id)
             self._transit(node, trigger, duration=outcome.duration)
             return
+        if missing:
+            node.reschedules = dict(decision.reschedules)
         if trigger is Trigger.DEPS_YIELDED:
             self._on_new_deps(node, outcome.new_deps, outcome.suspended)
             return
-        node.reschedules = dict(decision.reschedules)
+        if yielded:  # given up on a yielded dependency that stays incomplete
+            if outcome.suspended is not None:
+                outcome.suspended.close()
+            error = self._still_incomplete(node, missing)
+            outcome = replace(
+                outcome, kind=FAILED, error=error, exception_type="UnfulfilledDependency"
+            )
         node.error = truncate(outcome.error or outcome.kind)
         if not decision.reschedule:
             self._outbox.send("task_failed", self.id, node.task_id, node.error)
         self._transit(node, trigger, **_failure_fields(trigger, node.error, outcome))
         if decision.reschedule:
             self._walker.walk([node.task], recheck=(node.task_id, *outcome.missing))
+
+    def _ran_and_incomplete(self, yielded: Sequence[Task]) -> tuple[str, ...]:
+        """The yielded dependencies that already ran successfully here (still incomplete)."""
+        graph = self._graph
+        ids = (dep.task_id for dep in yielded)
+        return tuple(t for t in ids if (node := graph.get(t)) is not None and node.succeeded)
+
+    def _still_incomplete(self, node: Node, missing: Sequence[str]) -> str:
+        graph = self._graph
+        names = ", ".join(repr(graph[t].task) for t in missing)
+        limit = self.settings.max_reschedules
+        return (
+            f"{node.task!r}: run() yielded {names}, which ran successfully but is still "
+            f"incomplete (given up after max_reschedules = {limit}; with "
+            "check_complete_on_run = false a run() that does not make its output looks like a "
+            "success)"
+        )
 
     def _on_new_deps(
         self, node: Node, new_deps: Sequence[Task], suspended: Suspended | None

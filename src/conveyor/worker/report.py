@@ -38,6 +38,8 @@ def build_report(
     interrupted: str = "",
     unreported: Set[str] = frozenset(),
     running_at_interrupt: int = 0,
+    *,
+    unreachable: str = "",
 ) -> RunReport:
     """Ask the scheduler for final states and classify every task of the graph.
 
@@ -69,6 +71,7 @@ def build_report(
         reasons={t: _reason(graph[t], records.failed.get(t, "failed"), errors[t]) for t in failed},
         stopped=sum(1 for t in records.interrupted if not graph[t].succeeded),
         running=running_at_interrupt,
+        unreachable=unreachable,
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)

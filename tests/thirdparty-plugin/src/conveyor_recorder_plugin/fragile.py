@@ -1,4 +1,5 @@
-"""A plugin whose import fails when CONVEYOR_BREAK_FRAGILE_PLUGIN=1 (for conveyor's tests)."""
+"""A plugin whose import fails when CONVEYOR_BREAK_FRAGILE_PLUGIN=1 (ImportError) or =exit
+(SystemExit), for conveyor's tests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 
 if os.environ.get("CONVEYOR_BREAK_FRAGILE_PLUGIN") == "1":
     raise ImportError("fragile plugin was told to break (CONVEYOR_BREAK_FRAGILE_PLUGIN=1)")
+if os.environ.get("CONVEYOR_BREAK_FRAGILE_PLUGIN") == "exit":
+    raise SystemExit(3)
 
 
 class FragilePlugin:

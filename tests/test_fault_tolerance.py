@@ -1,0 +1,243 @@
+"""Faults found by the fault-injection campaign (issue 9), on the worker's side: cycles
+through a task itself, a yielded dependency that never completes, plugins that exit at import.
+
+Each test reproduces the fault with real components (the CLI as a subprocess, real process
+executors) and fails on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import conveyor
+from conveyor.task import load_task_class
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
+WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
+
+SELF_CYCLES = """
+import conveyor
+
+
+class SelfRequiring(conveyor.Task):
+    def requires(self):
+        return SelfRequiring()
+
+    def complete(self):
+        return False
+
+
+class SelfYielding(conveyor.Task):
+    def run(self):
+        yield SelfYielding()
+
+    def complete(self):
+        return False
+"""
+
+
+@pytest.mark.parametrize("family", ["SelfRequiring", "SelfYielding"])
+def test_a_task_that_needs_itself_is_a_cycle_exit_3(
+    family: str, task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Requiring or yielding itself is the cycle ``A -> A``: reported, exit 3, no traceback
+    (requiring itself crashed with InvalidTransition; yielding itself ended with exit 5)."""
+    module = task_module(SELF_CYCLES)
+    proc = run_cli("run", f"{module}.{family}", "--log-level", "error", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"dependency cycle: {family} -> {family}" in proc.stderr
+    assert "Traceback" not in proc.stderr and "InvalidTransition" not in proc.stderr
+
+
+@pytest.mark.parametrize("executor", ["inline", "fork"])
+def test_a_task_yielding_itself_is_broken_under_every_executor(
+    executor: str, task_module: WriteModule, tmp_path: Path
+) -> None:
+    """The same through the API, in process and through a forked child."""
+    module = task_module(SELF_CYCLES)
+    task = load_task_class(module, "SelfYielding")()
+    config = conveyor.Config().with_overrides(executor=executor)
+    result = conveyor.build(task, config=config, log_level="critical")
+    assert result.exit_code == 3
+    assert result.states == {task.task_id: "UNKNOWN"}
+    assert "SelfYielding -> SelfYielding" in result.errors[task.task_id]
+
+
+NEVER_COMPLETE = """
+import pathlib
+
+import conveyor
+
+LOG = pathlib.Path({log!r})
+
+
+def note(what):
+    with LOG.open("a") as out:
+        out.write(what + "\\n")
+
+
+class Hollow(conveyor.Task):
+    '''Runs "successfully" without ever making its output.'''
+
+    def run(self):
+        note("hollow")
+
+    def complete(self):
+        return False
+
+
+class Parent(conveyor.Task):
+    def run(self):
+        note("parent")
+        yield Hollow()
+
+    def complete(self):
+        return False
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("executor", "max_reschedules"), [("inline", 1), ("fork", 2)])
+def test_a_yielded_dependency_that_never_completes_is_given_up(
+    executor: str, max_reschedules: int, task_module: WriteModule, tmp_path: Path
+) -> None:
+    """With check_complete_on_run = false a dependency that runs but never completes used to
+    make its parent loop forever; after max_reschedules extra rounds the parent fails with an
+    explanation naming the dependency."""
+    log = tmp_path / "runs.log"
+    module = task_module(NEVER_COMPLETE.format(log=str(log)))
+    parent = load_task_class(module, "Parent")()
+    config = conveyor.Config().with_overrides(
+        executor=executor, check_complete_on_run=False, max_reschedules=max_reschedules
+    )
+    result = conveyor.build(parent, config=config, log_level="critical")
+    assert result.exit_code == 1
+    assert result.states[parent.task_id] == "FAILED"
+    error = result.errors[parent.task_id]
+    assert "Hollow()" in error and f"max_reschedules = {max_reschedules}" in error
+    runs = log.read_text().splitlines()
+    assert runs.count("hollow") == max_reschedules + 1
+    # in process the paused run() is resumed; a process executor runs it from the top
+    assert runs.count("parent") == (1 if executor == "inline" else max_reschedules + 2)
+
+
+def test_a_local_plugin_raising_system_exit_at_import_is_skipped(
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A [plugins] local module that raises SystemExit at import is reported with its name and
+    skipped; the run goes on (it used to exit 3 with no output at all)."""
+    plugin = task_module("raise SystemExit(3)\n")
+    tasks = task_module("import conveyor\n\n\nclass Hello(conveyor.Task):\n    pass\n")
+    (tmp_path / "worker.toml").write_text(f'[plugins]\nlocal = ["{plugin}"]\n', encoding="utf-8")
+    proc = run_cli("run", f"{tasks}.Hello", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = [line for line in proc.stderr.splitlines() if "plugin failed to load" in line]
+    assert len(reports) == 1 and plugin in reports[0] and "SystemExit: 3" in reports[0]
+    assert "Verdict: succeeded" in proc.stdout
+
+
+def test_a_required_plugin_raising_system_exit_is_fatal_exit_2(
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The same plugin listed in [plugins] required stops the worker: exit 2, one line."""
+    plugin = task_module("raise SystemExit(3)\n")
+    tasks = task_module("import conveyor\n\n\nclass Hello(conveyor.Task):\n    pass\n")
+    (tmp_path / "worker.toml").write_text(
+        f'[plugins]\nlocal = ["{plugin}"]\nrequired = ["{plugin}"]\n', encoding="utf-8"
+    )
+    proc = run_cli("run", f"{tasks}.Hello", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"required plugin {plugin!r} is unavailable" in proc.stderr
+    assert "SystemExit: 3" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_entry_point_plugin_raising_system_exit_is_skipped(
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """An installed plugin whose import raises SystemExit is reported with its distribution and
+    skipped; the other installed plugins still load (``conveyor plugins`` lists them ok)."""
+    tasks = task_module("import conveyor\n\n\nclass Hello(conveyor.Task):\n    pass\n")
+    env = {"CONVEYOR_BREAK_FRAGILE_PLUGIN": "exit"}
+    proc = run_cli("run", f"{tasks}.Hello", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    reports = [line for line in proc.stderr.splitlines() if "fragile" in line]
+    assert len(reports) == 1 and "conveyor-recorder-plugin" in reports[0], proc.stderr
+    assert "SystemExit: 3" in reports[0]
+    listed = run_cli("plugins", cwd=tmp_path, env=env)
+    rows = {tuple(line.split()[:2]): line for line in listed.stdout.splitlines()[1:]}
+    assert rows[("conveyor.plugins", "recorder")].endswith("ok")
+    assert "SystemExit" in rows[("conveyor.plugins", "fragile")]
+
+
+# --- a scheduler that answers garbage ----------------------------------------------------------
+
+
+class _GarbageScheduler:
+    """A real HTTP server on loopback that accepts registrations and pings but answers
+    ``get_work`` with ``answer``; counts the requests per path."""
+
+    def __init__(self, answer: object) -> None:
+        import http.server
+        import json
+        import threading
+
+        body = json.dumps(answer).encode()
+        ok = json.dumps({"ok": True}).encode()
+        self.asked: list[str] = []
+        asked = self.asked
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                asked.append(self.path)
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                out = body if self.path.endswith("/get_work") else ok
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"work": "lots"}, {"work": {"task_id": 5}}, [], {}],
+    ids=["str", "int", "list", "empty"],
+)
+def test_a_wrong_shaped_answer_is_retried_then_exit_2_naming_the_route(
+    answer: object, task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """``conveyor run`` against a scheduler whose get_work answers do not fit the protocol
+    retries them like a 5xx, then exits 2 with a verdict naming the route and what was wrong;
+    no traceback."""
+    tasks = task_module("import conveyor\n\n\nclass Hello(conveyor.Task):\n    pass\n")
+    server = _GarbageScheduler(answer)
+    try:
+        (tmp_path / "worker.toml").write_text(
+            f'[scheduler]\ntransport = "http"\nurl = "{server.url}"\n'
+            "rpc_retries = 3\nrpc_retry_wait = 0.01\n",
+            encoding="utf-8",
+        )
+        proc = run_cli("run", f"{tasks}.Hello", "--log-level", "critical", cwd=tmp_path)
+    finally:
+        server.close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    verdict = proc.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("Verdict: failed - the scheduler stopped answering")
+    assert "/api/v1/get_work" in verdict and "does not fit the protocol" in verdict
+    assert server.asked.count("/api/v1/get_work") == 3
+    assert "Traceback" not in proc.stderr
