@@ -143,7 +143,7 @@ def test_a_third_party_transport_is_built_from_its_validated_table(tmp_path: Pat
         encoding="utf-8",
     )
     LabelledTransport.built.clear()
-    result = conveyor.build(_Fam(), config=conveyor.load_config(config_file), log_level="warning")
+    result = conveyor.build(_Fam(), config=conveyor.load_config(config_file))
     assert result.ok
     [transport] = LabelledTransport.built
     assert transport.label == "blue" and transport.retry_delay == 7

@@ -8,16 +8,29 @@ executors) and fails on the code before the fix.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import conveyor
 from conveyor.task import load_task_class
+from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
+from conveyor.worker.report import RunReport
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
+
+
+def _run(task: conveyor.Task, config: conveyor.Config) -> RunReport:
+    """Add and run ``task`` on a Worker (not build(): logging stays as the test session has it)."""
+    with conveyor.Worker(config=config) as worker:
+        worker.add(task)
+        worker.run()
+    assert worker.report is not None
+    return worker.report
+
 
 SELF_CYCLES = """
 import conveyor
@@ -61,7 +74,7 @@ def test_a_task_yielding_itself_is_broken_under_every_executor(
     module = task_module(SELF_CYCLES)
     task = load_task_class(module, "SelfYielding")()
     config = conveyor.Config().with_overrides(executor=executor)
-    result = conveyor.build(task, config=config, log_level="critical")
+    result = _run(task, config)
     assert result.exit_code == 3
     assert result.states == {task.task_id: "UNKNOWN"}
     assert "SelfYielding -> SelfYielding" in result.errors[task.task_id]
@@ -114,7 +127,7 @@ def test_a_yielded_dependency_that_never_completes_is_given_up(
     config = conveyor.Config().with_overrides(
         executor=executor, check_complete_on_run=False, max_reschedules=max_reschedules
     )
-    result = conveyor.build(parent, config=config, log_level="critical")
+    result = _run(parent, config)
     assert result.exit_code == 1
     assert result.states[parent.task_id] == "FAILED"
     error = result.errors[parent.task_id]
@@ -241,3 +254,80 @@ def test_a_wrong_shaped_answer_is_retried_then_exit_2_naming_the_route(
     assert "/api/v1/get_work" in verdict and "does not fit the protocol" in verdict
     assert server.asked.count("/api/v1/get_work") == 3
     assert "Traceback" not in proc.stderr
+
+
+# --- registration sized to the server's limit ---------------------------------------------------
+
+BIG_PARAMS = """
+import conveyor
+
+
+class Wide(conveyor.Task):
+    '''A task with a large parameter.'''
+
+    i = conveyor.IntParameter()
+    payload = conveyor.Parameter()
+
+    def complete(self):
+        return False
+
+
+class Fan(conveyor.WrapperTask):
+    '''Needs ``n`` Wide tasks whose payload is ``size`` characters.'''
+
+    n = conveyor.IntParameter()
+    size = conveyor.IntParameter()
+
+    def requires(self):
+        return [Wide(i=i, payload="x" * self.size) for i in range(self.n)]
+"""
+
+
+@pytest.fixture
+def small_server(tmp_path: Path) -> Iterator[SchedulerProcess]:
+    """A real ``conveyor scheduler`` that accepts request bodies of at most 40,000 bytes."""
+    marker = uuid.uuid4().hex
+    config = tmp_path / "server.toml"
+    config.write_text("[server]\nmax_request_bytes = 40000\n", encoding="utf-8")
+    proc = SchedulerProcess(tmp_path, config, child_env(tmp_path, "FT_MARKER", marker))
+    proc.start()
+    yield proc
+    proc.kill()
+    kill_marked("FT_MARKER", marker)
+
+
+def test_registration_is_batched_under_the_servers_request_limit(
+    small_server: SchedulerProcess, task_module: WriteModule
+) -> None:
+    """8 tasks of 15 KB each (120 KB) are registered in requests under the server's 40 KB
+    limit, learnt from /health (one request of 500 tasks used to fail the run with 413)."""
+    from conveyor.transports.http import HttpTransport
+
+    module = task_module(BIG_PARAMS)
+    fan = load_task_class(module, "Fan")(n=8, size=15_000)
+    config = conveyor.Config().with_overrides(scheduler_url=small_server.url)
+    with conveyor.Worker(config=config) as worker:
+        assert worker.add(fan)
+    listed = HttpTransport(config).task_list()
+    assert len(listed) == 9
+    wide = [info for info in listed if info.family == "Wide"]
+    assert {len(info.params["payload"]) for info in wide} == {15_000}
+
+
+def test_a_task_too_large_to_register_is_named_and_nothing_is_registered(
+    small_server: SchedulerProcess, task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A single task whose registration alone exceeds the limit is a clear error naming it,
+    raised before any request: exit 2, one line, and the server holds nothing."""
+    from conveyor.transports.http import HttpTransport
+
+    module = task_module(BIG_PARAMS)
+    args = ["--n", "3", "--size", "50000", "--scheduler-url", small_server.url]
+    proc = run_cli("run", f"{module}.Fan", *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("conveyor: error:")]
+    assert "task Wide_" in line and "cannot be registered" in line
+    assert "max_request_bytes = 40000" in line
+    assert "Traceback" not in proc.stderr
+    config = conveyor.Config().with_overrides(scheduler_url=small_server.url)
+    assert HttpTransport(config).task_list() == []

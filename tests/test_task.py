@@ -401,9 +401,45 @@ def test_an_equal_task_made_again_is_a_separate_object_with_the_same_identity():
     assert second.param_kwargs == {"name": "a", "n": 2} and second.n == 2
     second.n = 5
     second.param_kwargs["n"] = 7
+    first.param_kwargs["n"] = 8  # the first one too: what is reused is a snapshot
     third = TtPlain(name="a", n=2)
-    assert (first.n, first.param_kwargs["n"]) == (2, 2)
-    assert (third.n, third.param_kwargs["n"], third.task_id) == (2, 2, first.task_id)
+    assert first.n == 2
+    assert (third.n, third.param_kwargs["n"], third.task_id) == (2, 2, second.task_id)
+    assert third.to_str_params() == {"name": "a", "n": "2"}
+
+
+class _Relative(conveyor.Parameter):
+    """A custom parameter whose parse() depends on more than its text (a counter here)."""
+
+    parsed = 0
+
+    def parse(self, text: str) -> str:
+        type(self).parsed += 1
+        return f"{text}-{type(self).parsed}"
+
+
+class TtCustom(conveyor.Task):
+    """A task with a parameter kind of its own."""
+
+    when = _Relative()
+
+
+class TtOwnInit(conveyor.Task):
+    """A task whose __init__ changes a bound value after binding."""
+
+    n = conveyor.IntParameter()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.param_kwargs["n"] *= 10
+        self.n = self.param_kwargs["n"]
+
+
+def test_tasks_with_custom_parameters_or_their_own_init_are_bound_every_time():
+    """A custom parameter's parse() and an overriding __init__ run for every construction,
+    so their results are never reused from an earlier equal task."""
+    assert TtCustom(when="today").when != TtCustom(when="today").when
+    assert TtOwnInit(n=1).n == TtOwnInit(n=1).n == 10
 
 
 def test_a_value_equal_to_an_earlier_one_is_still_checked_on_its_own():

@@ -1043,6 +1043,37 @@ def test_an_assistant_rechecks_the_dependencies_of_a_task_it_adopts(tmp_path: Pa
     assert "unfulfilled dependencies" in failed.error
 
 
+class WkBrokenRequires(conveyor.Task):
+    """Its requires() raises (only an assistant that adopts it asks)."""
+
+    root = conveyor.Parameter()
+
+    def requires(self) -> Any:
+        raise ValueError("no requirements today")
+
+    def complete(self) -> bool:
+        return False
+
+
+def test_an_adopted_task_whose_requires_raises_is_broken(tmp_path: Path) -> None:
+    """An assistant that cannot read an adopted task's requirements marks it broken, as the
+    walk would: conveyor_task_broken fires, the scheduler holds it UNKNOWN with the traceback."""
+    scheduler = conveyor.Scheduler()
+    task = WkBrokenRequires(root=str(tmp_path))
+    spec = TaskSpec(task.task_id, "WkBrokenRequires", __name__, task.to_str_params())
+    scheduler.add_tasks("registrar", [spec])
+    rec = RecordingPlugin()
+    cfg = make_config(tmp_path, assistant=True, task_modules=[__name__])
+    with conveyor.Worker(scheduler, config=cfg, worker_id="helper", plugins=[rec]) as assistant:
+        assistant.run()
+    assert scheduler.statuses([task.task_id]) == {task.task_id: "UNKNOWN"}
+    assert "no requirements today" in scheduler.explanation(task.task_id)
+    [broken] = rec.events("task_broken", task.task_id)
+    assert broken.phase == "requires" and "ValueError" in broken.error
+    assert not rec.events("task_started", task.task_id)
+    assert assistant.report is not None and assistant.report.exit_code == 3
+
+
 def test_assistant_refuses_a_task_from_another_module(tmp_path: Path, task_module: Any) -> None:
     """An assistant refuses, without importing it, a task whose module is not in task_modules."""
     marker = tmp_path / "imported.marker"

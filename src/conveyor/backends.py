@@ -111,8 +111,7 @@ def build_backend(
 
 def _import_failed(group: str, name: str, err: BaseException) -> PluginError:
     return PluginError(
-        f"{group} backend {name!r} is installed but failed to import: "
-        f"{type(err).__name__}: {err}",
+        f"{group} backend {name!r} is installed but failed to import: {type(err).__name__}: {err}",
         plugin=name,
     )
 

@@ -14,7 +14,6 @@ import datetime
 import hashlib
 import importlib
 import re
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -39,12 +38,17 @@ _HASH_LEN = 10
 
 _REGISTRY: dict[tuple[str, str], type[Task]] = {}
 
-# Binding remembered per (class, keyword arguments), so that the many equal tasks a graph's
+# Bindings remembered per (class, keyword arguments), so that the many equal tasks a graph's
 # requires() methods build (Luigi's style: each dependent makes its own instance) are bound and
-# hashed into a task id once. Only for values of these exact types, whose equality implies an
-# equal string form (True == 1 and aware datetimes in different zones are equal but differ).
+# hashed into a task id once. An entry is a snapshot taken at construction (values, read-only
+# string form, id), so nothing done to a task later reaches the next one. Only for values of
+# these exact types, whose equality implies an equal string form (True == 1, and aware
+# datetimes in different zones are equal, but their string forms differ), and only for classes
+# whose parameters are conveyor's own (a custom parse() may depend on more than its text) and
+# that keep Task.__init__ (an overriding __init__ may change what was bound).
 _BINDABLE = frozenset({str, int, datetime.date})
-_BOUND: dict[tuple[Any, ...], weakref.ref[Task]] = {}
+_Binding = tuple[type[Any], dict[str, Any], Params, str]
+_BOUND: dict[tuple[Any, ...], _Binding] = {}
 _BOUND_MAX = 1 << 16  # entries; the whole memo is dropped when full
 
 #: Called with (kind, value) by ``set_status_message`` and friends while an attempt runs.
@@ -99,6 +103,7 @@ class Task:
     _id_params: ClassVar[tuple[tuple[str, bool], ...]] = ()
     _id_sorted: ClassVar[tuple[tuple[str, bool], ...]] = ()
     _family: ClassVar[str] = "Task"
+    _memoizable: ClassVar[bool] = False
     _reporter: Reporter | None
     _hash: int | None
     _str_params: Params | None
@@ -121,18 +126,20 @@ class Task:
         )
         cls._id_sorted = tuple(sorted(cls._id_params))  # the order the task id hashes them in
         cls._family = cls.get_task_family()
+        cls._memoizable = cls.__init__ is Task.__init__ and all(
+            type(param).__module__ == Parameter.__module__ for _, param in cls._params
+        )
         _REGISTRY[(cls.__module__, cls._family)] = cls
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Bind parameters from positional (declaration order) and keyword arguments."""
         self._hash = None
         self._reporter = None
-        key = _bound_key(type(self), kwargs) if not args else None
-        twin = _twin(key)
-        if twin is not None:  # an equal task was made before: share its string form and id
-            self._set_values(dict(twin.param_kwargs))
-            self._str_params = twin._string_params()
-            self._task_id = twin.task_id
+        key = _bound_key(type(self), kwargs) if self._memoizable and not args else None
+        bound = _BOUND.get(key) if key is not None else None
+        if bound is not None and bound[0] is type(self):  # an equal task was made before
+            _cls, values, self._str_params, self._task_id = bound
+            self._set_values(dict(values))
             return
         given = self._merge_args(args, kwargs) if args else kwargs
         for name in given:
@@ -145,12 +152,13 @@ class Task:
         if key is not None:
             if len(_BOUND) >= _BOUND_MAX:
                 _BOUND.clear()
-            _BOUND[key] = weakref.ref(self)
+            binding = (type(self), dict(self.param_kwargs), self._string_params(), self.task_id)
+            _BOUND[key] = binding
 
     def _set_values(self, values: dict[str, Any]) -> None:
         self.param_kwargs = values
         for name in values:  # attribute by attribute: the instance keeps no separate dict
-            setattr(self, name, values[name])
+            object.__setattr__(self, name, values[name])
 
     def _merge_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         family = self._family
@@ -349,21 +357,13 @@ def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any
         ) from None
 
 
-def _twin(key: tuple[Any, ...] | None) -> Task | None:
-    """The live task made before with the same memo key, if any."""
-    if key is None:
-        return None
-    ref = _BOUND.get(key)
-    return ref() if ref is not None else None
-
-
 def _bound_key(cls: type[Task], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
     """The memo key of a keyword-only construction, or None if a value is not memoisable."""
     for value in kwargs.values():
         if type(value) not in _BINDABLE:
             return None
-    # the class by id, names, then values: one flat tuple of atoms, which the garbage collector
-    # stops tracking (an entry is used only while its task is alive, and so its class)
+    # the class by id (its binding holds the class, so the id is not reused while the entry
+    # lives), names, then values: one flat tuple of atoms, untracked by the garbage collector
     return (id(cls), *kwargs, *kwargs.values())
 
 

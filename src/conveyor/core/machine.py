@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..protocol import AttemptOutcome, TaskStatus
 from .states import TaskState, Trigger
@@ -134,7 +135,8 @@ class FailureDecision:
 
 
 _NO_FAILURE = {
-    trigger: FailureDecision(trigger) for trigger in (Trigger.SUCCEEDED, Trigger.DEPS_YIELDED)
+    trigger: FailureDecision(trigger, False, MappingProxyType({}))
+    for trigger in (Trigger.SUCCEEDED, Trigger.DEPS_YIELDED)
 }
 
 

@@ -13,7 +13,7 @@ worker loop (``conveyor.worker.loop``) does the I/O and builds the hook events.
 A task is ``NEW`` when discovered, is checked (``COMPLETE`` or ``CHECKED``), has its
 requirements evaluated and is registered (``PENDING``), is handed out and runs (``RUNNING``),
 and ends ``DONE`` or ``FAILED``; a ``run()`` that yields incomplete dependencies goes back to
-``PENDING``. A task handed out to an assistant that never walked it goes from ``NEW`` to
+``PENDING``. A task handed out to an assistant that never walked it is *adopted*: ``NEW`` to
 ``PENDING`` when its requirements are read (the scheduler found it incomplete, not this worker).
 Anything that goes wrong while scheduling makes it ``UNKNOWN`` (the status it is registered
 with; the trigger and hook are *broken*). A task is checked again (from ``COMPLETE``, ``DONE``,
@@ -62,6 +62,8 @@ class Trigger(Enum):
     CHECKED_INCOMPLETE = "checked_incomplete"
     DEPS_FOUND = "deps_found"
     DEPS_YIELDED = "deps_yielded"
+    ADOPTED = "adopted"
+    """An assistant was handed a task it never walked and read its requirements."""
     BROKEN = "broken"
     STARTED = "started"
     STATUS_MESSAGE = "status_message"
@@ -85,6 +87,7 @@ EVENT_OF: dict[Trigger, type[ev.Event]] = {
     Trigger.CHECKED_INCOMPLETE: ev.CompleteChecked,
     Trigger.DEPS_FOUND: ev.DependenciesDiscovered,
     Trigger.DEPS_YIELDED: ev.DependenciesDiscovered,
+    Trigger.ADOPTED: ev.DependenciesDiscovered,
     Trigger.BROKEN: ev.TaskBroken,
     Trigger.STARTED: ev.TaskStarted,
     Trigger.STATUS_MESSAGE: ev.TaskStatusMessage,
@@ -111,7 +114,7 @@ TRANSITIONS: dict[tuple[TaskState, Trigger], TaskState] = {
     (S.CHECKED, T.DEPS_FOUND): S.PENDING,
     (S.CHECKED, T.BROKEN): S.UNKNOWN,
     (S.PENDING, T.STARTED): S.RUNNING,
-    (S.NEW, T.DEPS_FOUND): S.PENDING,  # adopted: an assistant is handed a task it never walked
+    (S.NEW, T.ADOPTED): S.PENDING,
     **{(state, T.BROKEN): S.UNKNOWN for state in RECHECKABLE},
     (S.FAILED, T.STARTED): S.RUNNING,
     (S.RUNNING, T.STATUS_MESSAGE): S.RUNNING,

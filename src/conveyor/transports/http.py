@@ -16,12 +16,12 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..backoff import Backoff
-from ..config import Config, SchedulerSettings
+from ..config import Config, SchedulerSettings, ServerSettings
 from ..errors import ConfigError, ConveyorError, SchedulerUnavailable
 from ..protocol import (
     ROUTES,
@@ -84,6 +84,7 @@ class HttpTransport:
         self._base = parts.path.rstrip("/")
         self._where = f"{parts.scheme}://{self._host}:{self._port}"
         self._local = threading.local()
+        self._limit: int | None = None  # the server's max_request_bytes, once asked
         self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
         self.rand: Callable[[], float] = random.random
 
@@ -111,8 +112,7 @@ class HttpTransport:
             headers["Authorization"] = f"Bearer {self.settings.token}"
         return headers
 
-    def _once(self, method: str, route: str, body: dict[str, Any] | None) -> Any:
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+    def _once(self, method: str, route: str, data: bytes | None) -> Any:
         try:
             conn = self._connection()
             conn.request(
@@ -140,16 +140,17 @@ class HttpTransport:
         self,
         method: str,
         route: str,
-        body: dict[str, Any] | None = None,
+        data: bytes | None = None,
         check: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """The answer of ``route`` (passed through ``check``, which raises _Transient for an
-        answer that does not fit), retried with backoff; SchedulerUnavailable in the end."""
+        """The answer of ``route`` to the JSON body ``data`` (passed through ``check``, which
+        raises _Transient for an answer that does not fit), retried with backoff;
+        SchedulerUnavailable in the end."""
         s = self.settings
         backoff = Backoff(s.rpc_retry_wait, s.rpc_retry_max_wait)
         for attempt in range(1, max(1, s.rpc_retries) + 1):
             try:
-                answer = self._once(method, route, body)
+                answer = self._once(method, route, data)
                 return answer if check is None else check(answer)
             except _Transient as exc:
                 last = str(exc)
@@ -164,8 +165,13 @@ class HttpTransport:
     def _post(self, request: Any) -> Any:
         """Send a protocol request to its route; its answer, checked against the protocol."""
         route = _ROUTE_OF[type(request)]
-        path = f"/api/v1/{route.name}"
-        return self._call("POST", path, encode(request), self._checker(route.answer, path))
+        return self._post_json(route.name, _dumps(encode(request)))
+
+    def _post_json(self, name: str, data: bytes) -> Any:
+        """POST the encoded request ``data`` to route ``name``; its answer, checked."""
+        route = ROUTES[name]
+        path = f"/api/v1/{name}"
+        return self._call("POST", path, data, self._checker(route.answer, path))
 
     def _checker(self, cls: type[T], route: str) -> Callable[[Any], T]:
         """Decode an answer as ``cls``; one that does not fit is retried like a 5xx."""
@@ -181,10 +187,38 @@ class HttpTransport:
     # --- the transport protocol ---------------------------------------------------------------
 
     def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
-        """Register tasks, ``_BATCH`` per request."""
+        """Register tasks in requests of at most ``_BATCH`` tasks that fit the server's
+        ``max_request_bytes``; ConveyorError naming the task, before anything is sent, when
+        one task's registration alone is too large."""
         items = tuple(specs)
-        for start in range(0, len(items), _BATCH):
-            self._post(AddTasks(worker_id, items[start : start + _BATCH], assistant))
+        if not items:
+            return
+        head = encode(AddTasks(worker_id, (), assistant))
+        head.pop("tasks", None)
+        prefix = _dumps(head)[:-1] + b',"tasks":['  # the request, up to its list of tasks
+        encoded = [_dumps(encode(spec)) for spec in items]
+        room = self._request_limit() - len(prefix) - 2  # the closing "]}"
+        for spec, data in zip(items, encoded, strict=True):
+            if len(data) > room:
+                raise ConveyorError(
+                    f"task {spec.task_id} cannot be registered: its registration is "
+                    f"{len(data)} bytes, more than the scheduler at {self._where} accepts in "
+                    f"one request (max_request_bytes = {self._request_limit()}); make its "
+                    "parameters smaller"
+                )
+        for batch in _batches(encoded, room):
+            self._post_json("add_tasks", prefix + b",".join(batch) + b"]}")
+
+    def _request_limit(self) -> int:
+        """The server's ``max_request_bytes``, asked once from ``/health`` (one try: a server
+        that does not say, or is down, leaves the default limit; the registration retries)."""
+        if self._limit is None:
+            try:
+                limit = _health_limit(self._once("GET", "/health", None))
+            except (_Transient, ConveyorError):
+                limit = None
+            self._limit = limit or ServerSettings().max_request_bytes
+        return self._limit
 
     def get_work(
         self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
@@ -242,6 +276,31 @@ class HttpTransport:
 
 
 _ROUTE_OF = {route.request: route for route in ROUTES.values()}
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _batches(encoded: list[bytes], room: int) -> Iterator[list[bytes]]:
+    """Consecutive runs of ``encoded`` specs, each at most ``_BATCH`` long and at most
+    ``room`` bytes joined by commas (every single one fits)."""
+    batch: list[bytes] = []
+    size = 0
+    for data in encoded:
+        added = len(data) + (1 if batch else 0)
+        if batch and (size + added > room or len(batch) >= _BATCH):
+            yield batch
+            batch, size, added = [], 0, len(data)
+        batch.append(data)
+        size += added
+    if batch:
+        yield batch
+
+
+def _health_limit(answer: Any) -> int | None:
+    limit = answer.get("max_request_bytes") if isinstance(answer, dict) else None
+    return limit if type(limit) is int and limit > 0 else None
 
 
 def _worker_rows(answer: Any) -> list[dict[str, Any]]:

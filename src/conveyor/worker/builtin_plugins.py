@@ -1,4 +1,4 @@
-"""conveyor's own features written as plugins of its hooks: summary records and transition logs.
+"""conveyor's own features written as plugins of its hooks: the transition and failure logs.
 
 They are registered through the same :class:`~conveyor.plugins.HookRelay` as a third party's
 plugin; if one of them needed something the hooks do not give, a hook would be missing.
@@ -7,7 +7,6 @@ plugin; if one of them needed something the hooks do not give, a hook would be m
 from __future__ import annotations
 
 import logging
-import signal
 
 import structlog
 
@@ -15,49 +14,7 @@ from .. import events as ev
 from ..hookspecs import hookimpl
 from ..secrets import hide_secret_params
 
-__all__ = ["FailureLogPlugin", "SummaryPlugin", "TransitionLogPlugin"]
-
-
-class SummaryPlugin:
-    """Collects, from the hooks, how failed attempts ended, for the execution summary.
-
-    What succeeded, what was already complete and what this worker started is read from the
-    worker's graph at the end (``Node.succeeded``, ``Node.state``, ``Node.attempts``): the
-    common path of a run fires no event unless a plugin or a log line wants it.
-    """
-
-    def __init__(self) -> None:
-        """Start with empty records."""
-        self.failed: dict[str, str] = {}
-        """task_id → how its last attempt ended: failed, timed out after N s, process died…"""
-        self.interrupted: set[str] = set()
-
-    @hookimpl
-    def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
-        """Record a failed attempt (an interrupted one counts as stopped)."""
-        self.failed[event.task_id] = "failed"
-        if event.exception_type == "Interrupted":
-            self.interrupted.add(event.task_id)
-
-    @hookimpl
-    def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
-        """Record a timed-out attempt and its timeout."""
-        self.failed[event.task_id] = f"timed out after {event.timeout:g} s"
-
-    @hookimpl
-    def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
-        """Record an attempt whose process died, with its signal or exit code."""
-        if event.signal is not None:
-            self.failed[event.task_id] = f"process died with signal {_signal_name(event.signal)}"
-        else:
-            self.failed[event.task_id] = f"process died with exit code {event.exitcode}"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return f"{signal.Signals(number).name} ({number})"
-    except ValueError:
-        return str(number)
+__all__ = ["FailureLogPlugin", "TransitionLogPlugin"]
 
 
 class _LogPlugin:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.states import TaskState
+from ..executors.base import Outcome
 from ..task import Task
 
 __all__ = ["Node", "find_cycle", "label"]
@@ -26,6 +27,9 @@ class Node:
     attempts: int = 0
     succeeded: bool = False
     """An attempt of this worker succeeded (the summary's "completed")."""
+    last: Outcome | None = None
+    """How this worker's last attempt ended, unless it succeeded (the summary says it for a
+    failed task)."""
     external: bool = False
     limited: bool = False
     reschedules: dict[str, int] = field(default_factory=dict)

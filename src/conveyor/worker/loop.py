@@ -32,6 +32,7 @@ from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     FAILED,
     NEEDS_DEPS,
+    SUCCEEDED,
     AttemptRequest,
     Executor,
     ExecutorContext,
@@ -47,7 +48,7 @@ from ..plugins import HookRelay, load_hook_plugins
 from ..protocol import NoteKind, TaskSpec, TaskStatus, Work
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport, TransportContext
-from .builtin_plugins import FailureLogPlugin, SummaryPlugin, TransitionLogPlugin
+from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
 from .outbox import Outbox
 from .report import RunReport, build_report
@@ -95,7 +96,6 @@ class Worker:
         self.rand: Callable[[], float] = random.random  # jitter of the idle waits
         self.hooks = HookRelay()
         self._transit = Transitions(self.id, self.hooks, clock)
-        self._summary = SummaryPlugin()
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
         self._outbox = Outbox(self._transport, self.config.scheduler, clock.monotonic, self.rand)
@@ -126,7 +126,6 @@ class Worker:
     # --- set-up ---------------------------------------------------------------------------
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
-        self.hooks.register(self._summary, "conveyor.summary")
         for name, log_plugin in (
             ("conveyor.transition-log", TransitionLogPlugin()),
             ("conveyor.failure-log", FailureLogPlugin()),
@@ -241,7 +240,6 @@ class Worker:
             self._graph,
             self._requested,
             self._transport,
-            self._summary,
             self._interrupted,
             self._outbox.unreported(),
             self._running_at_interrupt,
@@ -431,23 +429,24 @@ class Worker:
         and learn its requirements (re-checked before it runs, like every task's)."""
         try:
             task = self._load_foreign(work)
-        except ConveyorError as exc:
-            self._refuse(work.task_id, str(exc))
-            return None
-        try:
-            deps = task.deps()
-        except Exception as exc:  # requires() is user code
-            self._refuse(work.task_id, requires_error(task, exc))
+        except Exception as exc:  # a refused module, bad parameters, or an __init__ that raised
+            error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
+            self._outbox.send("task_failed", self.id, work.task_id, error)
+            log.error("refused task", task_id=work.task_id, error=error)
             return None
         node = Node(task, work.task_id, ev.Params(work.params))
-        node.deps = tuple(dep.task_id for dep in deps)
         self._graph[work.task_id] = node
-        self._transit(node, Trigger.DEPS_FOUND, dependencies=node.deps, dynamic=False)
+        try:
+            deps = task.deps()
+        except Exception as exc:  # requires() is user code: broken, as the walk would say
+            node.error = requires_error(task, exc)
+            self._transit(node, Trigger.BROKEN, error=node.error, phase="requires")
+            spec = self._walker.spec(node, TaskStatus.UNKNOWN, False, explanation=node.error)
+            self._outbox.send("add_tasks", self.id, [spec], self.settings.assistant)
+            return None
+        node.deps = tuple(dep.task_id for dep in deps)
+        self._transit(node, Trigger.ADOPTED, dependencies=node.deps, dynamic=False)
         return node
-
-    def _refuse(self, task_id: str, error: str) -> None:
-        self._outbox.send("task_failed", self.id, task_id, error)
-        log.error("refused task", task_id=task_id, error=error)
 
     def _load_foreign(self, work: Work) -> Task:
         allowed = self.settings.task_modules
@@ -484,6 +483,8 @@ class Worker:
         node = self._running.pop(outcome.task_id, None)
         if node is None:
             return
+        # kept for the summary, which says how a failed task ended (nothing to keep for others)
+        node.last = None if outcome.kind is SUCCEEDED else outcome
         if outcome.suspended is None:
             node.notes = None  # only a run() that will resume needs them again
         yielded = outcome.kind is NEEDS_DEPS
@@ -505,7 +506,7 @@ class Worker:
             if outcome.suspended is not None:
                 outcome.suspended.close()
             error = self._still_incomplete(node, missing)
-            outcome = replace(
+            outcome = node.last = replace(
                 outcome, kind=FAILED, error=error, exception_type="UnfulfilledDependency"
             )
         node.error = truncate(outcome.error or outcome.kind)

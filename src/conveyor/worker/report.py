@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from ..core.states import TaskState
 from ..core.summary import Category, SummaryFacts, exit_code, first_line, render_summary
 from ..errors import SchedulerUnavailable
-from ..protocol import TaskStatus
+from ..executors.base import Outcome
+from ..protocol import AttemptOutcome, TaskStatus
 from ..secrets import hide_secret_params
 from ..transports.base import SchedulerTransport
-from .builtin_plugins import SummaryPlugin
 from .graph import Node, label
 
 __all__ = ["RunReport", "build_report"]
@@ -34,7 +35,6 @@ def build_report(
     graph: Mapping[str, Node],
     requested: Sequence[str],
     transport: SchedulerTransport,
-    records: SummaryPlugin,
     interrupted: str = "",
     unreported: Set[str] = frozenset(),
     running_at_interrupt: int = 0,
@@ -68,8 +68,8 @@ def build_report(
         label=lambda t: label(graph[t].task),
         requested=list(dict.fromkeys(requested)),
         interrupted=interrupted,
-        reasons={t: _reason(graph[t], records.failed.get(t, "failed"), errors[t]) for t in failed},
-        stopped=sum(1 for t in records.interrupted if not graph[t].succeeded),
+        reasons={t: _reason(graph[t], errors[t]) for t in failed},
+        stopped=sum(1 for node in graph.values() if _interrupted(node.last)),
         running=running_at_interrupt,
         unreachable=unreachable,
     )
@@ -79,15 +79,34 @@ def build_report(
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
 
 
-def _reason(node: Node, ending: str, explanation: str) -> str:
-    """How a failed task ended, in one line: ``failed: ValueError: boom``, ``timed out ...``.
+def _reason(node: Node, explanation: str) -> str:
+    """How a failed task ended, in one line: ``failed: ValueError: boom``, ``timed out after
+    N s``, ``process died with signal SIGKILL (9)``; from this worker's last attempt.
 
     Secrets are hidden: credentials in URLs and the values of the task's secret parameters.
     """
-    if ending != "failed":
-        return ending  # the explanation of a timeout or a dead process says no more than this
+    last = node.last
+    if last is not None and last.kind == AttemptOutcome.TIMED_OUT:
+        return f"timed out after {last.timeout:g} s"
+    if last is not None and last.kind == AttemptOutcome.PROCESS_DIED:
+        if last.signal is not None:
+            return f"process died with signal {_signal_name(last.signal)}"
+        return f"process died with exit code {last.exitcode}"
+    # the explanation of a timeout or a dead process says no more than the lines above
     line = first_line(hide_secret_params(explanation, node.params))  # hide, then cut
     return f"failed: {line}" if line else "failed"
+
+
+def _interrupted(last: Outcome | None) -> bool:
+    """True if the attempt was stopped by the worker's interruption (SIGTERM/SIGINT)."""
+    return last is not None and last.exception_type == "Interrupted"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)
 
 
 def _explanation(transport: SchedulerTransport, task_id: str) -> str:
