@@ -737,6 +737,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "tasks": "tasks",
         "kind": "note",
         "value": "any",
+        "attempt": "any",
     }
 
     def route_fields(route: str) -> dict[str, tuple[str, bool]]:

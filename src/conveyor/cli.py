@@ -122,7 +122,7 @@ commands:
   run TASK [--<param> VALUE ...]   run a task and everything it needs
   plugins [--json] [--config PATH] list installed backends and hook plugins
   config [--config PATH]           validate and print the effective configuration
-  scheduler [--host H] [--port P] [--state-path PATH] [--config PATH]
+  scheduler [--host H] [--port P] [--state-path PATH] [--recover] [--config PATH]
                                    serve the central scheduler (needs the 'server' extra)
   worker --scheduler-url URL [--workers N] [--config PATH]
                                    a long-running assistant of a central scheduler
@@ -403,10 +403,13 @@ def cmd_scheduler(args: list[str]) -> int:
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--state-path")
+    parser.add_argument("--recover", action="store_true")
     parser.add_argument("--config")
     opts = parser.parse_args(args)
     config = load_config(opts.config)
     overrides = {"host": opts.host, "port": opts.port, "state_path": opts.state_path}
+    if opts.recover:  # move unusable state rows aside instead of refusing to start
+        overrides["on_corrupt_state"] = "quarantine"
     config = config.with_section("server", **overrides)
     configure_logging(config.logging)
     from .server.main import serve

@@ -172,6 +172,11 @@ class ServerSettings:
     state_store: str = _setting("sqlite", "str", "a conveyor.state_stores name", **_NAME)
     state_path: str = _setting("conveyor-state.db", "str", **_NAME)
     max_request_bytes: int = _setting(1048576, "int", ge=1)
+    on_corrupt_state: str = _setting(
+        "refuse", "str", "unusable state rows", choices=("refuse", "quarantine")
+    )
+    # each entry is checked (host[:port]) by conveyor.server.hosts when the server starts
+    allowed_hosts: tuple[str, ...] = _setting((), "str_list", "more names it answers to")
 
 
 @dataclass(frozen=True, slots=True)

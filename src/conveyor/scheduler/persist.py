@@ -3,19 +3,39 @@
 Only what cannot be derived is stored; dependents, unmet counts, heaps and resource use are
 rebuilt by :meth:`~conveyor.scheduler.policy.SchedulerCore.restore`. Rows are plain data:
 nothing is pickled.
+
+:func:`from_row` is the one place where a stored row is validated: every field of
+:func:`to_row` must be there with its type, nothing else may be, and the status must be one of
+SPEC §7's. A row that fails raises :class:`RowError` naming the field, so a store (or the
+server) can say which row is unusable and why instead of crashing or serving a state that does
+not exist. Fields added after rows were first written (:data:`ADDED_FIELDS`) may be missing:
+a row saved by an older conveyor gets their default.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections import deque
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..protocol import TaskStatus
 from .policy import TaskRecord
 
-__all__ = ["SCHEMA_VERSION", "from_row", "to_row"]
+__all__ = ["ADDED_FIELDS", "SCHEMA_VERSION", "RowError", "from_row", "to_row"]
 
 SCHEMA_VERSION = 1
+
+
+class RowError(ValueError):
+    """A stored row is not a task record; ``field`` names the offending field ("" = the row)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        """Say what is wrong (and what was expected) with ``field``."""
+        super().__init__(message)
+        self.field = field
 
 
 def to_row(rec: TaskRecord) -> dict[str, Any]:
@@ -42,31 +62,158 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "progress": rec.progress,
         "tracking_url": rec.tracking_url,
         "registered": rec.registered,
+        "attempt": rec.attempt,
+        "reported": rec.reported,
     }
 
 
-def from_row(row: dict[str, Any]) -> TaskRecord:
-    """A record from :func:`to_row`'s dict."""
-    return TaskRecord(
-        task_id=str(row["task_id"]),
-        seq=int(row["seq"]),
-        family=str(row["family"]),
-        module=str(row["module"]),
-        params={str(k): str(v) for k, v in row["params"].items()},
-        status=TaskStatus(row["status"]),
-        deps=tuple(row["deps"]),
-        own_priority=int(row["own_priority"]),
-        priority=int(row["priority"]),
-        resources={str(k): int(v) for k, v in row["resources"].items()},
-        stakeholders=tuple(row["stakeholders"]),
-        runners=tuple(row["runners"]),
-        worker=row["worker"],
-        retry_count=row["retry_count"],
-        failures=deque(row["failures"]) if row["failures"] else None,
-        wake_at=float(row["wake_at"]),
-        explanation=str(row["explanation"]),
-        status_message=str(row["status_message"]),
-        progress=row["progress"],
-        tracking_url=str(row["tracking_url"]),
-        registered=bool(row["registered"]),
-    )
+def from_row(row: object) -> TaskRecord:
+    """A record from :func:`to_row`'s dict; RowError naming the field if ``row`` is not one."""
+    if not isinstance(row, dict):
+        raise RowError(f"the row is {_json_kind(row)}; expected a JSON object")
+    missing = [name for name in _FIELDS if name not in row and name not in ADDED_FIELDS]
+    if missing:
+        raise RowError(f"field {missing[0]!r} is missing", missing[0])
+    unknown = sorted(str(name) for name in row if name not in _FIELDS)
+    if unknown:
+        raise RowError(f"field {unknown[0]!r} is not a field of a task row", unknown[0])
+    values = {}
+    for name, check in _FIELDS.items():
+        value = row[name] if name in row else ADDED_FIELDS[name]
+        try:
+            values[name] = check(value)
+        except _Expected as exc:
+            raise RowError(f"field {name!r} is {_shown(value)}; expected {exc}", name) from None
+    return TaskRecord(**values)
+
+
+# --- one check per field: the value converted, or _Expected saying what it should be ------------
+
+
+class _Expected(Exception):
+    """A value does not fit; the message is what was expected."""
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Expected("a string")
+    return value
+
+
+def _integer(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Expected("an integer")
+    return value
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _Expected("an integer >= 0")
+    return value
+
+
+def _number(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise _Expected("a finite number")
+    return float(value)
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Expected("true or false")
+    return value
+
+
+def _status(value: Any) -> TaskStatus:
+    if not isinstance(value, str) or value not in _STATUSES:
+        raise _Expected("one of " + ", ".join(TaskStatus))
+    return TaskStatus(value)
+
+
+_STATUSES = frozenset(TaskStatus)
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _Expected("a list of strings")
+    return tuple(value)
+
+
+def _text_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise _Expected("an object of string values")
+    return dict(value)
+
+
+def _count_map(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()
+    ):
+        raise _Expected("an object of integers >= 0")
+    return dict(value)
+
+
+def _failures(value: Any) -> deque[float] | None:
+    if not isinstance(value, list):
+        raise _Expected("a list of finite numbers (failure times)")
+    try:
+        times = [_number(v) for v in value]
+    except _Expected:
+        raise _Expected("a list of finite numbers (failure times)") from None
+    return deque(times) if times else None
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def optional(value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except _Expected as exc:
+            raise _Expected(f"null or {exc}") from None
+
+    return optional
+
+
+_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "task_id": _text,
+    "seq": _integer,
+    "family": _text,
+    "module": _text,
+    "params": _text_map,
+    "status": _status,
+    "deps": _texts,
+    "own_priority": _integer,
+    "priority": _integer,
+    "resources": _count_map,
+    "stakeholders": _texts,
+    "runners": _texts,
+    "worker": _optional(_text),
+    "retry_count": _optional(_integer),
+    "failures": _failures,
+    "wake_at": _number,
+    "explanation": _text,
+    "status_message": _text,
+    "progress": _optional(_number),
+    "tracking_url": _text,
+    "registered": _boolean,
+    "attempt": _count,
+    "reported": _count,
+}
+"""Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
+
+ADDED_FIELDS: Mapping[str, Any] = MappingProxyType({"attempt": 0, "reported": 0})
+"""Fields added after rows were first written, and the value a row saved without one gets.
+A field added to :func:`to_row` later belongs here too, or every older row is unusable."""
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    kinds = {list: "a JSON list", str: "a JSON string", bool: "a JSON boolean"}
+    return kinds.get(type(value), "a JSON number" if isinstance(value, int | float) else "not JSON")
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,8 +1,9 @@
 """The central scheduler's HTTP API: the in-process policy (`SchedulerCore`) over JSON.
 
-Every route under ``/api/v1/`` requires ``Authorization: Bearer <token>`` when a token is set
-(checked before the body is looked at, in constant time); state changes only through ``POST``;
-bodies over ``max_request_bytes`` get 413 without being read; malformed JSON or fields get a
+The :class:`~.guard.Guard` in front checks what the headers alone can tell: the ``Host`` and
+``Origin`` are this server's own, the bearer token on ``/api/v1/`` routes when a token is set
+(in constant time), ``Content-Type: application/json`` on every ``POST``, and the body size
+(413 without reading it). State changes only through ``POST``; malformed JSON or fields get a
 4xx JSON error naming the field. Each state-changing call runs under one lock and its changes
 are committed to the state store before the response is sent.
 """
@@ -16,12 +17,14 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..errors import StaleReport
 from ..protocol import (
     ROUTES,
     AddTasks,
@@ -47,10 +50,13 @@ from ..protocol import (
 from ..scheduler.persist import to_row
 from ..scheduler.policy import SchedulerCore
 from .guard import Guard
+from .hosts import OwnAddress
 from .schema import openapi_document
 from .stores import StateStore
 
 __all__ = ["SchedulerService", "create_app"]
+
+log = structlog.get_logger("conveyor.server")
 
 
 class SchedulerService:
@@ -92,11 +98,12 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         return left
 
     def task_done(r: TaskDone) -> Ok:
-        call(core.task_done, r.worker_id, r.task_id)
+        call(core.task_done, r.worker_id, r.task_id, r.attempt)
         return Ok()
 
     def task_failed(r: TaskFailed) -> TaskFailedAnswer:
-        return TaskFailedAnswer(call(core.task_failed, r.worker_id, r.task_id, r.explanation))
+        status = call(core.task_failed, r.worker_id, r.task_id, r.explanation, r.attempt)
+        return TaskFailedAnswer(status)
 
     def annotate(r: Annotate) -> Ok:
         call(core.annotate, r.task_id, r.kind, r.value)
@@ -180,20 +187,33 @@ def _post_route(name: str, handler: Callable[[Any], Any]) -> Route:
             decoded = decode(request_cls, body)
         except FieldError as exc:
             return _error(422, str(exc), exc.field)
-        result = await asyncio.to_thread(handler, decoded)
+        try:
+            result = await asyncio.to_thread(handler, decoded)
+        except StaleReport as exc:  # fenced: another attempt owns the task; nothing changed
+            log.warning("stale report refused", route=name, error=str(exc))
+            return _error(409, str(exc), "attempt")
         return JSONResponse(encode(result))
 
     return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name)
 
 
-def create_app(service: SchedulerService, token: str, max_request_bytes: int) -> Starlette:
-    """The ASGI application serving ``service``."""
+def create_app(
+    service: SchedulerService, *, token: str, max_request_bytes: int, address: OwnAddress
+) -> Starlette:
+    """The ASGI application serving ``service`` as the server at ``address``."""
     handlers = _handlers(service)
     document = openapi_document()
-    guard = Guard(None, token=token, max_request_bytes=max_request_bytes)
+    guard = Guard(None, token=token, max_request_bytes=max_request_bytes, address=address)
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "api_requests": guard.api_requests})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "api_requests": guard.api_requests,
+                "max_request_bytes": max_request_bytes,
+                "stale_reports": service.core.stale_reports,
+            }
+        )
 
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(document)

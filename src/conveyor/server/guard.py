@@ -1,8 +1,23 @@
-"""ASGI middleware in front of the API: bearer token first, then the body-size limit.
+"""ASGI middleware in front of the app: who may ask, then what they may send.
 
-The token is checked from the headers alone, before any byte of the body is read, and compared
-with :func:`hmac.compare_digest`. A ``Content-Length`` over the limit is refused at once; a body
-that turns out larger while streaming is refused as soon as it crosses the limit.
+Every check but the last reads the headers alone, before any byte of the body; in order:
+
+1. ``Host`` must name this server, else 421 (DNS rebinding; see :mod:`.hosts`);
+2. an ``Origin``, when there is one, must be the server's own, else 403 (another site's page);
+3. ``OPTIONS`` (a CORS preflight) is answered 204 with nothing that approves another origin;
+4. ``/api/`` routes need ``Authorization: Bearer <token>`` when a token is set, else 401,
+   compared with :func:`hmac.compare_digest`;
+5. a ``POST`` to ``/api/`` must be ``Content-Type: application/json`` (parameters such as
+   ``charset`` allowed), else 415: a page can send a form or ``text/plain`` body to another
+   site without asking first, but not JSON;
+6. a ``Content-Length`` over the limit gets 413; a body that turns out larger while it is
+   streamed in gets 413 as soon as it crosses the limit.
+
+Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
+Whatever the guard answers itself closes the connection, and so does any answer the app sends
+before the request's body was read to its end. Without ``Connection: close``, uvicorn keeps
+the connection and reads the rest of the body to throw it away, however large the
+``Content-Length`` (or endless the chunked body) is.
 """
 
 from __future__ import annotations
@@ -11,10 +26,17 @@ import hmac
 import json
 from typing import Any
 
+from .hosts import OwnAddress
+
 __all__ = ["Guard"]
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
+Headers = dict[str, bytes]
+Refusal = tuple[int, str, dict[str, str]]
+
+_CLOSE = (b"connection", b"close")
+_JSON = b"application/json"
 
 
 class _TooLarge(Exception):
@@ -22,63 +44,95 @@ class _TooLarge(Exception):
 
 
 class Guard:
-    """Wraps an ASGI app with authentication and a request-size limit."""
+    """Wraps an ASGI app with the checks above."""
 
-    def __init__(self, app: Any, *, token: str, max_request_bytes: int) -> None:
-        """Guard ``app``; an empty ``token`` turns authentication off."""
+    def __init__(
+        self, app: Any, *, token: str, max_request_bytes: int, address: OwnAddress
+    ) -> None:
+        """Guard ``app``; an empty ``token`` turns authentication off (nothing else)."""
         self.app = app
         self._token = token.encode()
         self.max = max_request_bytes
+        self.address = address
         self.api_requests = 0  # served at /health, for operators and benchmarks
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        """Refuse unauthenticated or oversized requests; pass the rest on."""
+        """Refuse what the checks refuse; pass the rest on, its body size limited."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        if scope["path"].startswith("/api/"):
+        api = scope["path"].startswith("/api/")
+        if api:
             self.api_requests += 1
-        if scope["path"].startswith("/api/") and self._token and not self._authorised(headers):
-            await _reply(
-                send, 401, "missing or invalid bearer token", {"www-authenticate": "Bearer"}
-            )
+        refusal = self._foreign(headers)
+        if refusal is None and scope["method"] == "OPTIONS":
+            await _send(send, 204, b"", {"allow": "GET, POST, OPTIONS"})
             return
-        if self._announced_too_large(headers):
-            await _reply(send, 413, f"request body larger than {self.max} bytes")
+        refusal = refusal or self._unacceptable(scope["method"], headers, api)
+        if refusal is not None:
+            await _reply(send, *refusal)
             return
-        await self._call_limited(scope, receive, send)
+        await self._call_limited(scope, receive, send, _announces_body(headers))
 
-    def _authorised(self, headers: dict[str, bytes]) -> bool:
+    def _foreign(self, headers: Headers) -> Refusal | None:
+        """421 for a Host that is not this server's, 403 for another site's Origin."""
+        host, origin = (_text(headers.get(name)) for name in ("host", "origin"))
+        problem = self.address.host_error(host)
+        if problem:
+            return 421, problem, {}
+        problem = "" if origin is None else self.address.origin_error(origin, host)
+        return (403, problem, {}) if problem else None
+
+    def _unacceptable(self, method: str, headers: Headers, api: bool) -> Refusal | None:
+        """401 without the token, 415 for a POST body that is not JSON, 413 if too large."""
+        if api and self._token and not self._authorised(headers):
+            return 401, "missing or invalid bearer token", {"www-authenticate": "Bearer"}
+        kind = headers.get("content-type")
+        if api and method == "POST" and not _is_json(kind):
+            shown = "none" if kind is None else repr(kind.decode("latin-1"))
+            message = f"Content-Type {shown} is not accepted; expected application/json"
+            return 415, message, {}
+        if self._announced_too_large(headers):
+            return 413, f"request body larger than {self.max} bytes", {}
+        return None
+
+    def _authorised(self, headers: Headers) -> bool:
         scheme, _, given = headers.get("authorization", b"").partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token)
 
-    def _announced_too_large(self, headers: dict[str, bytes]) -> bool:
+    def _announced_too_large(self, headers: Headers) -> bool:
         try:
             return int(headers.get("content-length", b"0")) > self.max
         except ValueError:
             return False
 
-    async def _call_limited(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def _call_limited(self, scope: Scope, receive: Any, send: Any, unread: bool) -> None:
+        """Call the app; 413 once the body crosses the limit, and ``Connection: close`` on an
+        answer that starts while some of the body is still ``unread``."""
         seen = 0
         too_large = False
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal seen, too_large
+            nonlocal seen, too_large, unread
             message: Message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max:
                     too_large = True
                     raise _TooLarge
+                unread = unread and bool(message.get("more_body", False))
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
             if too_large:
                 return  # the app's own answer to the interrupted read is replaced by a 413
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started = True
+                if unread:
+                    message = {**message, "headers": [*message.get("headers", []), _CLOSE]}
             await send(message)
 
         try:
@@ -90,9 +144,33 @@ class Guard:
             await _reply(send, 413, f"request body larger than {self.max} bytes")
 
 
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
+
+
+def _announces_body(headers: Headers) -> bool:
+    """Whether the request says a body follows (chunked, or a Content-Length above 0)."""
+    if "transfer-encoding" in headers:
+        return True
+    return headers.get("content-length", b"0").strip() not in (b"", b"0")
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """``application/json``, whatever its parameters (``; charset=utf-8``)."""
+    media = (content_type or b"").partition(b";")[0]
+    return media.strip().lower() == _JSON
+
+
 async def _reply(send: Any, status: int, error: str, extra: dict[str, str] | None = None) -> None:
+    """A refusal: a JSON error, and the connection closed (an unread body is not drained)."""
     body = json.dumps({"error": error}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await _send(send, status, body, {"content-type": "application/json", **(extra or {})})
+
+
+async def _send(send: Any, status: int, body: bytes, headers: dict[str, str]) -> None:
+    raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+    if status != 204:  # a 204 has no body and must not announce one
+        raw.append((b"content-length", str(len(body)).encode()))
+    raw.append(_CLOSE)
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})

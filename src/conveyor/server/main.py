@@ -1,31 +1,39 @@
-"""``conveyor scheduler``: build the service from the configuration and serve it on uvicorn."""
+"""``conveyor scheduler``: build the service from the configuration and serve it on uvicorn.
+
+Start-up refuses, with one ``conveyor: error:`` line and exit code 2, whatever it cannot serve
+safely: a non-loopback address without a token, a malformed ``[server] allowed_hosts`` entry, a
+port it cannot bind (checked before the state store is opened, so nothing is created), a state
+file that is not a conveyor state database, and unusable rows in one. Those rows are moved
+aside instead, and the server starts, only with ``[server] on_corrupt_state = "quarantine"``
+(``conveyor scheduler --recover``).
+"""
 
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 import sys
 from typing import Any
 
+import structlog
+
 from ..backends import build_backend
-from ..config import Config
+from ..config import Config, ServerSettings
 from ..errors import ConfigError
 from ..scheduler import Scheduler
-from ..scheduler.persist import from_row
-from .stores import StoreContext
+from ..scheduler.persist import RowError, from_row
+from ..scheduler.policy import TaskRecord
+from .hosts import OwnAddress, is_loopback, url_host
+from .stores import CanQuarantine, CorruptState, StateStore, StoreContext, Workers
 
-__all__ = ["bind_listener", "build_service", "check_bind", "serve"]
+__all__ = ["bind_listener", "build_service", "check_bind", "load_state", "serve"]
 
+log = structlog.get_logger("conveyor.server")
 
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+_RECOVER_HINT = (
+    "nothing was changed; to move unusable rows aside and start without them, run "
+    '`conveyor scheduler --recover` or set [server] on_corrupt_state = "quarantine"'
+)
 
 
 def check_bind(host: str, token: str) -> None:
@@ -48,10 +56,68 @@ def build_service(config: Config) -> Any:
         config,
         lambda settings: StoreContext(server.state_path, settings),
     )
-    rows, workers = store.load()
-    core = Scheduler(config)
-    core.restore([from_row(row) for row in rows], workers)
+    try:
+        records, workers = load_state(store, server)
+        core = Scheduler(config)
+        core.restore(records, workers)
+    except BaseException:
+        store.close()
+        raise
     return SchedulerService(core, store)
+
+
+def load_state(store: StateStore, server: ServerSettings) -> tuple[list[TaskRecord], Workers]:
+    """The store's records and workers, each row checked by
+    :func:`~conveyor.scheduler.persist.from_row`.
+
+    Unusable rows stop the start (ConfigError, nothing changed) unless ``on_corrupt_state`` is
+    ``"quarantine"``: then the store moves them aside, the server says how many on stderr and
+    in a warning, and the rest is loaded.
+    """
+    try:
+        rows, workers = store.load()
+    except CorruptState as exc:
+        if server.on_corrupt_state != "quarantine":
+            raise ConfigError(f"{exc}; {_RECOVER_HINT}", source=exc.location) from None
+        if not isinstance(store, CanQuarantine):
+            message = f"{exc}; the {server.state_store!r} state store cannot quarantine rows"
+            raise ConfigError(message, source=exc.location) from None
+        _announce(exc, store.quarantine(exc.bad))
+        rows, workers = store.load()
+    return [_record(row, server.state_store) for row in rows], workers
+
+
+def _record(row: Any, store_name: str) -> TaskRecord:
+    """A loaded row as a record; a row the store should have reported is refused."""
+    try:
+        return from_row(row)
+    except RowError as exc:
+        task_id = row.get("task_id") if isinstance(row, dict) else None
+        raise ConfigError(
+            f"the {store_name!r} state store returned an unusable task row (task_id "
+            f"{task_id!r}): {exc}; refusing to serve it (a store reports such rows by raising "
+            "CorruptState from load())"
+        ) from None
+
+
+def _announce(exc: CorruptState, where: str) -> None:
+    """One line on stderr and a warning: how many rows went where, and the first reason."""
+    first, count = exc.bad[0], len(exc.bad)
+    rows = "1 unusable row" if count == 1 else f"{count} unusable rows"
+    print(
+        f"conveyor scheduler: moved {rows} into {where} (first: "
+        f"{first.where}: {first.reason}); starting without them",
+        file=sys.stderr,
+        flush=True,
+    )
+    log.warning(
+        "unusable state rows quarantined",
+        count=count,
+        state=exc.location,
+        quarantine=where,
+        first=first.where,
+        reason=first.reason,
+    )
 
 
 def serve(config: Config) -> int:
@@ -67,15 +133,21 @@ def serve(config: Config) -> int:
         ) from None
     server = config.server
     check_bind(server.host, server.token)
+    address = OwnAddress.of(server.host, server.port, server.allowed_hosts)
     # bind before the state store is opened: a server that cannot listen creates nothing
     listener = bind_listener(server.host, server.port)
     try:
         service = build_service(config)
         try:
-            app = create_app(service, server.token, server.max_request_bytes)
+            app = create_app(
+                service,
+                token=server.token,
+                max_request_bytes=server.max_request_bytes,
+                address=address,
+            )
             port = listener.getsockname()[1]
             print(
-                f"conveyor scheduler on http://{_url_host(server.host)}:{port} "
+                f"conveyor scheduler on http://{url_host(server.host)}:{port} "
                 f"(state: {server.state_store} {server.state_path})",
                 file=sys.stderr,
                 flush=True,
@@ -92,7 +164,7 @@ def serve(config: Config) -> int:
 def bind_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port``; ConfigError (exit 2) naming the address if the
     port is taken or the address cannot be used."""
-    where = f"{_url_host(host)}:{port}"
+    where = f"{url_host(host)}:{port}"
     sock: socket.socket | None = None
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -115,7 +187,3 @@ def bind_listener(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             reason = "the address is already in use (is another scheduler running there?)"
         raise ConfigError(f"cannot listen on {where}: {reason}") from None
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host

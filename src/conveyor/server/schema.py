@@ -33,13 +33,19 @@ def openapi_document() -> dict[str, Any]:
             "content": {"application/json": {"schema": json_schema(cls)}},
         }
 
+    # every request: a Host that is not the server's (421), another site's Origin (403)
+    foreign = {"403": error, "421": error}
     paths: dict[str, Any] = {
-        "/health": {"get": {"responses": {"200": {"description": "alive"}}, "security": []}},
+        "/health": {
+            "get": {"responses": {"200": {"description": "alive"}, **foreign}, "security": []}
+        },
         "/api/v1/tasks": {
-            "get": {"responses": {"200": answer("the task list", TaskList), "401": error}}
+            "get": {
+                "responses": {"200": answer("the task list", TaskList), "401": error, **foreign}
+            }
         },
         "/api/v1/workers": {
-            "get": {"responses": {"200": {"description": "the workers"}, "401": error}}
+            "get": {"responses": {"200": {"description": "the workers"}, "401": error, **foreign}}
         },
     }
     for name, route in ROUTES.items():
@@ -55,7 +61,9 @@ def openapi_document() -> dict[str, Any]:
                     "400": error,
                     "401": error,
                     "413": error,
+                    "415": error,
                     "422": error,
+                    **foreign,
                 },
             }
         }

@@ -5,6 +5,15 @@ A store saves rows (see :mod:`conveyor.scheduler.persist`) and loads them at sta
 returns only once the rows are committed, so the server acknowledges nothing it could lose to
 ``kill -9``. The SQLite store uses WAL, one connection (one writer, serialised by the server)
 and a versioned schema migrated on open; rows are JSON text, never pickle.
+
+Unusable state is refused, not served. A file that is not a conveyor state database (another
+application's tables, or ours with other columns) is refused when the store is opened, before
+anything is written to it. Rows that cannot be read back as records make ``load()`` raise
+:class:`CorruptState` listing each as a :class:`BadRow`, again having changed nothing; a store
+that can hold such rows also implements :class:`CanQuarantine`, which moves them aside (the
+SQLite store: into its ``quarantine`` table, raw data and reason kept) so that the next
+``load()`` returns the rest. Whether that happens is the server's decision
+(``[server] on_corrupt_state``), not the store's.
 """
 
 from __future__ import annotations
@@ -13,14 +22,23 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import ConfigError
+from ..scheduler.persist import RowError, from_row
 from ..settings import Field
 
-__all__ = ["MemoryStore", "SqliteStore", "StateStore"]
+__all__ = [
+    "BadRow",
+    "CanQuarantine",
+    "CorruptState",
+    "MemoryStore",
+    "SqliteStore",
+    "StateStore",
+]
 
 Rows = list[dict[str, Any]]
 Workers = list[tuple[str, bool]]
@@ -35,6 +53,32 @@ class StoreContext:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class BadRow:
+    """A stored row that cannot be read back: where it is, and what is wrong with it."""
+
+    key: Any
+    """The store's own handle on the row, for :meth:`CanQuarantine.quarantine`."""
+    where: str
+    """The row as a message names it: ``task row 3 (task_id 'a')``."""
+    reason: str
+    """What is wrong, naming the field and what was expected."""
+
+
+class CorruptState(ConfigError):
+    """``load()`` found rows it cannot return; nothing was changed. ``bad`` lists them all."""
+
+    def __init__(self, location: str, bad: Sequence[BadRow]) -> None:
+        """``location`` names the state (``state database 'x.db'``); ``bad`` is not empty."""
+        first = bad[0]
+        count = "1 unusable row" if len(bad) == 1 else f"{len(bad)} unusable rows, the first"
+        super().__init__(
+            f"{location} holds {count}: {first.where}: {first.reason}", source=location
+        )
+        self.location = location
+        self.bad = tuple(bad)
+
+
 class StateStore(Protocol):
     """What the server needs from a store; built once as ``cls(StoreContext)``.
     ``conveyor.testing.stores.check_state_store`` is its conformance check."""
@@ -42,13 +86,27 @@ class StateStore(Protocol):
     settings_schema: ClassVar[dict[str, Field]]
 
     def load(self) -> tuple[Rows, Workers]:
-        """Every saved task row and ``(worker_id, assistant)`` pair."""
+        """Every saved task row and ``(worker_id, assistant)`` pair.
+
+        Raises :class:`CorruptState` (having changed nothing) if some rows cannot be read back
+        as what :meth:`save` was given: each row returned passes
+        :func:`~conveyor.scheduler.persist.from_row`.
+        """
 
     def save(self, rows: Iterable[dict[str, Any]], workers: Iterable[tuple[str, bool]]) -> None:
         """Upsert rows and workers; return once they are durable."""
 
     def close(self) -> None:
         """Release the store."""
+
+
+@runtime_checkable
+class CanQuarantine(Protocol):
+    """A store that can set aside the rows its ``load()`` reported in :class:`CorruptState`."""
+
+    def quarantine(self, bad: Sequence[BadRow]) -> str:
+        """Move ``bad`` out of the state, keeping their raw data and reasons (never deleting
+        them), in one committed transaction; return where they went, for the operator."""
 
 
 class MemoryStore:
@@ -84,6 +142,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 
+# Created by the first quarantine(), not by a migration, so that a database that is refused or
+# never needs it is left exactly as it was. row_key and data have no type: values are kept as
+# they were found (text, blob, number or NULL).
+_QUARANTINE = (
+    "CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, source_table TEXT NOT NULL,"
+    " row_key, data, reason TEXT NOT NULL, quarantined_at REAL NOT NULL)"
+)
+# table -> (key column, data column): what quarantine() copies of a row of that table
+_QUARANTINED = {"tasks": ("task_id", "data"), "workers": ("worker_id", "assistant")}
+
+Columns = tuple[tuple[str, str, int, int], ...]  # (name, declared type, not null, primary key)
+
 
 class SqliteStore:
     """State in one SQLite file (WAL), migrated to the current schema when opened."""
@@ -98,33 +168,61 @@ class SqliteStore:
     }
 
     def __init__(self, context: StoreContext) -> None:
-        """Open (creating and migrating if needed) the database at ``context.state_path``."""
-        state_path = context.state_path
+        """Open (creating and migrating if needed) the database at ``context.state_path``.
+
+        The schema is checked before anything is written: a file that is not a conveyor state
+        database is refused (ConfigError) and left as it was.
+        """
+        self._path = context.state_path
         synchronous = str(context.settings.get("synchronous", "normal")).upper()
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(state_path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._migrate(state_path)
+            self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
-            raise ConfigError(
-                f"cannot use {state_path!r} as the scheduler's state database: {exc}; "
-                "expected an SQLite file (or a path where one can be created)"
-            ) from None
+            raise self._unusable(exc) from None
+        self._wal = False  # switched on by the first write: a refused file stays as it was
+        try:
+            version = self._check_schema()
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._migrate(version)
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._unusable(exc) from None
+            raise
 
-    def _migrate(self, state_path: str) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+    def _unusable(self, exc: sqlite3.Error) -> ConfigError:
+        return ConfigError(
+            f"cannot use {self._path!r} as the scheduler's state database: {exc}; "
+            "expected an SQLite file (or a path where one can be created)"
+        )
+
+    def _check_schema(self) -> int:
+        """The database's schema version, after checking (reading only) that it is ours."""
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
         if version > SCHEMA_VERSION:
             raise ConfigError(
-                f"state database {state_path!r} has schema version {version}, newer than this "
+                f"state database {self._path!r} has schema version {version}, newer than this "
                 f"conveyor understands ({SCHEMA_VERSION}); upgrade conveyor"
             )
+        problem = _schema_problem(_tables_of(self._db), version)
+        if problem:
+            raise ConfigError(
+                f"{self._path!r} is not a conveyor state database: {problem}; refusing to use or "
+                "change it, even with --recover (quarantine is for rows, not for a foreign "
+                "file); set [server] state_path to a conveyor state database or a new file"
+            )
+        return version
+
+    def _migrate(self, version: int) -> None:
         for target in range(version + 1, SCHEMA_VERSION + 1):
             self._transaction(functools.partial(_apply, version=target))
 
     def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
         with self._lock:
+            if not self._wal:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._wal = True
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 work(self._db)
@@ -134,14 +232,50 @@ class SqliteStore:
             self._db.execute("COMMIT")
 
     def load(self) -> tuple[Rows, Workers]:
-        """Every saved row and worker."""
+        """Every saved row and worker; CorruptState (nothing changed) naming unusable rows."""
         with self._lock:
-            rows = [json.loads(d) for (d,) in self._db.execute("SELECT data FROM tasks")]
-            workers = [
-                (w, bool(a))
-                for w, a in self._db.execute("SELECT worker_id, assistant FROM workers")
-            ]
-        return rows, workers
+            tasks = self._db.execute("SELECT rowid, task_id, data FROM tasks").fetchall()
+            workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
+            worker_rows = workers.fetchall()
+        rows: Rows = []
+        pairs: Workers = []
+        bad: list[BadRow] = []
+        for rowid, task_id, data in tasks:
+            try:
+                rows.append(_task_row(task_id, data))
+            except RowError as exc:
+                where = f"task row {rowid} (task_id {task_id!r})"
+                bad.append(BadRow(("tasks", rowid), where, str(exc)))
+        for rowid, worker_id, assistant in worker_rows:
+            problem = _worker_problem(worker_id, assistant)
+            if problem:
+                where = f"worker row {rowid} (worker_id {worker_id!r})"
+                bad.append(BadRow(("workers", rowid), where, problem))
+            else:
+                pairs.append((worker_id, bool(assistant)))
+        if bad:
+            raise CorruptState(f"state database {self._path!r}", bad)
+        return rows, pairs
+
+    def quarantine(self, bad: Sequence[BadRow]) -> str:
+        """Move the rows into the ``quarantine`` table (raw values, reason, time), in one
+        transaction; return where they went."""
+        now = time.time()
+
+        def move(db: sqlite3.Connection) -> None:
+            db.execute(_QUARANTINE)
+            for row in bad:
+                table, rowid = row.key
+                key, data = _QUARANTINED[table]
+                db.execute(
+                    "INSERT INTO quarantine (source_table, row_key, data, reason, quarantined_at)"
+                    f" SELECT ?, {key}, {data}, ?, ? FROM {table} WHERE rowid = ?",
+                    (table, row.reason, now, rowid),
+                )
+                db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+
+        self._transaction(move)
+        return f"the table 'quarantine' of {self._path!r}"
 
     def save(self, rows: Iterable[dict[str, Any]], workers: Iterable[tuple[str, bool]]) -> None:
         """Upsert in one committed transaction."""
@@ -166,3 +300,120 @@ def _apply(db: sqlite3.Connection, version: int) -> None:
     for statement in _MIGRATIONS[version]:
         db.execute(statement)
     db.execute(f"PRAGMA user_version={version}")
+
+
+# --- reading rows back ----------------------------------------------------------------------------
+
+
+def _task_row(task_id: object, data: object) -> dict[str, Any]:
+    """The row saved as ``data`` under ``task_id``; RowError if it is not a valid one."""
+    if not isinstance(data, str):
+        raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
+    try:
+        row = json.loads(data, parse_constant=_not_a_number)
+    except (ValueError, RecursionError) as exc:
+        raise RowError(f"data is not JSON ({exc})", "data") from None
+    from_row(row)
+    if row["task_id"] != task_id:
+        message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
+        raise RowError(message, "task_id")
+    return dict(row)
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _worker_problem(worker_id: object, assistant: object) -> str:
+    if not isinstance(worker_id, str) or not worker_id:
+        return f"worker_id is {_sql_kind(worker_id)}; expected a non-empty string"
+    if type(assistant) is not int or assistant not in (0, 1):
+        return f"assistant is {assistant!r}; expected 0 or 1"
+    return ""
+
+
+def _sql_kind(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return "a BLOB"
+    kinds = {int: "an INTEGER", float: "a REAL"}
+    return f"{kinds.get(type(value), 'TEXT')} {value!r}"
+
+
+# --- is this database ours? -----------------------------------------------------------------------
+
+
+def _tables_of(db: sqlite3.Connection) -> dict[str, Columns]:
+    """Every table and view of ``db`` (SQLite's own excepted) with its columns."""
+    names = db.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+        " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+    ).fetchall()
+    return {
+        name: tuple(
+            (column, kind.upper(), notnull, pk)
+            for _, column, kind, notnull, _, pk in db.execute(
+                "SELECT * FROM pragma_table_info(?)", (name,)
+            )
+        )
+        for (name,) in names
+    }
+
+
+@functools.cache
+def _tables_after(statements: tuple[str, ...]) -> dict[str, Columns]:
+    """The tables an empty database has after ``statements``: the expected schema, built from
+    the statements that create it rather than written down a second time."""
+    db = sqlite3.connect(":memory:")
+    try:
+        for statement in statements:
+            db.execute(statement)
+        return _tables_of(db)
+    finally:
+        db.close()
+
+
+def _schema_problem(found: Mapping[str, Columns], version: int) -> str:
+    """What makes ``found`` differ from conveyor's schema at ``version`` ("" if nothing)."""
+    if version == 0 and found:  # not created by conveyor: say how it differs from our schema
+        return _difference(found, _schema_at(SCHEMA_VERSION)) or (
+            "its tables have no conveyor schema version (PRAGMA user_version is 0)"
+        )
+    return _difference(found, _schema_at(version))
+
+
+def _schema_at(version: int) -> dict[str, Columns]:
+    return _tables_after(tuple(s for v in range(1, version + 1) for s in _MIGRATIONS[v]))
+
+
+def _difference(found: Mapping[str, Columns], expected: Mapping[str, Columns]) -> str:
+    tables = dict(found)
+    if tables.get("quarantine") == _tables_after((_QUARANTINE,))["quarantine"]:
+        del tables["quarantine"]
+    for name, columns in expected.items():
+        if name in tables and tables[name] != columns:
+            return (
+                f"its table {name!r} has the columns {_columns(tables[name])}; "
+                f"expected {_columns(columns)}"
+            )
+    extra = sorted(set(tables) - set(expected))
+    if extra:
+        return f"it has {_names('table', extra)}, which conveyor does not use"
+    missing = sorted(set(expected) - set(tables))
+    if missing:
+        return f"it lacks {_names('table', missing)}"
+    return ""
+
+
+def _names(what: str, names: Sequence[str]) -> str:
+    listed = ", ".join(repr(n) for n in names)
+    return f"{what} {listed}" if len(names) == 1 else f"{what}s {listed}"
+
+
+def _columns(columns: Columns) -> str:
+    def column(name: str, kind: str, notnull: int, pk: int) -> str:
+        words = [name, kind, "NOT NULL" if notnull else "", "PRIMARY KEY" if pk else ""]
+        return " ".join(w for w in words if w)
+
+    return "(" + ", ".join(column(*c) for c in columns) + ")"
