@@ -16,7 +16,7 @@ import pytest
 
 import conveyor
 from conveyor.task import load_task_class
-from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
+from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked, wait_for
 from conveyor.worker.report import RunReport
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
@@ -331,3 +331,246 @@ def test_a_task_too_large_to_register_is_named_and_nothing_is_registered(
     assert "Traceback" not in proc.stderr
     config = conveyor.Config().with_overrides(scheduler_url=small_server.url)
     assert HttpTransport(config).task_list() == []
+
+
+# --- processes that escape the attempt's process group -------------------------------------
+
+ESCAPING = """
+import pathlib
+import subprocess
+import time
+
+import conveyor
+
+
+class Escaper(conveyor.Task):
+    '''Starts a helper in a session of its own (outside the attempt's process group).'''
+
+    pidfile = conveyor.Parameter()
+    hang = conveyor.BoolParameter()
+    worker_timeout = 2
+
+    def run(self):
+        # a daemon: its own session, and its parent gone at once (so no longer a descendant)
+        script = f"sleep 600 & echo $! > {self.pidfile}.tmp && mv {self.pidfile}.tmp {self.pidfile}"
+        subprocess.run(["setsid", "sh", "-c", script], check=True)
+        while not pathlib.Path(self.pidfile).exists():
+            time.sleep(0.01)
+        if self.hang:
+            time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("executor", "hang"), [("fork", False), ("subprocess", False), ("fork", True)]
+)
+def test_a_helper_that_escapes_with_setsid_is_killed_after_the_attempt(
+    executor: str, hang: bool, task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A daemon the task starts (own session, parent gone: neither in the attempt's process
+    group nor among its descendants) survives neither a successful attempt nor a timed-out
+    one; the leak is logged with its command line."""
+    import psutil
+
+    module = task_module(ESCAPING)
+    pidfile = tmp_path / "helper.pid"
+    args = ["--pidfile", str(pidfile), "--executor", executor]
+    proc = run_cli("run", f"{module}.Escaper", *args, *(["--hang"] if hang else []), cwd=tmp_path)
+    assert proc.returncode == (1 if hang else 0), proc.stdout + proc.stderr
+    helper_pid = int(pidfile.read_text())
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(helper_pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, 10, "the escaped helper to be killed")
+    leaks = [line for line in proc.stderr.splitlines() if "left a process behind" in line]
+    assert len(leaks) == 1 and "sleep 600" in leaks[0] and str(helper_pid) in leaks[0]
+
+
+# --- one running instance, and reports that count once (a real server, a faulty network) -----
+
+
+def _server(tmp_path: Path, toml: str) -> SchedulerProcess:
+    config = tmp_path / "server.toml"
+    config.write_text(toml, encoding="utf-8")
+    marker = uuid.uuid4().hex
+    proc = SchedulerProcess(tmp_path, config, child_env(tmp_path, "FT_MARKER", marker))
+    proc.start()
+    return proc
+
+
+def _health(server: SchedulerProcess) -> dict[str, object]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "/health", timeout=5) as answer:
+        health: dict[str, object] = json.load(answer)
+    return health
+
+
+def _statuses(server: SchedulerProcess) -> dict[str, str]:
+    from conveyor.transports.http import HttpTransport
+
+    config = conveyor.Config().with_overrides(scheduler_url=server.url)
+    return {info.task_id: info.status for info in HttpTransport(config).task_list()}
+
+
+FAILING = """
+import conveyor
+
+
+class Fails(conveyor.Task):
+    def run(self):
+        raise ValueError("boom")
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_lost_answer_to_task_failed_counts_the_failure_once(
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """The server applies a task_failed whose answer the network then loses; the worker sends
+    it again. With retry_count = 2 the task must be FAILED after one failed run, not DISABLED
+    (the retried report is acknowledged without counting)."""
+    from conveyor.testing.proxy import FaultyProxy
+
+    server = _server(tmp_path, "[scheduler]\nretry_count = 2\n")
+    try:
+        with FaultyProxy(server.port) as proxy:
+            module = task_module(FAILING)
+            (tmp_path / "worker.toml").write_text(
+                "[scheduler]\nrpc_retry_wait = 0.05\nrpc_timeout = 5\n", encoding="utf-8"
+            )
+            proxy.drop_answer(b"/api/v1/task_failed")
+            proc = run_cli("run", f"{module}.Fails", "--scheduler-url", proxy.url, cwd=tmp_path)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert proxy.requests(b"/api/v1/task_failed") == 2  # the answer was lost once
+        assert list(_statuses(server).values()) == ["FAILED"]
+    finally:
+        server.kill()
+
+
+SLOW = """
+import os
+import pathlib
+import time
+
+import conveyor
+
+ROOT = pathlib.Path({root!r})
+
+
+class Slow(conveyor.Task):
+    '''Records who runs it; waits for the test's go-ahead; says whether another ran at once.'''
+
+    def run(self):
+        who = os.environ["FT_WHO"]
+        others = [int(p.read_text()) for p in ROOT.glob("*.pid")]
+        alive = [pid for pid in others if _alive(pid)]
+        (ROOT / f"{{who}}.pid").write_text(str(os.getpid()))
+        (ROOT / f"{{who}}.overlap").write_text(str(bool(alive)))
+        while not (ROOT / f"{{who}}.go").exists():
+            time.sleep(0.05)
+        with (ROOT / "finished").open("a") as out:
+            out.write(who + "\\n")
+
+    def output(self):
+        return conveyor.LocalTarget(str(ROOT / "slow.out"))
+
+    def complete(self):
+        return (ROOT / "finished").exists()
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    with open(f"/proc/{{pid}}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_partitioned_worker_fences_itself_and_its_late_report_is_refused(
+    task_module: WriteModule, tmp_path: Path
+) -> None:
+    """Worker A runs a task; its traffic is black-holed past worker_disconnect_delay. A stops
+    its attempt before the scheduler hands the task to B (never two running instances), B
+    runs it, and when A's network is back its report of the old attempt is refused (409):
+    the task ends DONE, run once to its end, and the server counts one stale report."""
+    import os
+    import subprocess
+    import sys
+
+    from conveyor.testing.proxy import FaultyProxy
+
+    server = _server(tmp_path, "[scheduler]\nworker_disconnect_delay = 4\nretry_delay = 0\n")
+    root = tmp_path / "run"
+    root.mkdir()
+    module = task_module(SLOW.format(root=str(root)))
+    worker_toml = tmp_path / "worker.toml"
+    worker_toml.write_text(
+        "[worker]\nexecutor = 'fork'\nping_interval = 0.5\nkill_grace = 1\nkeep_alive = true\n"
+        "wait_interval = 0.2\nwait_jitter = 0\n"
+        "[scheduler]\nrpc_timeout = 1\nrpc_retries = 2\nrpc_retry_wait = 0.1\n",
+        encoding="utf-8",
+    )
+
+    def start(who: str, url: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "FT_WHO": who, "PYTHONPATH": str(tmp_path)}
+        env.pop("CONVEYOR_CONFIG", None)
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "conveyor", "run", f"{module}.Slow"),
+                *("--scheduler-url", url, "--config", str(worker_toml), "--log-format", "json"),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        with FaultyProxy(server.port) as proxy:
+            a = start("A", proxy.url)
+            workers.append(a)
+            wait_for((root / "A.pid").exists, 30, "worker A's attempt to start")
+            a_pid = int((root / "A.pid").read_text())
+            proxy.blackhole()
+            b = start("B", server.url)
+            workers.append(b)
+            wait_for((root / "B.pid").exists, 40, "worker B to be handed the task")
+            assert (root / "B.overlap").read_text() == "False"  # A's attempt was gone
+            assert not (root / "A.overlap").exists() or (root / "A.overlap").read_text() == "False"
+            (root / "B.go").write_text("go")
+            (root / "A.go").write_text("go")  # too late for A: its attempt was killed
+            _, b_err = b.communicate(timeout=40)
+            assert b.returncode == 0, b_err
+            proxy.restore()
+            _, a_err = a.communicate(timeout=60)
+        assert (root / "finished").read_text() == "B\n"
+        assert not _pid_alive(a_pid)
+        assert "stopping running attempts" in a_err, a_err
+        assert "refused a stale report" in a_err, a_err
+        assert list(_statuses(server).values()) == ["DONE"]
+        assert _health(server)["stale_reports"] == 1
+    finally:
+        for proc in workers:
+            proc.kill()
+        server.kill()
+
+
+def _pid_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

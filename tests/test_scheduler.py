@@ -569,3 +569,85 @@ def test_get_work_with_a_running_list_does_not_scan_the_workers_tasks() -> None:
     work = core.get_work("w", running=())
     assert work is not None and work.task_id == "t19999"
     assert _CountingDict.lookups < 50
+
+
+# --- attempt ids: fencing and idempotent reports (issue 9) -----------------------------------
+
+
+def test_every_hand_out_has_a_new_attempt_id_and_the_lease(core: SchedulerCore, clock: FakeClock):
+    """Each hand-out of a task carries the next attempt id and worker_disconnect_delay."""
+    core.add_tasks("w", specs("t"))
+    first = core.get_work("w")
+    assert (first.attempt, first.lease) == (1, DISCONNECT)
+    core.task_failed("w", "t", "boom", first.attempt)
+    clock.advance(RETRY_DELAY)
+    assert core.get_work("w").attempt == 2
+
+
+def test_a_failure_reported_twice_counts_once(make: MakeCore, clock: FakeClock):
+    """A task_failed sent again (its answer was lost) is acknowledged, not counted again: with
+    retry_count = 2 one failed attempt leaves the task FAILED, not DISABLED."""
+    core = make(retry_count=2)
+    core.add_tasks("w", specs("t"))
+    work = core.get_work("w")
+    assert core.task_failed("w", "t", "boom", work.attempt) == "FAILED"
+    assert core.task_failed("w", "t", "boom", work.attempt) == "FAILED"
+    assert status(core, "t") == "FAILED"
+    clock.advance(RETRY_DELAY)
+    again = core.get_work("w")
+    assert core.task_failed("w", "t", "boom", again.attempt) == "DISABLED"  # the 2nd real one
+
+
+def test_a_success_reported_twice_is_applied_once(core: SchedulerCore, clock: FakeClock):
+    """task_done sent again is acknowledged; it changes nothing the second time."""
+    core.add_tasks("w", specs("t"))
+    work = core.get_work("w")
+    core.task_done("w", "t", work.attempt)
+    core.task_done("w", "t", work.attempt)
+    assert status(core, "t") == "DONE" and core.stale_reports == 0
+
+
+def test_a_report_of_a_superseded_attempt_is_refused_and_changes_nothing(
+    core: SchedulerCore, clock: FakeClock
+):
+    """Worker A goes silent; its task is failed and handed to B (attempt 2). A's late reports of
+    attempt 1 raise StaleReport, are counted, and leave B's attempt RUNNING."""
+    core.add_tasks("a", specs("t"))
+    core.add_tasks("b", specs("t"))
+    first = core.get_work("a")
+    clock.advance(DISCONNECT + 1)
+    core.ping("b")
+    assert status(core, "t") == "FAILED"
+    clock.advance(RETRY_DELAY)
+    second = core.get_work("b")
+    assert (first.attempt, second.attempt) == (1, 2)
+    with pytest.raises(conveyor.StaleReport, match=r"attempt 1 .* handed out again .* worker b"):
+        core.task_done("a", "t", first.attempt)
+    with pytest.raises(conveyor.StaleReport):
+        core.task_failed("a", "t", "late", first.attempt)
+    assert status(core, "t") == "RUNNING" and core.stale_reports == 2
+    core.task_done("b", "t", second.attempt)
+    assert status(core, "t") == "DONE"
+
+
+def test_a_late_success_of_the_latest_attempt_still_counts(core: SchedulerCore, clock: FakeClock):
+    """A worker that seemed gone (its task failed by the scheduler) but finished the latest
+    attempt reports it DONE: nobody else ran it, so the work is not thrown away; its late
+    failure, though, is not counted a second time."""
+    core.add_tasks("a", specs("ok", "bad"))
+    ok, bad = core.get_work("a"), core.get_work("a")
+    clock.advance(DISCONNECT + 1)
+    core.ping("other")
+    assert status(core, "ok") == status(core, "bad") == "FAILED"
+    core.task_done("a", ok.task_id, ok.attempt)
+    assert core.task_failed("a", bad.task_id, "late", bad.attempt) == "FAILED"
+    assert status(core, "ok") == "DONE"
+    assert len(core._tasks[bad.task_id].failures or ()) == 1  # only the scheduler's own
+
+
+def test_reports_without_an_attempt_id_behave_as_before(core: SchedulerCore):
+    """A caller that names no attempt (0) is applied every time, as before attempt ids."""
+    core.add_tasks("w", specs("t"))
+    core.get_work("w")
+    core.task_failed("w", "t", "boom")
+    assert status(core, "t") == "FAILED"

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         ParameterError,
         PluginError,
         SchedulerUnavailable,
+        StaleReport,
         TaskDefinitionError,
         TaskLoadError,
     )
@@ -60,6 +61,7 @@ _EXPORTS = {
             "ParameterError",
             "PluginError",
             "SchedulerUnavailable",
+            "StaleReport",
             "TaskDefinitionError",
             "TaskLoadError",
         )
@@ -138,6 +140,7 @@ __all__ = [
     "RunResult",
     "Scheduler",
     "SchedulerUnavailable",
+    "StaleReport",
     "Target",
     "Task",
     "TaskDefinitionError",

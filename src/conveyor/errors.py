@@ -31,6 +31,7 @@ __all__ = [
     "ParameterError",
     "PluginError",
     "SchedulerUnavailable",
+    "StaleReport",
     "TaskDefinitionError",
     "TaskLoadError",
 ]
@@ -106,6 +107,11 @@ class TaskLoadError(ConveyorError):
 
 class SchedulerUnavailable(ConveyorError):
     """The scheduler could not be reached within the retry budget."""
+
+
+class StaleReport(ConveyorError):
+    """The scheduler refused a report about an attempt that is no longer the task's current
+    one (the task was handed to another worker since): nothing was changed."""
 
 
 class InvalidTransition(ConveyorError):

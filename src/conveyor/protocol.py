@@ -138,12 +138,20 @@ class TaskSpec:
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """A task handed to a worker: enough to rebuild it (module, family, string params)."""
+    """A task handed to a worker: enough to rebuild it (module, family, string params).
+
+    ``attempt`` identifies this hand-out (a fencing token: it grows with every hand-out of the
+    task, and reports name it); ``lease`` is how long, in seconds, the scheduler keeps the
+    attempt for a worker it does not hear from (its ``worker_disconnect_delay``). A worker out
+    of touch for most of the lease stops the attempt. 0 means not given (an older scheduler).
+    """
 
     task_id: str
     family: str
     module: str
     params: Mapping[str, str]
+    attempt: int = field(default=0, metadata=_NON_NEGATIVE)
+    lease: float = field(default=0.0, metadata=_NON_NEGATIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,19 +210,25 @@ class WorkLeftRequest:
 
 @dataclass(frozen=True, slots=True)
 class TaskDone:
-    """Report a successful attempt."""
+    """Report a successful attempt; ``attempt`` is its :attr:`Work.attempt` (0: not known).
+
+    A report is applied once: sent again (its answer was lost), it is acknowledged without
+    being applied again; about an attempt no longer current, it is refused (HTTP 409).
+    """
 
     worker_id: str
     task_id: str
+    attempt: int = field(default=0, metadata=_NON_NEGATIVE)
 
 
 @dataclass(frozen=True, slots=True)
 class TaskFailed:
-    """Report a failed attempt with its explanation."""
+    """Report a failed attempt with its explanation (``attempt`` as in :class:`TaskDone`)."""
 
     worker_id: str
     task_id: str
     explanation: str
+    attempt: int = field(default=0, metadata=_NON_NEGATIVE)
 
 
 @dataclass(frozen=True, slots=True)

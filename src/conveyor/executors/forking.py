@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from .base import AttemptRequest, Sink
 from .child import arm_parent_death, reset_signals, run_in_child
+from .proctree import MARK_VARIABLE
 from .supervisor import Child, ProcessExecutor
 
 __all__ = ["ForkExecutor"]
@@ -35,14 +36,17 @@ class ForkExecutor(ProcessExecutor):
             with contextlib.suppress(Exception):
                 stream.flush()
         worker_pid = os.getpid()
+        mark = self.supervisor.next_mark()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, measured by the process tests
+            os.environ[MARK_VARIABLE] = mark  # inherited by what the task starts
             _child(request, worker_pid, msg_w, dog_r, [msg_r, dog_w, *inherited])
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
         os.close(msg_w)
         os.close(dog_r)
-        self.supervisor.watch(Child(pid, request.task_id, sink, msg_r, dog_w, request.timeout))
+        child = Child(pid, request.task_id, sink, msg_r, dog_w, request.timeout, mark=mark)
+        self.supervisor.watch(child)
 
 
 def _child(

@@ -1,14 +1,20 @@
-"""Signalling whole process trees: the process group plus a psutil snapshot of descendants."""
+"""Signalling whole process trees: the process group plus a psutil snapshot of descendants,
+and finding the processes an attempt left behind by the marker in their environment."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+from collections.abc import Container
 
 import psutil
 
-__all__ = ["descendants", "signal_tree"]
+__all__ = ["MARK_VARIABLE", "descendants", "marked_leftovers", "signal_tree"]
+
+MARK_VARIABLE = "CONVEYOR_ATTEMPT_MARK"
+"""Set to ``<executor token>-<serial>`` in every attempt's environment; the processes it starts
+inherit it, so those that escape the attempt's process group and session are still found."""
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -36,3 +42,36 @@ def signal_tree(
     for proc in snapshot:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
+
+
+def marked_leftovers(token: str, live: Container[str]) -> list[tuple[int, str]]:
+    """``(pid, mark)`` of every process whose environment carries a mark of ``token`` that is
+    not in ``live`` (its attempt has ended). Reads ``/proc`` (Linux; elsewhere: none found).
+
+    Only what a process was started with is visible there: a helper that the task ``exec``s
+    (``subprocess``, ``setsid``, a shell) carries the mark; a bare ``fork()`` of the attempt's
+    Python process without ``exec`` does not.
+    """
+    prefix = f"{MARK_VARIABLE}={token}-".encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    me = os.getpid()
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as env:
+                data = env.read()
+        except OSError:  # gone, or not ours
+            continue
+        start = data.find(prefix)
+        if start < 0 or (start and data[start - 1] != 0):
+            continue
+        end = data.find(b"\0", start)
+        mark = data[start + len(MARK_VARIABLE) + 1 : end if end >= 0 else None].decode()
+        if mark not in live:
+            found.append((int(entry), mark))
+    return found

@@ -15,6 +15,7 @@ import sys
 from typing import Any, ClassVar
 
 from .base import AttemptRequest, Sink
+from .proctree import MARK_VARIABLE
 from .supervisor import Child, ProcessExecutor
 
 __all__ = ["SubprocessExecutor"]
@@ -31,18 +32,26 @@ class SubprocessExecutor(ProcessExecutor):
         dog_r, dog_w = os.pipe()
         ctx = self.context
         payload = json.dumps(_payload(request, msg_w, dog_r, ctx.log_level, ctx.log_format))
+        mark = self.supervisor.next_mark()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            MARK_VARIABLE: mark,  # inherited by what the task starts
+        }
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "conveyor.executors.runner"],
                 stdin=subprocess.PIPE,
                 pass_fds=(msg_w, dog_r),
                 start_new_session=True,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                env=env,
             )
         finally:
             os.close(msg_w)
             os.close(dog_r)
-        child = Child(proc.pid, request.task_id, sink, msg_r, dog_w, request.timeout, popen=proc)
+        child = Child(
+            proc.pid, request.task_id, sink, msg_r, dog_w, request.timeout, popen=proc, mark=mark
+        )
         self.supervisor.watch(child)
         assert proc.stdin is not None
         try:

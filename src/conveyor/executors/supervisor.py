@@ -5,25 +5,34 @@ selector, each child's message pipe and a pidfd that becomes readable when the c
 It enforces deadlines (SIGTERM to the whole tree, SIGKILL ``kill_grace`` seconds later), reaps
 every child, kills what is left of its process group, and reports exactly one outcome per
 attempt: the child's own, or TIMED_OUT, PROCESS_DIED, or an interruption.
+
+Every attempt's environment carries a mark (:data:`~.proctree.MARK_VARIABLE`). After attempts
+end — at most every :data:`SWEEP_EVERY` seconds while others run, at once when none does, and
+when the executor closes — processes still carrying the mark of an ended attempt (a helper that
+left the process group with ``setsid``) are killed, and the leak is logged with their command
+line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import selectors
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psutil
+import structlog
 
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import LineReader, decode
-from .proctree import descendants, signal_tree
+from .proctree import descendants, marked_leftovers, signal_tree
 
 if TYPE_CHECKING:
     from ..settings import Field
@@ -31,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["Child", "ProcessExecutor", "Supervisor"]
 
 _POLL = 0.1  # seconds between waitpid() polls where pidfd_open is unavailable
+SWEEP_EVERY = 0.25  # seconds between two searches for left-behind processes while busy
+log = structlog.get_logger("conveyor.executors")
 
 
 @dataclass(eq=False)
@@ -52,6 +63,8 @@ class Child:
     tree: list[psutil.Process] = field(default_factory=list)
     popen: Any = None
     closed: bool = False
+    mark: str = ""
+    """The value of the attempt's mark variable (set by the executor before it starts)."""
 
     @property
     def deadline(self) -> float:
@@ -74,6 +87,18 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._idle = threading.Condition(self._lock)
+        self.token = uuid.uuid4().hex[:12]  # this executor's attempts' marks start with it
+        self._serials = itertools.count(1)
+        self._live_marks: set[str] = set()  # issued to attempts not reaped yet
+        self._swept = 0.0
+
+    def next_mark(self) -> str:
+        """A new attempt's mark, ``<token>-<serial>``: live from now on (its process may be
+        running before :meth:`watch` sees it) until its child is reaped."""
+        mark = f"{self.token}-{next(self._serials)}"
+        with self._lock:
+            self._live_marks.add(mark)
+        return mark
 
     # --- called from the worker's thread ---------------------------------------------------
 
@@ -111,12 +136,42 @@ class Supervisor:
             self._terminate(child, hard)
         self._wake()
 
+    def sweep(self) -> int:
+        """Kill every process carrying the mark of an attempt that has ended; how many."""
+        self._swept = time.monotonic()
+        killed = 0
+        # the live set itself, not a copy: a mark is added before its attempt's process exists
+        # and removed only once it is reaped, so a process seen with a mark that is not in it
+        # *at the time it is seen* belongs to an attempt that has ended
+        for pid, mark in marked_leftovers(self.token, self._live_marks):
+            try:
+                proc = psutil.Process(pid)
+                command = " ".join(proc.cmdline())[:300]
+                tree = [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for leftover in tree:
+                with contextlib.suppress(psutil.Error):
+                    leftover.kill()
+            killed += 1
+            log.warning(
+                "an attempt left a process behind (outside its process group); killed it",
+                pid=pid,
+                command=command,
+                mark=mark,
+            )
+        return killed
+
     def close(self) -> None:
-        """Wait for every child to be reaped, then stop the thread and release descriptors."""
+        """Wait for every child to be reaped, kill what they left behind, then stop the
+        thread and release descriptors."""
         with self._lock:
             while self._children:
                 self._idle.wait(timeout=1.0)
             self._closing = True
+        for _ in range(3):  # a leftover may have started another before it was killed
+            if not self.sweep():
+                break
         self._wake()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -237,6 +292,10 @@ class Supervisor:
             _, status = os.waitpid(child.pid, 0)
         self._drain(child)
         self._forget(child)
+        with self._lock:
+            busy = bool(self._children)
+        if not busy or time.monotonic() - self._swept >= SWEEP_EVERY:
+            self.sweep()
         if child.popen is not None:
             child.popen.returncode = _exit_code(status)
         child.sink(self._outcome_of(child, status))
@@ -245,6 +304,7 @@ class Supervisor:
         with self._lock:
             child.closed = True
             self._children.pop(child.pid, None)
+            self._live_marks.discard(child.mark)
             for fd in (child.msg_fd, child.pidfd):
                 if fd is not None:
                     with contextlib.suppress(KeyError, ValueError):

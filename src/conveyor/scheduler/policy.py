@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ..errors import StaleReport
 from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
 __all__ = ["SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
@@ -88,6 +89,10 @@ class TaskRecord:
     held: Mapping[str, int] = field(default_factory=lambda: _NOTHING_HELD)
     """Resources taken while RUNNING."""
     dep_index: set[str] | None = None  # deps as a set, built when a registration merges
+    attempt: int = 0
+    """The id of the latest hand-out (a fencing token): it grows with every hand-out."""
+    reported: int = 0
+    """The attempt whose report was last applied (a report sent again is not applied twice)."""
 
 
 _Entry = tuple[int, int, str]
@@ -129,6 +134,7 @@ class SchedulerCore:
         self._next_prune = 0.0
         self._dirty: set[str] | None = None  # changed task ids, when persistence is on
         self._dirty_workers: set[str] = set()
+        self.stale_reports = 0  # reports refused because their attempt was not the latest
 
     # --- registration ---------------------------------------------------------------------
 
@@ -336,7 +342,8 @@ class SchedulerCore:
                 heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
                 continue
             self._take(rec, worker_id)
-            return Work(rec.task_id, rec.family, rec.module, rec.params)
+            lease = self.worker_disconnect_delay
+            return Work(rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease)
         return None
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:
@@ -350,6 +357,7 @@ class SchedulerCore:
         for name, amount in rec.held.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
+        rec.attempt += 1
         _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)
@@ -439,24 +447,57 @@ class SchedulerCore:
 
     # --- results --------------------------------------------------------------------------
 
-    def task_done(self, worker_id: str, task_id: str) -> None:
-        """Record that ``worker_id`` finished ``task_id`` successfully."""
+    def task_done(self, worker_id: str, task_id: str, attempt: int = 0) -> None:
+        """Record that ``worker_id`` finished ``task_id`` successfully.
+
+        ``attempt`` (a :attr:`Work.attempt`; 0 = not known) makes the report idempotent and
+        fenced: a report of an attempt already applied is acknowledged and not applied again,
+        and one about an attempt the task was handed out again since raises StaleReport and
+        changes nothing. A success of the latest attempt counts even if the scheduler took the
+        task back meanwhile (its worker seemed gone): the work is done.
+        """
         with self._lock:
             self._seen(worker_id)
             rec = self._tasks.get(task_id)
-            if rec is None:
+            if rec is None or not self._fresh(rec, attempt, worker_id):
                 return
             rec.failures = None
             self._set_status(rec, DONE)
 
-    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> TaskStatus:
-        """Record a failed attempt; return the new status (``FAILED`` or ``DISABLED``)."""
+    def task_failed(
+        self, worker_id: str, task_id: str, explanation: str, attempt: int = 0
+    ) -> TaskStatus:
+        """Record a failed attempt; return the new status (``FAILED`` or ``DISABLED``).
+
+        ``attempt`` as for :meth:`task_done`; the failure of an attempt the scheduler already
+        took back (and counted as failed, or reclaimed) is acknowledged without counting again.
+        """
         with self._lock:
             now = self._seen(worker_id)
             rec = self._tasks.get(task_id)
             if rec is None:
                 return UNKNOWN
+            if not self._fresh(rec, attempt, worker_id) or (attempt and rec.status != RUNNING):
+                return rec.status
             return self._fail(rec, explanation, now)
+
+    def _fresh(self, rec: TaskRecord, attempt: int, worker_id: str) -> bool:
+        """True if a report of ``attempt`` is to be applied (and note it applied); False for
+        one already applied; StaleReport for an attempt that is not the latest."""
+        if not attempt:
+            return True  # a caller that does not say: as before attempt ids
+        if attempt == rec.reported:
+            return False
+        if attempt != rec.attempt:
+            self.stale_reports += 1
+            raise StaleReport(
+                f"the report of attempt {attempt} of task {rec.task_id} by worker {worker_id} "
+                f"was refused: the task was handed out again since (attempt {rec.attempt}"
+                + (f", to worker {rec.worker})" if rec.worker else ")")
+            )
+        self._touch(rec)
+        rec.reported = attempt
+        return True
 
     def _fail(self, rec: TaskRecord, explanation: str, now: float) -> TaskStatus:
         self._touch(rec)

@@ -55,11 +55,18 @@ class SchedulerTransport(Protocol):
     def work_left(self, worker_id: str) -> WorkLeft:
         """Count what may still run for this worker."""
 
-    def task_done(self, worker_id: str, task_id: str) -> None:
-        """Report a successful attempt."""
+    def task_done(self, worker_id: str, task_id: str, attempt: int = 0) -> None:
+        """Report a successful attempt (``attempt``: its ``Work.attempt``).
 
-    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> TaskStatus:
-        """Report a failed attempt; returns the new status."""
+        Applied once however often it is sent; raises
+        :class:`~conveyor.errors.StaleReport` for an attempt that is no longer the task's
+        latest (nothing changes then).
+        """
+
+    def task_failed(
+        self, worker_id: str, task_id: str, explanation: str, attempt: int = 0
+    ) -> TaskStatus:
+        """Report a failed attempt; returns the new status (``attempt`` as for task_done)."""
 
     def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
         """Store a status message, progress or tracking URL."""

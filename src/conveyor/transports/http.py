@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from ..backoff import Backoff
 from ..config import Config, SchedulerSettings, ServerSettings
-from ..errors import ConfigError, ConveyorError, SchedulerUnavailable
+from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, StaleReport
 from ..protocol import (
     ROUTES,
     AddTasks,
@@ -131,6 +131,8 @@ class HttpTransport:
             raise _Transient(f"HTTP {status} with a body that is not JSON") from None
         if status >= 400:
             error = answer.get("error", "") if isinstance(answer, dict) else ""
+            if status == 409:  # the report of an attempt that is no longer current: refused
+                raise StaleReport(str(error) or f"{route}: the attempt is no longer current")
             raise ConveyorError(
                 f"the scheduler at {self._where} refused {route}: HTTP {status} {error}"
             )
@@ -233,13 +235,15 @@ class HttpTransport:
         left: WorkLeft = self._post(WorkLeftRequest(worker_id))
         return left
 
-    def task_done(self, worker_id: str, task_id: str) -> None:
-        """Report a success."""
-        self._post(TaskDone(worker_id, task_id))
+    def task_done(self, worker_id: str, task_id: str, attempt: int = 0) -> None:
+        """Report a success (StaleReport when the server refuses it: HTTP 409)."""
+        self._post(TaskDone(worker_id, task_id, attempt))
 
-    def task_failed(self, worker_id: str, task_id: str, explanation: str) -> TaskStatus:
-        """Report a failure; the new status."""
-        answer: TaskFailedAnswer = self._post(TaskFailed(worker_id, task_id, explanation))
+    def task_failed(
+        self, worker_id: str, task_id: str, explanation: str, attempt: int = 0
+    ) -> TaskStatus:
+        """Report a failure; the new status (StaleReport as for task_done)."""
+        answer: TaskFailedAnswer = self._post(TaskFailed(worker_id, task_id, explanation, attempt))
         return answer.status
 
     def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:

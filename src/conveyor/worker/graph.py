@@ -25,6 +25,8 @@ class Node:
     dynamic: dict[str, None] = field(default_factory=dict)
     """Ids of the dependencies run() yielded, in order (a dict used as an ordered set)."""
     attempts: int = 0
+    hand_out: int = 0
+    """The scheduler's id of the current attempt (``Work.attempt``), named in its report."""
     succeeded: bool = False
     """An attempt of this worker succeeded (the summary's "completed")."""
     last: Outcome | None = None

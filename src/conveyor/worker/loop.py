@@ -106,6 +106,9 @@ class Worker:
         self._isolator: Executor | None = None
         self._interrupted = ""
         self._unreachable = ""  # why the loop stopped: the scheduler did not answer get_work
+        self._contact = 0.0  # clock.monotonic() of the last call the scheduler answered
+        self._lease = 0.0  # how long the scheduler keeps an attempt of a silent worker
+        self._fenced_for = -1.0  # the _contact of the outage the attempts were stopped for
         self._running_at_interrupt = 0
         self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
         for notifier in self.config.notifiers.enabled:
@@ -225,6 +228,7 @@ class Worker:
         self._unreachable = ""
         self._running_at_interrupt = 0
         self._interrupt_log = {}
+        self._contact = self.clock.monotonic()
         self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time()))
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
@@ -283,6 +287,7 @@ class Worker:
                 work = self._transport.get_work(
                     self.id, self.settings.assistant, tuple(self._running)
                 )
+                self._contact = self.clock.monotonic()
             except SchedulerUnavailable as exc:
                 log.error("scheduler unreachable; asking for no more work", error=str(exc))
                 if self._running:
@@ -351,7 +356,7 @@ class Worker:
             # the signal came while get_work was on its way: never start it; report it
             # failed like the attempts the interruption stopped
             explanation = f"not started: the worker was interrupted by {self._interrupted}"
-            self._outbox.send("task_failed", self.id, work.task_id, explanation)
+            self._outbox.send("task_failed", self.id, work.task_id, explanation, work.attempt)
             return
         node = self._graph.get(work.task_id)
         decision = on_hand_out(None if node is None else node.state)
@@ -371,6 +376,8 @@ class Worker:
             )
             return
         node.attempts += 1
+        node.hand_out = work.attempt
+        self._lease = work.lease or self._lease
         timeout = self._timeout_of(node.task)
         executor = self._executor_for(timeout)
         self._running[node.task_id] = node
@@ -431,7 +438,7 @@ class Worker:
             task = self._load_foreign(work)
         except Exception as exc:  # a refused module, bad parameters, or an __init__ that raised
             error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
-            self._outbox.send("task_failed", self.id, work.task_id, error)
+            self._outbox.send("task_failed", self.id, work.task_id, error, work.attempt)
             log.error("refused task", task_id=work.task_id, error=error)
             return None
         node = Node(task, work.task_id, ev.Params(work.params))
@@ -494,7 +501,7 @@ class Worker:
         trigger = decision.trigger
         if trigger is Trigger.SUCCEEDED:
             node.succeeded = True
-            self._outbox.send("task_done", self.id, node.task_id)
+            self._outbox.send("task_done", self.id, node.task_id, node.hand_out)
             self._transit(node, trigger, duration=outcome.duration)
             return
         if missing:
@@ -511,7 +518,7 @@ class Worker:
             )
         node.error = truncate(outcome.error or outcome.kind)
         if not decision.reschedule:
-            self._outbox.send("task_failed", self.id, node.task_id, node.error)
+            self._outbox.send("task_failed", self.id, node.task_id, node.error, node.hand_out)
         self._transit(node, trigger, **_failure_fields(trigger, node.error, outcome))
         if decision.reschedule:
             self._walker.walk([node.task], recheck=(node.task_id, *outcome.missing))
@@ -566,12 +573,51 @@ class Worker:
             while not stop.wait(interval):
                 try:
                     self._transport.ping(self.id)
+                    self._contact = self.clock.monotonic()
                 except Exception as exc:  # the pinger must survive any error
                     log.warning("ping failed", error=str(exc))
 
+        def watch() -> None:  # apart from the pinger, whose call may hang for its retries
+            while not stop.wait(min(interval, _FENCE_CHECK)):
+                try:
+                    self._fence_if_out_of_touch()
+                except Exception as exc:  # must survive, like the pinger
+                    log.warning("fencing check failed", error=str(exc))
+
         if interval > 0:
             threading.Thread(target=ping, name="conveyor-ping", daemon=True).start()
+            threading.Thread(target=watch, name="conveyor-fence", daemon=True).start()
         return stop
+
+    def _fence_if_out_of_touch(self) -> None:
+        """Stop the running attempts when the scheduler has not answered for most of its lease
+        (it is about to give them to another worker): one running instance per task, always.
+
+        Their reports (failed, interrupted) wait in the outbox until the scheduler is back,
+        which refuses them if it handed the tasks out again meanwhile.
+        """
+        lease, contact = self._lease, self._contact
+        silent = self.clock.monotonic() - contact
+        if not lease or not self._running or self._fenced_for == contact:
+            return
+        if silent < fence_after(lease, self.settings.kill_grace, self.settings.ping_interval):
+            return
+        self._fenced_for = contact
+        reason = f"fencing (no answer from the scheduler for {silent:.1f} s of a {lease:g} s lease)"
+        log.error(
+            "scheduler out of reach; stopping running attempts before it gives them to another "
+            "worker",
+            silent=round(silent, 1),
+            lease=lease,
+            running=len(self._running),
+        )
+        for executor in (self._executor, self._isolator):
+            if executor is None:
+                continue
+            if executor.can_kill:
+                executor.interrupt(reason, False)
+            elif executor.active or self._running:
+                log.warning("cannot stop attempts of this executor", executor=executor.name)
 
     def drain(self) -> None:
         """Stop asking for work; let running attempts finish (what SIGUSR1 does)."""
@@ -601,6 +647,13 @@ class Worker:
             raise Interrupted(signal_name)
 
 
+def fence_after(lease: float, kill_grace: float, ping_interval: float) -> float:
+    """Seconds without an answer after which a worker stops its attempts: early enough that
+    SIGTERM, ``kill_grace`` and one more ping fit in the ``lease``, and never before half of
+    it."""
+    return max(lease / 2, lease - kill_grace - ping_interval - 1.0)
+
+
 def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str, Any]:
     """The event fields of a failed, timed-out or dead attempt."""
     if trigger is Trigger.TIMED_OUT:
@@ -615,6 +668,7 @@ def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str,
 
 
 _PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"
+_FENCE_CHECK = 0.25  # seconds between two checks of how long the scheduler has been silent
 _NOTES: dict[str, tuple[Trigger, str]] = {
     "status_message": (Trigger.STATUS_MESSAGE, "message"),
     "progress": (Trigger.PROGRESS, "percentage"),

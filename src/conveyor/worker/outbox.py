@@ -19,7 +19,7 @@ import structlog
 
 from ..backoff import Backoff
 from ..config import SchedulerSettings
-from ..errors import SchedulerUnavailable
+from ..errors import SchedulerUnavailable, StaleReport
 from ..transports.base import SchedulerTransport
 
 __all__ = ["Outbox"]
@@ -61,6 +61,8 @@ class Outbox:
             return
         try:
             getattr(self.transport, method)(*args)
+        except StaleReport as exc:
+            _refused(exc)
         except SchedulerUnavailable as exc:
             self._queue.append((method, args))
             self._since = self.clock()
@@ -77,6 +79,8 @@ class Outbox:
             method, args = self._queue[0]
             try:
                 getattr(self.transport, method)(*args)
+            except StaleReport as exc:
+                _refused(exc)
             except SchedulerUnavailable:
                 self._schedule_retry()
                 return False
@@ -100,3 +104,8 @@ class Outbox:
     def unreported(self) -> set[str]:
         """Task ids whose results never reached the scheduler."""
         return {args[1] for method, args in self._queue if method in _RESULTS}
+
+
+def _refused(exc: StaleReport) -> None:
+    """A report the scheduler refused as stale is dropped: another attempt owns the task."""
+    log.warning("the scheduler refused a stale report; dropped", error=str(exc))
