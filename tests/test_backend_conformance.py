@@ -79,7 +79,7 @@ def test_the_memory_store_conforms() -> None:
     """``memory`` passes every check except durability, which it does not promise."""
     store_cls = load_backend("conveyor.state_stores", "memory")
     assert check_state_store(lambda: store_cls(StoreContext()), durable=False) == [
-        "empty", "save-load", "upsert", "workers", "round-trip",
+        "empty", "save-load", "upsert", "workers", "round-trip", "remove",
     ]  # fmt: skip
 
 

@@ -574,3 +574,28 @@ def _pid_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.timeout(90)
+def test_a_long_lived_server_forgets_what_gone_workers_finished(
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """remove_delay after a worker is gone, the tasks only it needed are removed from the
+    server and from its SQLite state: a restarted server does not bring them back."""
+    server = _server(tmp_path, "[scheduler]\nworker_disconnect_delay = 1\nremove_delay = 1\n")
+    try:
+        module = task_module(
+            "import conveyor\n\n\nclass Hello(conveyor.Task):\n    n = conveyor.IntParameter()\n"
+        )
+        for n in range(3):
+            proc = run_cli(
+                "run", f"{module}.Hello", "--n", str(n), "--scheduler-url", server.url, cwd=tmp_path
+            )
+            assert proc.returncode == 0, proc.stderr
+        assert len(_statuses(server)) == 3
+        wait_for(lambda: not _statuses(server), 30, "the finished tasks to be removed")
+        server.kill()
+        server.start()
+        assert _statuses(server) == {}
+    finally:
+        server.kill()

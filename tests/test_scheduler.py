@@ -651,3 +651,79 @@ def test_reports_without_an_attempt_id_behave_as_before(core: SchedulerCore):
     core.get_work("w")
     core.task_failed("w", "t", "boom")
     assert status(core, "t") == "FAILED"
+
+
+# --- pruning: remove_delay (issue 9) -----------------------------------------------------------
+
+REMOVE = 50.0
+
+
+def _gone(core: SchedulerCore, clock: FakeClock, seconds: float) -> None:
+    """Let ``seconds`` pass, then make the scheduler look (as the server's tick does)."""
+    clock.advance(seconds)
+    core.ping("bystander")
+    core.statuses(())
+
+
+def test_tasks_of_a_gone_worker_are_removed_after_remove_delay(make: MakeCore, clock: FakeClock):
+    """DONE tasks that only a gone worker registered are removed remove_delay after it was
+    declared gone (dependents first, then what they needed), and so is what is kept about it."""
+    core = make(remove_delay=REMOVE)
+    core.add_tasks("w", [spec("a"), spec("b", deps=("a",))])
+    for task_id in handed_out(core, "w"):
+        core.task_done("w", task_id)
+    _gone(core, clock, DISCONNECT + 1)
+    assert set(core.statuses(["a", "b"])) == {"a", "b"}  # gone, but not for remove_delay yet
+    _gone(core, clock, REMOVE)
+    assert core.statuses(["a", "b"]) == {} and core.task_list() == []
+    assert "w" not in core._by_worker and "w" not in core._heaps
+
+
+def test_a_task_a_live_worker_needs_is_kept(make: MakeCore, clock: FakeClock):
+    """A task another live worker registered stays, and so does a dependency of a task kept;
+    once the last worker is gone too, both go."""
+    core = make(remove_delay=REMOVE)
+    core.add_tasks("w1", [spec("d"), spec("x", deps=("d",))])
+    core.add_tasks("w2", [spec("x", deps=("d",))])  # w2 registered x only
+    _gone(core, clock, DISCONNECT / 2)
+    core.ping("w2")
+    _gone(core, clock, DISCONNECT / 2 + 1)  # w1 is gone now; w2 is not
+    core.ping("w2")
+    _gone(core, clock, REMOVE)
+    core.ping("w2")
+    assert set(core.statuses(["d", "x"])) == {"d", "x"}
+    _gone(core, clock, DISCONNECT + 1)  # w2 is gone too
+    _gone(core, clock, REMOVE)
+    assert core.statuses(["d", "x"]) == {}
+
+
+def test_a_worker_that_comes_back_keeps_its_tasks(make: MakeCore, clock: FakeClock):
+    """A worker declared gone that calls again before remove_delay keeps what it registered."""
+    core = make(remove_delay=REMOVE)
+    core.add_tasks("w", specs("t"))
+    _gone(core, clock, DISCONNECT + 1)
+    core.ping("w")
+    _gone(core, clock, REMOVE)
+    core.ping("w")
+    assert core.statuses(["t"]) == {"t": "PENDING"}
+    assert core.get_work("w").task_id == "t"
+
+
+def test_removals_are_reported_to_the_state_store_and_a_comeback_is_not(
+    make: MakeCore, clock: FakeClock
+):
+    """With persistence on, removed task and worker ids are taken once; a task registered
+    again after its removal is saved, not deleted."""
+    core = make(remove_delay=REMOVE)
+    core.track_changes()
+    core.add_tasks("w", specs("t", "u"))
+    core.take_changes()
+    _gone(core, clock, DISCONNECT + 1)
+    _gone(core, clock, REMOVE)
+    assert core.take_removals() == (["t", "u"], ["w"])
+    assert core.take_removals() == ([], [])
+    core.take_changes()
+    core.add_tasks("w", specs("u"))
+    records, workers = core.take_changes()
+    assert [r.task_id for r in records] == ["u"] and workers == [("w", False)]
+    assert core.take_removals() == ([], [])

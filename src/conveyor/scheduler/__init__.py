@@ -45,6 +45,7 @@ class Scheduler(SchedulerCore):
             disable_window=s.disable_window,
             disable_persist=s.disable_persist,
             worker_disconnect_delay=s.worker_disconnect_delay,
+            remove_delay=s.remove_delay,
             resources=s.resources,
             clock=clock,
         )

@@ -17,6 +17,13 @@ that failed ``retry_count`` times within ``disable_window`` is ``DISABLED`` for
 ``disable_persist`` seconds. A worker silent for ``worker_disconnect_delay`` loses its running
 tasks (``FAILED``).
 
+Nothing grows without bound (Luigi's pruning): ``remove_delay`` seconds after a worker was
+declared gone, every task it registered that no live worker registered too, that is not
+``RUNNING`` and that no remaining task depends on is removed — then its dependencies are
+looked at the same way — and so is what is kept about the worker itself, unless it came back.
+The removals are reported to the state store like changes. Candidates wait in a heap keyed by
+when they may go, so this costs nothing while nobody leaves.
+
 The class is thread-safe (one lock) and does no I/O; the clock is injected.
 """
 
@@ -109,10 +116,12 @@ class SchedulerCore:
         disable_window: float = 3600.0,
         disable_persist: float = 86400.0,
         worker_disconnect_delay: float = 60.0,
+        remove_delay: float = 600.0,
         resources: Mapping[str, int] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Create an empty scheduler with the given policy settings."""
+        self.remove_delay = remove_delay
         self.retry_delay = retry_delay
         self.retry_count = retry_count
         self.disable_window = disable_window
@@ -135,6 +144,10 @@ class SchedulerCore:
         self._dirty: set[str] | None = None  # changed task ids, when persistence is on
         self._dirty_workers: set[str] = set()
         self.stale_reports = 0  # reports refused because their attempt was not the latest
+        self._removals: list[tuple[float, str]] = []  # (when, task id) to consider removing
+        self._departures: list[tuple[float, str]] = []  # (when, worker id) to forget
+        self._removed: set[str] = set()  # task ids removed, not yet taken by the store
+        self._removed_workers: set[str] = set()
 
     # --- registration ---------------------------------------------------------------------
 
@@ -188,6 +201,7 @@ class SchedulerCore:
             self._seq += 1
             rec = TaskRecord(task_id=task_id, seq=self._seq)
             self._tasks[task_id] = rec
+            self._removed.discard(task_id)  # (registered again after it was removed)
         return rec
 
     def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> tuple[str, ...]:
@@ -334,8 +348,8 @@ class SchedulerCore:
         heap = self._heaps.get(key)
         while heap:
             entry = heapq.heappop(heap)
-            rec = self._tasks[entry[2]]
-            if rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
+            rec = self._tasks.get(entry[2])
+            if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
                 continue
             blocked = self._blocking_resource(rec)
             if blocked is not None:
@@ -383,7 +397,9 @@ class SchedulerCore:
         offered: set[str] = set()
         while parked and freed > 0:
             entry, _key = heapq.heappop(parked)
-            rec = self._tasks[entry[2]]
+            rec = self._tasks.get(entry[2])
+            if rec is None:
+                continue  # removed since
             ready = rec.status == PENDING and not rec.unmet and -entry[0] == rec.priority
             if ready and rec.task_id not in offered:
                 offered.add(rec.task_id)
@@ -408,6 +424,13 @@ class SchedulerCore:
             self._dirty = set() if self._dirty is not None else None
             self._dirty_workers = set()
             return records, workers
+
+    def take_removals(self) -> tuple[list[str], list[str]]:
+        """The task ids and worker ids removed since the last call (persistence on)."""
+        with self._lock:
+            removed = sorted(self._removed), sorted(self._removed_workers)
+            self._removed, self._removed_workers = set(), set()
+            return removed
 
     def restore(self, records: Iterable[TaskRecord], workers: Iterable[tuple[str, bool]]) -> None:
         """Load persisted records and workers into an empty scheduler.
@@ -523,12 +546,13 @@ class SchedulerCore:
     def _wake(self, now: float) -> None:
         while self._wakeups and self._wakeups[0][0] <= now:
             when, task_id = heapq.heappop(self._wakeups)
-            rec = self._tasks[task_id]
-            if rec.wake_at == when and rec.status in (FAILED, DISABLED):
+            rec = self._tasks.get(task_id)  # (None: removed since)
+            if rec is not None and rec.wake_at == when and rec.status in (FAILED, DISABLED):
                 self._set_status(rec, PENDING)
         if now >= self._next_prune:
             self._next_prune = now + min(1.0, self.worker_disconnect_delay)
             self._prune_workers(now)
+            self._prune_tasks(now)
 
     def _prune_workers(self, now: float) -> None:
         silent = [
@@ -539,6 +563,53 @@ class SchedulerCore:
             self._assistants.discard(worker_id)
             for task_id in list(self._running_on.get(worker_id, ())):
                 self._fail(self._tasks[task_id], f"worker {worker_id} stopped responding", now)
+            later = now + self.remove_delay
+            heapq.heappush(self._departures, (later, worker_id))
+            for task_id in self._by_worker.get(worker_id, ()):
+                heapq.heappush(self._removals, (later, task_id))
+
+    def _prune_tasks(self, now: float) -> None:
+        """Remove the candidates whose time has come and that nobody needs any more."""
+        removals = self._removals
+        while removals and removals[0][0] <= now:
+            _, task_id = heapq.heappop(removals)
+            rec = self._tasks.get(task_id)
+            if rec is not None and self._unneeded(rec):
+                self._remove(rec, now)
+        departures = self._departures
+        while departures and departures[0][0] <= now:
+            _, worker_id = heapq.heappop(departures)
+            if worker_id not in self._workers:  # it did not come back
+                self._by_worker.pop(worker_id, None)
+                self._running_on.pop(worker_id, None)
+                self._heaps.pop(worker_id, None)
+                if self._dirty is not None:
+                    self._removed_workers.add(worker_id)
+
+    def _unneeded(self, rec: TaskRecord) -> bool:
+        workers = self._workers
+        return (
+            rec.status != RUNNING
+            and not rec.dependents
+            and not any(w in workers for w in rec.stakeholders)
+        )
+
+    def _remove(self, rec: TaskRecord, now: float) -> None:
+        task_id = rec.task_id
+        del self._tasks[task_id]
+        if self._dirty is not None:
+            self._dirty.discard(task_id)
+            self._removed.add(task_id)
+        for worker_id in rec.stakeholders:
+            mine = self._by_worker.get(worker_id)
+            if mine is not None:
+                mine.discard(task_id)
+        for dep_id in rec.deps:  # a dependency nobody depends on any more may go now
+            dep = self._tasks.get(dep_id)
+            if dep is not None:
+                dep.dependents.discard(task_id)
+                if not dep.dependents:
+                    heapq.heappush(self._removals, (now, dep_id))
 
     # --- annotations ----------------------------------------------------------------------
 
@@ -567,6 +638,7 @@ class SchedulerCore:
         now = self.clock()
         if worker_id not in self._workers and self._dirty is not None:
             self._dirty_workers.add(worker_id)
+            self._removed_workers.discard(worker_id)
         self._workers[worker_id] = now
         if assistant and worker_id not in self._assistants:
             self._dirty_workers.add(worker_id)

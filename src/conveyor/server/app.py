@@ -74,7 +74,9 @@ class SchedulerService:
         with self.lock:
             result = fn(*args)
             records, workers = self.core.take_changes()
-            self.store.save([to_row(r) for r in records], workers)
+            gone_tasks, gone_workers = self.core.take_removals()
+            rows = [to_row(r) for r in records]
+            self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
             return result
 
     def tick(self) -> None:

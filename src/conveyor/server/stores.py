@@ -23,7 +23,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -93,8 +93,16 @@ class StateStore(Protocol):
         :func:`~conveyor.scheduler.persist.from_row`.
         """
 
-    def save(self, rows: Iterable[dict[str, Any]], workers: Iterable[tuple[str, bool]]) -> None:
-        """Upsert rows and workers; return once they are durable."""
+    def save(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """Upsert rows and workers and delete the rows of ``gone_tasks`` and ``gone_workers``
+        (pruned by the scheduler, ``remove_delay``); return once all of it is durable."""
 
     def close(self) -> None:
         """Release the store."""
@@ -123,11 +131,22 @@ class MemoryStore:
         """What was saved in this process."""
         return list(self._rows.values()), list(self._workers.items())
 
-    def save(self, rows: Iterable[dict[str, Any]], workers: Iterable[tuple[str, bool]]) -> None:
-        """Keep copies of the rows."""
+    def save(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """Keep copies of the rows; forget the gone ones."""
         for row in rows:
             self._rows[row["task_id"]] = json.loads(json.dumps(row))
         self._workers.update(workers)
+        for task_id in gone_tasks:
+            self._rows.pop(task_id, None)
+        for worker_id in gone_workers:
+            self._workers.pop(worker_id, None)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -277,16 +296,25 @@ class SqliteStore:
         self._transaction(move)
         return f"the table 'quarantine' of {self._path!r}"
 
-    def save(self, rows: Iterable[dict[str, Any]], workers: Iterable[tuple[str, bool]]) -> None:
-        """Upsert in one committed transaction."""
+    def save(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """Upsert and delete in one committed transaction."""
         task_data = [(r["task_id"], json.dumps(r, separators=(",", ":"))) for r in rows]
         worker_data = [(w, int(a)) for w, a in workers]
-        if not task_data and not worker_data:
+        if not (task_data or worker_data or gone_tasks or gone_workers):
             return
 
         def write(db: sqlite3.Connection) -> None:
             db.executemany("INSERT OR REPLACE INTO tasks VALUES (?, ?)", task_data)
             db.executemany("INSERT OR REPLACE INTO workers VALUES (?, ?)", worker_data)
+            db.executemany("DELETE FROM tasks WHERE task_id = ?", [(t,) for t in gone_tasks])
+            db.executemany("DELETE FROM workers WHERE worker_id = ?", [(w,) for w in gone_workers])
 
         self._transaction(write)
 

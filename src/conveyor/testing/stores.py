@@ -42,9 +42,10 @@ def _row(task_id: str, seq: int, status: TaskStatus, text: str) -> dict[str, Any
 
 
 def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) -> list[str]:
-    """Check save/load/upsert (and, if ``durable``, reopening); return the checks run."""
+    """Check save/load/upsert/remove (and, if ``durable``, reopening); return the checks
+    run."""
     store = open_store()
-    checks = ["empty", "save-load", "upsert", "workers", "round-trip"]
+    checks = ["empty", "save-load", "upsert", "workers", "round-trip", "remove"]
     try:
         rows, workers = store.load()
         assert (list(rows), list(workers)) == ([], []), "a new store is not empty"
@@ -62,6 +63,11 @@ def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) ->
         )
         restored = from_row(_by_id(rows)["a"])
         assert restored.status is TaskStatus.FAILED and restored.progress == 12.5, restored
+        store.save([_row("c", 3, TaskStatus.DONE, "")], [("w3", False)])
+        store.save([], [], gone_tasks=["c", "never-saved"], gone_workers=["w3"])
+        rows, workers = store.load()
+        assert sorted(_by_id(rows)) == ["a", "b"], "a pruned task's row was not deleted"
+        assert sorted(workers) == [("w1", False), ("w2", True)], "a gone worker was not deleted"
     finally:
         store.close()
     if durable:
