@@ -38,6 +38,7 @@ _HASH_LEN = 10
 
 _REGISTRY: dict[tuple[str, str], type[Task]] = {}
 
+
 # Bindings remembered per (class, keyword arguments), so that the many equal tasks a graph's
 # requires() methods build (Luigi's style: each dependent makes its own instance) are bound and
 # hashed into a task id once. An entry is a snapshot taken at construction (values, read-only
@@ -46,10 +47,30 @@ _REGISTRY: dict[tuple[str, str], type[Task]] = {}
 # datetimes in different zones are equal, but their string forms differ), and only for classes
 # whose parameters are conveyor's own (a custom parse() may depend on more than its text) and
 # that keep Task.__init__ (an overriding __init__ may change what was bound).
+def _id_safe(text: str) -> str:
+    """``text`` with every run of characters unsafe in a task id replaced by ``_``."""
+    if text.isascii() and text.isalnum():  # the common case, without the regex
+        return text
+    return _ID_UNSAFE.sub("_", text)
+
+
 _BINDABLE = frozenset({str, int, datetime.date})
-_Binding = tuple[type[Any], dict[str, Any], Params, str]
-_BOUND: dict[tuple[Any, ...], _Binding] = {}
 _BOUND_MAX = 1 << 16  # entries; the whole memo is dropped when full
+
+
+class _Binding(Params):
+    """A task's read-only string parameters, carrying the rest of its binding: the class, the
+    values (in the class's parameter order) and the id (one object per task, shared with the
+    task itself)."""
+
+    __slots__ = ("cls", "param_values", "task_id")
+
+    cls: type[Task]
+    task_id: str
+    param_values: tuple[Any, ...]
+
+
+_BOUND: dict[tuple[Any, ...], _Binding] = {}
 
 #: Called with (kind, value) by ``set_status_message`` and friends while an attempt runs.
 Reporter = Callable[[str, object], None]
@@ -100,13 +121,15 @@ class Task:
 
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
     _param_names: ClassVar[frozenset[str]] = frozenset()
+    _param_order: ClassVar[tuple[str, ...]] = ()
     _id_params: ClassVar[tuple[tuple[str, bool], ...]] = ()
-    _id_sorted: ClassVar[tuple[tuple[str, bool], ...]] = ()
+    _id_sorted: ClassVar[tuple[tuple[str, bool, str], ...]] = ()
+    _id_family: ClassVar[tuple[str, str]] = ("", "")
     _family: ClassVar[str] = "Task"
     _memoizable: ClassVar[bool] = False
     _reporter: Reporter | None
     _hash: int | None
-    _str_params: Params | None
+    _str_params: _Binding | None
     _task_id: str | None
     param_kwargs: dict[str, Any]
     """The parameter values by name, in declaration order."""
@@ -121,11 +144,16 @@ class Task:
                     params[name] = value
         cls._params = tuple(params.items())
         cls._param_names = frozenset(params)
+        cls._param_order = tuple(params)
         cls._id_params = tuple(
             (name, is_secret_name(name)) for name, param in cls._params if param.significant
         )
-        cls._id_sorted = tuple(sorted(cls._id_params))  # the order the task id hashes them in
+        # the order the task id hashes them in, with each name's part of the hash input
+        cls._id_sorted = tuple(
+            (name, secret, f"{len(name)}:{name}") for name, secret in sorted(cls._id_params)
+        )
         cls._family = cls.get_task_family()
+        cls._id_family = (f"{len(cls._family)}:{cls._family}", _id_safe(cls._family))
         cls._memoizable = cls.__init__ is Task.__init__ and all(
             type(param).__module__ == Parameter.__module__ for _, param in cls._params
         )
@@ -137,22 +165,25 @@ class Task:
         self._reporter = None
         key = _bound_key(type(self), kwargs) if self._memoizable and not args else None
         bound = _BOUND.get(key) if key is not None else None
-        if bound is not None and bound[0] is type(self):  # an equal task was made before
-            _cls, values, self._str_params, self._task_id = bound
-            self._set_values(dict(values))
+        if bound is not None and bound.cls is type(self):  # an equal task was made before
+            self._str_params, self._task_id = bound, bound.task_id
+            self._set_values(dict(zip(self._param_order, bound.param_values, strict=True)))
             return
         given = self._merge_args(args, kwargs) if args else kwargs
         for name in given:
             if name not in self._param_names:
                 self._unknown(name, given[name])
         family = self._family
-        self._set_values({name: _bind(family, name, param, given) for name, param in self._params})
+        values = {name: _bind(family, name, param, given) for name, param in self._params}
+        self._set_values(values)
         self._str_params = None
         self._task_id = None
         if key is not None:
             if len(_BOUND) >= _BOUND_MAX:
                 _BOUND.clear()
-            binding = (type(self), dict(self.param_kwargs), self._string_params(), self.task_id)
+            binding = self._string_params()
+            binding.cls, binding.param_values = type(self), tuple(values.values())
+            binding.task_id = self.task_id
             _BOUND[key] = binding
 
     def _set_values(self, values: dict[str, Any]) -> None:
@@ -209,18 +240,18 @@ class Task:
     def task_id(self) -> str:
         """A deterministic id from the family and the significant parameters."""
         if self._task_id is None:
-            self._task_id = _make_task_id(self._family, self._id_sorted, self._string_params())
+            self._task_id = _make_task_id(self._id_family, self._id_sorted, self._string_params())
         return self._task_id
 
     def to_str_params(self) -> dict[str, str]:
         """Every parameter in its string form (the wire and CLI representation)."""
         return dict(self._string_params())
 
-    def _string_params(self) -> Params:
+    def _string_params(self) -> _Binding:
         """The cached string form, read-only (the worker hands it to every event as is)."""
         if self._str_params is None:
             values = self.param_kwargs
-            self._str_params = Params(
+            self._str_params = _Binding(
                 {name: param.serialize(values[name]) for name, param in self._params}
             )
         return self._str_params
@@ -368,30 +399,27 @@ def _bound_key(cls: type[Task], kwargs: dict[str, Any]) -> tuple[Any, ...] | Non
 
 
 def _make_task_id(
-    family: str, id_params: tuple[tuple[str, bool], ...], strings: Mapping[str, str]
+    family: tuple[str, str],
+    id_params: tuple[tuple[str, bool, str], ...],
+    strings: Mapping[str, str],
 ) -> str:
     """``Family_v1_v2_v3_<hash>``: readable prefix, hash over every significant parameter.
 
     The hash input is length-prefixed, so no two (family, params) pairs share it; values of
-    secret-named parameters are covered by the hash only.
+    secret-named parameters are covered by the hash only. ``family`` and each parameter's
+    ``(name, secret, name part of the hash input)`` are precomputed per class
+    (``Task._id_family``, ``Task._id_sorted``).
     """
-    parts = [f"{len(family)}:{family}"]
-    shown = [_id_safe(family)]
-    for name, secret in id_params:  # sorted by name (Task._id_sorted)
+    parts = [family[0]]
+    shown = [family[1]]
+    for name, secret, named in id_params:  # sorted by name
         value = strings[name]
-        parts.append(f"{len(name)}:{name}{len(value)}:{value}")
+        parts.append(f"{named}{len(value)}:{value}")
         if not secret and len(shown) < 4:
             shown.append(_id_safe(value)[:16])
     digest = hashlib.sha256("".join(parts).encode()).hexdigest()[:_HASH_LEN]
     head = "_".join(shown)
     return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"
-
-
-def _id_safe(text: str) -> str:
-    """``text`` with every run of characters unsafe in a task id replaced by ``_``."""
-    if text.isascii() and text.isalnum():  # the common case, without the regex
-        return text
-    return _ID_UNSAFE.sub("_", text)
 
 
 def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:

@@ -4,6 +4,11 @@ An executor receives an :class:`AttemptRequest` and reports through a ``sink`` c
 zero or more :class:`Note` messages (status message, progress, tracking URL) and then exactly
 one :class:`Outcome`. ``sink`` may be called from any thread; the worker turns every message
 into hooks and scheduler updates on its own loop thread, in order.
+
+These messages are values: build new ones (``dataclasses.replace``) rather than changing
+them. They are plain slotted dataclasses, not frozen ones, because a few are made for every
+attempt and a frozen dataclass's ``__init__`` costs about six times as much. The hook events
+the worker builds from them are frozen (SPEC §3).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ class Suspended:
             self.generator.close()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AttemptRequest:
     """One attempt to run a task (``resume``: a suspended run() to continue, in-process only)."""
 
@@ -74,7 +79,7 @@ class AttemptRequest:
     resume: Suspended | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Note:
     """Something ``run()`` published: kind is status_message, progress or tracking_url."""
 
@@ -83,7 +88,7 @@ class Note:
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """How an attempt ended.
 
