@@ -643,3 +643,22 @@ def test_to_toml_keeps_empty_secrets_visible() -> None:
     document = tomllib.loads(to_toml(Config()))
     assert document["scheduler"]["token"] == ""
     assert document["scheduler"]["resources"] == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[schedulers.resources]\ndb = 1\n", "schedulers.resources"),
+        ("[schedulers]\nurl = 'http://127.0.0.1:1'\n", "schedulers.url"),
+    ],
+)
+def test_a_scheduler_key_under_schedulers_is_an_error_with_a_hint(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    """[schedulers.<name>] is a transport's own table: a [scheduler] key written there (a
+    plural typo) is refused with a hint, not silently ignored."""
+    path = tmp_path / "worker.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="did you mean \\[scheduler\\]") as caught:
+        load_config(path)
+    assert f"unknown key {key!r}" in str(caught.value) and str(path) in str(caught.value)

@@ -304,6 +304,15 @@ def _apply_backend(
             _apply_backend(draft, group, (name,), item, source)
         return
     name, keys = rest[0], rest[1:]
+    if group == "schedulers" and name in SCHEMA["scheduler"]:
+        # [schedulers.<name>] is a transport's own table; [scheduler] holds the core keys
+        full = ".".join((group, *rest))
+        raise _error(
+            source,
+            f"unknown key {full!r}: {name!r} is a key of [scheduler] (singular), not the name "
+            "of a transport; did you mean [scheduler]?",
+            full,
+        )
     target = draft.backends.setdefault(group, {}).setdefault(name, {})
     if keys:
         _deep_set(target, keys, _thaw(value))

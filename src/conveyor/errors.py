@@ -5,6 +5,7 @@ Every error conveyor raises on purpose derives from :class:`ConveyorError`::
     ConveyorError
     ├── ParameterError          a task parameter is missing, unknown or does not parse
     ├── ConfigError             worker.toml / environment / overrides are invalid
+    │   └── CorruptState        the server's state holds unusable rows (conveyor.server.stores)
     ├── PluginError             a hook plugin failed to load, or implements an unknown hook
     │   └── BackendNotFound     a selected executor / transport / notifier / state store is
     │                           not installed
@@ -12,6 +13,7 @@ Every error conveyor raises on purpose derives from :class:`ConveyorError`::
     │   └── DependencyCycle     the dependency graph has a cycle
     ├── TaskLoadError           a task class cannot be imported or found
     ├── SchedulerUnavailable    the scheduler cannot be reached
+    ├── StaleReport             a report about an attempt that is no longer current, refused
     └── InvalidTransition       the worker's state machine was asked for an illegal move
 
 Each error carries its context (task, plugin, backend, key) as attributes as well as in the

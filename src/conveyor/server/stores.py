@@ -38,6 +38,7 @@ __all__ = [
     "MemoryStore",
     "SqliteStore",
     "StateStore",
+    "StoreContext",
 ]
 
 Rows = list[dict[str, Any]]
