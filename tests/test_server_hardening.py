@@ -15,7 +15,6 @@ import json
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -36,7 +35,6 @@ from conveyor.testing.processes import (
     child_env,
     free_port,
     kill_marked,
-    wait_for,
 )
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
@@ -95,34 +93,9 @@ class Server(SchedulerProcess):
         config sets, sent by :meth:`request`); nothing is started yet."""
         config = directory / "server.toml"
         config.write_text(config_text, encoding="utf-8")
-        super().__init__(directory, config, child_env(directory, MARKER_VARIABLE, marker))
-        self.flags = list(flags)
+        env = child_env(directory, MARKER_VARIABLE, marker)
+        super().__init__(directory, config, env, flags=flags)
         self.token = token
-
-    def start(self, timeout: float = 30) -> None:
-        """As SchedulerProcess.start, with ``self.flags`` added to the command line."""
-        args = ["--port", str(self.port), "--state-path", str(self.state)]
-        command = [sys.executable, "-m", "conveyor", "scheduler", *args, *self.flags]
-        with self.stdout.open("ab") as out, self.stderr.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [*command, "--config", str(self.config)],
-                cwd=self.directory,
-                env=self.env,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        proc = self.proc
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"the server exited with {proc.returncode}: {self.output()}")
-            try:
-                return self.request("GET", "/health").status == 200
-            except OSError:
-                return False
-
-        wait_for(healthy, timeout, f"the server on port {self.port} to answer /health")
 
     def request(
         self,

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,17 @@ class SchedulerProcess:
     started again on the same port and state. Subclass it to add request helpers.
     """
 
-    def __init__(self, directory: Path, config: Path, env: dict[str, str], port: int = 0) -> None:
-        """Describe the server; nothing is started yet."""
+    def __init__(
+        self,
+        directory: Path,
+        config: Path,
+        env: dict[str, str],
+        port: int = 0,
+        flags: Sequence[str] = (),
+    ) -> None:
+        """Describe the server (``flags``: more ``conveyor scheduler`` options, such as
+        ``--recover``); nothing is started yet."""
+        self.flags = list(flags)
         self.directory = directory
         self.config = config
         self.env = env
@@ -129,6 +138,7 @@ class SchedulerProcess:
                     "conveyor",
                     "scheduler",
                     *args,
+                    *self.flags,
                     "--config",
                     str(self.config),
                 ],
