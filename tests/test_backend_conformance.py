@@ -23,7 +23,7 @@ TOKEN = "conformance-token"
 MARKER = "CONFORMANCE_MARKER"
 TRANSPORT_CHECKS = [
     "ping", "add_tasks", "get_work", "work_left", "annotate", "task_list", "merge", "task_done",
-    "task_failed", "explanation", "statuses",
+    "task_failed", "attempts", "explanation", "statuses",
 ]  # fmt: skip
 
 

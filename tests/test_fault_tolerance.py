@@ -509,7 +509,7 @@ def test_a_partitioned_worker_fences_itself_and_its_late_report_is_refused(
 
     from conveyor.testing.proxy import FaultyProxy
 
-    server = _server(tmp_path, "[scheduler]\nworker_disconnect_delay = 4\nretry_delay = 0\n")
+    server = _server(tmp_path, "[scheduler]\nworker_disconnect_delay = 6\nretry_delay = 0\n")
     root = tmp_path / "run"
     root.mkdir()
     module = task_module(SLOW.format(root=str(root)))
@@ -599,3 +599,103 @@ def test_a_long_lived_server_forgets_what_gone_workers_finished(
         assert _statuses(server) == {}
     finally:
         server.kill()
+
+
+def test_fencing_is_off_when_a_healthy_worker_could_look_out_of_reach() -> None:
+    """A worker stops its attempts early enough for TERM and kill_grace to fit in the lease,
+    but never sooner than a healthy worker can go without an answer (a ping interval plus a
+    call's timeout): then fencing is off rather than killing the attempts of a worker that is
+    fine."""
+    from conveyor.worker.loop import fence_after
+
+    assert fence_after(60, 5, 1, 10) == 54
+    assert fence_after(6, 1, 0.5, 1) == 4
+    assert fence_after(4, 1, 2.5, 1) is None  # a ping every 2.5 s cannot keep up with it
+    assert fence_after(60, 5, 50, 10) is None
+
+
+LEAKERS = """
+import pathlib
+import subprocess
+import time
+
+import conveyor
+
+ROOT = pathlib.Path({root!r})
+
+
+class Marked(conveyor.Task):
+    '''Complete once its run() has written its marker.'''
+
+    def complete(self):
+        return (ROOT / f"{{type(self).__name__}}.ok").exists()
+
+    def done(self):
+        (ROOT / f"{{type(self).__name__}}.ok").write_text("ok")
+
+
+class Quick(Marked):
+    def run(self):
+        self.done()
+
+
+class Leaky(Marked):
+    '''Ends just after Quick (so the sweep at Quick's end is recent) and leaves a daemon.'''
+
+    def run(self):
+        while not (ROOT / "Quick.ok").exists():
+            time.sleep(0.01)
+        time.sleep(0.3)
+        pid = ROOT / "daemon.pid"
+        script = f"sleep 600 & echo $! > {{pid}}.tmp && mv {{pid}}.tmp {{pid}}"
+        subprocess.run(["setsid", "sh", "-c", script], check=True)
+        while not pid.exists():
+            time.sleep(0.01)
+        self.done()
+
+
+class Long(Marked):
+    '''Keeps the executor busy until the test says so.'''
+
+    def run(self):
+        while not (ROOT / "release").exists():
+            time.sleep(0.02)
+        self.done()
+
+
+class All(conveyor.WrapperTask):
+    def requires(self):
+        return [Quick(), Leaky(), Long()]
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_sweep_put_off_while_others_run_still_happens(
+    task_module: WriteModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt that ends within SWEEP_EVERY of the last sweep, while another attempt keeps
+    running, still gets its leftovers killed SWEEP_EVERY later (not only when the executor
+    goes idle)."""
+    import threading
+
+    from conveyor.executors import supervisor
+
+    monkeypatch.setattr(supervisor, "SWEEP_EVERY", 2.0)
+    root = tmp_path / "run"
+    root.mkdir()
+    module = task_module(LEAKERS.format(root=str(root)))
+    config = conveyor.Config().with_overrides(executor="fork", workers=3)
+    outcome: list[RunReport] = []
+    runner = threading.Thread(
+        target=lambda: outcome.append(_run(load_task_class(module, "All")(), config))
+    )
+    runner.start()
+    try:
+        wait_for((root / "daemon.pid").exists, 30, "the daemon to be started")
+        daemon = int((root / "daemon.pid").read_text())
+        wait_for(lambda: not _pid_alive(daemon), 10, "the daemon to be killed while Long runs")
+        assert not (root / "release").exists()
+    finally:
+        (root / "release").write_text("go")
+        runner.join(timeout=30)
+    assert outcome and outcome[0].exit_code == 0

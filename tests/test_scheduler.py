@@ -575,13 +575,14 @@ def test_get_work_with_a_running_list_does_not_scan_the_workers_tasks() -> None:
 
 
 def test_every_hand_out_has_a_new_attempt_id_and_the_lease(core: SchedulerCore, clock: FakeClock):
-    """Each hand-out of a task carries the next attempt id and worker_disconnect_delay."""
+    """Each hand-out of a task carries a new attempt id (a positive integer exact in JSON) and
+    worker_disconnect_delay as its lease."""
     core.add_tasks("w", specs("t"))
     first = core.get_work("w")
-    assert (first.attempt, first.lease) == (1, DISCONNECT)
+    assert first.lease == DISCONNECT and 0 < first.attempt < 2**53
     core.task_failed("w", "t", "boom", first.attempt)
     clock.advance(RETRY_DELAY)
-    assert core.get_work("w").attempt == 2
+    assert core.get_work("w").attempt not in (0, first.attempt)
 
 
 def test_a_failure_reported_twice_counts_once(make: MakeCore, clock: FakeClock):
@@ -620,8 +621,8 @@ def test_a_report_of_a_superseded_attempt_is_refused_and_changes_nothing(
     assert status(core, "t") == "FAILED"
     clock.advance(RETRY_DELAY)
     second = core.get_work("b")
-    assert (first.attempt, second.attempt) == (1, 2)
-    with pytest.raises(conveyor.StaleReport, match=r"attempt 1 .* handed out again .* worker b"):
+    assert first.attempt != second.attempt
+    with pytest.raises(conveyor.StaleReport, match=r"attempt \d+ .* handed out again .* worker b"):
         core.task_done("a", "t", first.attempt)
     with pytest.raises(conveyor.StaleReport):
         core.task_failed("a", "t", "late", first.attempt)
@@ -727,3 +728,59 @@ def test_removals_are_reported_to_the_state_store_and_a_comeback_is_not(
     records, workers = core.take_changes()
     assert [r.task_id for r in records] == ["u"] and workers == [("w", False)]
     assert core.take_removals() == ([], [])
+
+
+def test_an_old_report_cannot_hit_a_task_registered_again_after_it_was_removed(
+    make: MakeCore, clock: FakeClock
+):
+    """A's attempt of T is pending in its outbox while T is pruned and registered again by B:
+    attempt ids are unique across records, so A's report is still refused and B's applied."""
+    core = make(remove_delay=REMOVE)
+    core.add_tasks("a", specs("t"))
+    old = core.get_work("a")
+    _gone(core, clock, DISCONNECT + 1)
+    _gone(core, clock, REMOVE)
+    assert core.statuses(["t"]) == {}
+    core.add_tasks("b", specs("t"))
+    new = core.get_work("b")
+    with pytest.raises(conveyor.StaleReport):
+        core.task_failed("a", "t", "late", old.attempt)
+    core.task_done("b", "t", new.attempt)
+    assert status(core, "t") == "DONE"
+
+
+def test_a_worker_gone_twice_keeps_its_tasks_until_remove_delay_after_the_last_time(
+    make: MakeCore, clock: FakeClock
+):
+    """A worker that is declared gone, comes back and is declared gone again keeps its tasks
+    until remove_delay after the second departure, not the first."""
+    core = make(remove_delay=REMOVE)
+    core.add_tasks("w", specs("t"))
+    _gone(core, clock, DISCONNECT + 1)  # first departure
+    core.ping("w")  # back
+    _gone(core, clock, DISCONNECT + 1)  # second departure
+    _gone(core, clock, REMOVE - DISCONNECT)  # the first departure's remove_delay is over
+    assert core.statuses(["t"]) == {"t": "PENDING"}
+    _gone(core, clock, DISCONNECT + 1)
+    assert core.statuses(["t"]) == {}
+
+
+def test_pending_work_stays_while_an_assistant_may_run_it(make: MakeCore, clock: FakeClock):
+    """Tasks of a gone worker that a live assistant could still run are kept (as in Luigi),
+    and so is one the assistant is running; both go once the assistant is gone too."""
+    core = make(remove_delay=REMOVE)
+    core.add_tasks("w", specs("t1", "t2"))
+    core.get_work("helper", assistant=True)  # the assistant runs t1
+    _gone(core, clock, DISCONNECT / 2)
+    core.ping("helper")
+    _gone(core, clock, DISCONNECT / 2 + 1)  # w is gone
+    core.ping("helper")
+    for _ in range(3):
+        _gone(core, clock, REMOVE / 2)
+        core.ping("helper")
+    assert set(core.statuses(["t1", "t2"])) == {"t1", "t2"}
+    assert core.get_work("helper", assistant=True).task_id == "t2"
+    _gone(core, clock, DISCONNECT + 1)  # the assistant is gone: t1 and t2 fail
+    for _ in range(4):
+        _gone(core, clock, REMOVE)
+    assert core.statuses(["t1", "t2"]) == {}

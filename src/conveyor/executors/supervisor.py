@@ -32,7 +32,7 @@ import structlog
 
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import LineReader, decode
-from .proctree import descendants, marked_leftovers, signal_tree
+from .proctree import MARK_VARIABLE, descendants, marked_leftovers, signal_tree
 
 if TYPE_CHECKING:
     from ..settings import Field
@@ -91,6 +91,7 @@ class Supervisor:
         self._serials = itertools.count(1)
         self._live_marks: set[str] = set()  # issued to attempts not reaped yet
         self._swept = 0.0
+        self._sweep_due = False  # an attempt ended since the last sweep
 
     def next_mark(self) -> str:
         """A new attempt's mark, ``<token>-<serial>``: live from now on (its process may be
@@ -139,6 +140,7 @@ class Supervisor:
     def sweep(self) -> int:
         """Kill every process carrying the mark of an attempt that has ended; how many."""
         self._swept = time.monotonic()
+        self._sweep_due = False
         killed = 0
         # the live set itself, not a copy: a mark is added before its attempt's process exists
         # and removed only once it is reaped, so a process seen with a mark that is not in it
@@ -146,6 +148,8 @@ class Supervisor:
         for pid, mark in marked_leftovers(self.token, self._live_marks):
             try:
                 proc = psutil.Process(pid)
+                if proc.environ().get(MARK_VARIABLE) != mark:
+                    continue  # gone, and its pid already reused
                 command = " ".join(proc.cmdline())[:300]
                 tree = [proc, *proc.children(recursive=True)]
             except psutil.Error:
@@ -207,6 +211,8 @@ class Supervisor:
             children = list(self._children.values())
         times = [c.kill_at if c.kill_at is not None else c.deadline for c in children]
         polling = any(c.pidfd is None for c in children)
+        if self._sweep_due:
+            times.append(self._swept + SWEEP_EVERY)
         nearest = min(times, default=float("inf"))
         wait = max(0.0, nearest - time.monotonic()) if nearest != float("inf") else None
         if polling:
@@ -250,6 +256,8 @@ class Supervisor:
 
     def _check_clocks(self) -> None:
         now = time.monotonic()
+        if self._sweep_due and now - self._swept >= SWEEP_EVERY:
+            self.sweep()
         with self._lock:
             children = list(self._children.values())
         for child in children:
@@ -284,8 +292,9 @@ class Supervisor:
         """The child exited: collect its status and last messages, clean up, report."""
         # kill what is left of the attempt while the exited child (a zombie) still holds its
         # pid and process group, so a recycled pid can never be hit
-        # (no fresh scan of the machine's processes here: that costs ~1 ms per attempt; the
-        # group and any tree seen at a timeout or interruption are what an attempt leaves)
+        # (no psutil scan of descendants here: that costs ~1 ms per attempt; the group and any
+        # tree seen at a timeout or interruption are killed now, and what escaped both is
+        # found by its mark in the sweep below)
         signal_tree(child.pid, signal.SIGKILL, child.tree, scan=False)
         status = None
         with contextlib.suppress(ChildProcessError):
@@ -296,6 +305,8 @@ class Supervisor:
             busy = bool(self._children)
         if not busy or time.monotonic() - self._swept >= SWEEP_EVERY:
             self.sweep()
+        else:
+            self._sweep_due = True  # soon: _check_clocks sweeps when SWEEP_EVERY has passed
         if child.popen is not None:
             child.popen.returncode = _exit_code(status)
         child.sink(self._outcome_of(child, status))

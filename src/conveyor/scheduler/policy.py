@@ -30,6 +30,7 @@ The class is thread-safe (one lock) and does no I/O; the clock is injected.
 from __future__ import annotations
 
 import heapq
+import random
 import threading
 import time
 from collections import deque
@@ -52,6 +53,8 @@ PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
     TaskStatus.UNKNOWN,
 )
 _ASSISTANTS = "\0assistants"
+_ATTEMPT_IDS = 2**53  # attempt ids stay exact integers in JSON (and JavaScript)
+_FOR_NOW = "for now"  # _kept_by(): kept, and to be looked at again after remove_delay
 _NOTHING_HELD: Mapping[str, int] = MappingProxyType({})
 
 
@@ -146,6 +149,10 @@ class SchedulerCore:
         self.stale_reports = 0  # reports refused because their attempt was not the latest
         self._removals: list[tuple[float, str]] = []  # (when, task id) to consider removing
         self._departures: list[tuple[float, str]] = []  # (when, worker id) to forget
+        self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
+        # attempt ids are random: unique across restarts and re-created records alike, which
+        # a counter per record (or per process) would not be
+        self._attempt_ids = random.Random()
         self._removed: set[str] = set()  # task ids removed, not yet taken by the store
         self._removed_workers: set[str] = set()
 
@@ -371,7 +378,7 @@ class SchedulerCore:
         for name, amount in rec.held.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
-        rec.attempt += 1
+        rec.attempt = self._attempt_ids.randrange(1, _ATTEMPT_IDS)
         _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)
@@ -563,6 +570,7 @@ class SchedulerCore:
             self._assistants.discard(worker_id)
             for task_id in list(self._running_on.get(worker_id, ())):
                 self._fail(self._tasks[task_id], f"worker {worker_id} stopped responding", now)
+            self._departed[worker_id] = now
             later = now + self.remove_delay
             heapq.heappush(self._departures, (later, worker_id))
             for task_id in self._by_worker.get(worker_id, ()):
@@ -574,25 +582,42 @@ class SchedulerCore:
         while removals and removals[0][0] <= now:
             _, task_id = heapq.heappop(removals)
             rec = self._tasks.get(task_id)
-            if rec is not None and self._unneeded(rec):
+            if rec is None:
+                continue
+            keep = self._kept_by(rec, now)
+            if not keep:
                 self._remove(rec, now)
+            elif keep == _FOR_NOW:  # nothing else will bring it back here: look again later
+                heapq.heappush(removals, (now + self.remove_delay, task_id))
         departures = self._departures
         while departures and departures[0][0] <= now:
-            _, worker_id = heapq.heappop(departures)
-            if worker_id not in self._workers:  # it did not come back
+            when, worker_id = heapq.heappop(departures)
+            departed = self._departed.get(worker_id)
+            if departed is not None and departed + self.remove_delay <= when:
+                # gone since this departure (not back, nor gone again later)
+                del self._departed[worker_id]
                 self._by_worker.pop(worker_id, None)
                 self._running_on.pop(worker_id, None)
                 self._heaps.pop(worker_id, None)
                 if self._dirty is not None:
                     self._removed_workers.add(worker_id)
 
-    def _unneeded(self, rec: TaskRecord) -> bool:
-        workers = self._workers
-        return (
-            rec.status != RUNNING
-            and not rec.dependents
-            and not any(w in workers for w in rec.stakeholders)
-        )
+    def _kept_by(self, rec: TaskRecord, now: float) -> str:
+        """Why ``rec`` must stay ('' if nothing): a live or recently gone worker registered
+        it, or a task depends on it (each brings it back here when that ends), or it is
+        running, or live assistants may still run it (:data:`_FOR_NOW`)."""
+        departed = self._departed
+        for worker_id in rec.stakeholders:
+            if worker_id in self._workers:
+                return "registered"
+            gone = departed.get(worker_id)
+            if gone is not None and now < gone + self.remove_delay:
+                return "registered"
+        if rec.dependents:
+            return "needed"
+        if rec.status == RUNNING or (self._assistants and rec.status in (PENDING, FAILED)):
+            return _FOR_NOW
+        return ""
 
     def _remove(self, rec: TaskRecord, now: float) -> None:
         task_id = rec.task_id
@@ -640,6 +665,7 @@ class SchedulerCore:
             self._dirty_workers.add(worker_id)
             self._removed_workers.discard(worker_id)
         self._workers[worker_id] = now
+        self._departed.pop(worker_id, None)  # (back before it was forgotten)
         if assistant and worker_id not in self._assistants:
             self._dirty_workers.add(worker_id)
             self._assistants.add(worker_id)

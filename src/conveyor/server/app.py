@@ -72,12 +72,18 @@ class SchedulerService:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Apply ``fn(*args)`` and commit every change it made."""
         with self.lock:
-            result = fn(*args)
-            records, workers = self.core.take_changes()
-            gone_tasks, gone_workers = self.core.take_removals()
-            rows = [to_row(r) for r in records]
-            self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
+            try:
+                result = fn(*args)
+            finally:  # a refused call (StaleReport) may still have changed something: commit
+                self._commit()
             return result
+
+    def _commit(self) -> None:
+        """Write what changed since the last commit (and what was removed) to the store."""
+        records, workers = self.core.take_changes()
+        gone_tasks, gone_workers = self.core.take_removals()
+        rows = [to_row(r) for r in records]
+        self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
 
     def tick(self) -> None:
         """Apply time-based changes (retries, disconnected workers) even when nobody calls."""

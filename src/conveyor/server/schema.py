@@ -13,6 +13,9 @@ from ..protocol import ROUTES, TaskList, json_schema
 __all__ = ["openapi_document"]
 
 
+_REPORTS = ("task_done", "task_failed")  # refused with 409 for a superseded attempt
+
+
 def openapi_document() -> dict[str, Any]:
     """An OpenAPI 3.1 description of every route."""
     error = {
@@ -63,6 +66,7 @@ def openapi_document() -> dict[str, Any]:
                     "413": error,
                     "415": error,
                     "422": error,
+                    **({"409": error} if name in _REPORTS else {}),
                     **foreign,
                 },
             }

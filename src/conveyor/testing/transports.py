@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 
+from ..errors import StaleReport
 from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 from ..transports.base import SchedulerTransport
 
@@ -82,8 +83,17 @@ def check_transport(transport: SchedulerTransport) -> list[str]:
     transport.task_done(worker, top)
     work = transport.get_work(worker, False, ())
     assert work is not None and work.task_id == flaky, f"the last task: {work!r}"
-    status = transport.task_failed(worker, flaky, "it broke\nline two")
+    status = transport.task_failed(worker, flaky, "it broke\nline two", work.attempt)
     assert status in (TaskStatus.FAILED, TaskStatus.DISABLED), status
+    if work.attempt:  # a scheduler with attempt ids: reports count once, stale ones are refused
+        again = transport.task_failed(worker, flaky, "it broke\nline two", work.attempt)
+        assert again == status, f"a report sent again was applied again: {status} -> {again}"
+        try:
+            transport.task_done(worker, flaky, work.attempt + 1)
+        except StaleReport:
+            pass
+        else:
+            raise AssertionError("a report of an attempt that was never handed out was accepted")
     assert isinstance(status, TaskStatus), f"task_failed returned {status!r}, not a TaskStatus"
     assert transport.explanation(flaky) == "it broke\nline two", "the explanation changed"
     unknown = f"conformance_{run}_unknown"
@@ -103,6 +113,7 @@ def check_transport(transport: SchedulerTransport) -> list[str]:
         "merge",
         "task_done",
         "task_failed",
+        "attempts",
         "explanation",
         "statuses",
     ]

@@ -109,6 +109,7 @@ class Worker:
         self._contact = 0.0  # clock.monotonic() of the last call the scheduler answered
         self._lease = 0.0  # how long the scheduler keeps an attempt of a silent worker
         self._fenced_for = -1.0  # the _contact of the outage the attempts were stopped for
+        self._unfenceable = 0.0  # a lease too short to fence in, once warned about
         self._running_at_interrupt = 0
         self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
         for notifier in self.config.notifiers.enabled:
@@ -600,7 +601,19 @@ class Worker:
         silent = self.clock.monotonic() - contact
         if not lease or not self._running or self._fenced_for == contact:
             return
-        if silent < fence_after(lease, self.settings.kill_grace, self.settings.ping_interval):
+        settings = self.settings
+        timeout = self.config.scheduler.rpc_timeout
+        after = fence_after(lease, settings.kill_grace, settings.ping_interval, timeout)
+        if after is None:
+            if self._unfenceable != lease:  # said once per lease
+                self._unfenceable = lease
+                log.warning(
+                    "cannot fence: the scheduler's lease leaves no room to stop attempts in "
+                    "time; shorten ping_interval, rpc_timeout or kill_grace",
+                    lease=lease,
+                )
+            return
+        if silent < after or self._contact != contact:  # (an answer came meanwhile)
             return
         self._fenced_for = contact
         reason = f"fencing (no answer from the scheduler for {silent:.1f} s of a {lease:g} s lease)"
@@ -647,11 +660,15 @@ class Worker:
             raise Interrupted(signal_name)
 
 
-def fence_after(lease: float, kill_grace: float, ping_interval: float) -> float:
+def fence_after(
+    lease: float, kill_grace: float, ping_interval: float, rpc_timeout: float
+) -> float | None:
     """Seconds without an answer after which a worker stops its attempts: early enough that
-    SIGTERM, ``kill_grace`` and one more ping fit in the ``lease``, and never before half of
-    it."""
-    return max(lease / 2, lease - kill_grace - ping_interval - 1.0)
+    SIGTERM and ``kill_grace`` fit in the ``lease`` (with a second to spare). None when that
+    is sooner than a healthy worker can go without an answer (a ping interval plus a call's
+    timeout, plus a second): fencing would then stop attempts of a worker that is fine."""
+    at = lease - kill_grace - 1.0
+    return at if at >= ping_interval + rpc_timeout + 1.0 else None
 
 
 def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str, Any]:
