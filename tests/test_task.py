@@ -704,3 +704,23 @@ def test_load_task_class_reports_a_module_that_fails_to_import(task_module: Any)
     with pytest.raises(conveyor.TaskLoadError) as info:
         load_task_class(module, "Anything")
     assert module in str(info.value) and "boom at import" in str(info.value)
+
+
+def test_the_binding_shared_with_events_cannot_be_changed_by_a_plugin(tmp_path: Path):
+    """Event params are the task's own read-only string form (it also carries the binding the
+    next equal task reuses): a plugin can change neither its items nor its attributes."""
+    from conveyor.testing import RecordingPlugin
+
+    recorder = RecordingPlugin()
+    task = TtPlain(name="bound", n=4)
+    with conveyor.Worker(config=conveyor.Config(), plugins=[recorder]) as worker:
+        worker.add(task)
+    [event, *_] = recorder.events("task_complete_checked")
+    for change in (
+        lambda: setattr(event.params, "task_id", "forged"),
+        lambda: event.params.__setitem__("n", "5"),
+    ):
+        with pytest.raises(TypeError):
+            change()
+    assert TtPlain(name="bound", n=4).task_id == task.task_id
+    assert TtPlain(name="bound", n=4).to_str_params() == {"name": "bound", "n": "4"}

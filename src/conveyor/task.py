@@ -69,6 +69,15 @@ class _Binding(Params):
     task_id: str
     param_values: tuple[Any, ...]
 
+    def __setattr__(self, name: str, value: object) -> None:
+        raise TypeError("event params are read-only")  # (plugins see this object)
+
+    def seal(self, cls: type[Task], values: tuple[Any, ...], task_id: str) -> None:
+        """Record the rest of the binding, once, when the task is built."""
+        object.__setattr__(self, "cls", cls)
+        object.__setattr__(self, "param_values", values)
+        object.__setattr__(self, "task_id", task_id)
+
 
 _BOUND: dict[tuple[Any, ...], _Binding] = {}
 
@@ -182,8 +191,7 @@ class Task:
             if len(_BOUND) >= _BOUND_MAX:
                 _BOUND.clear()
             binding = self._string_params()
-            binding.cls, binding.param_values = type(self), tuple(values.values())
-            binding.task_id = self.task_id
+            binding.seal(type(self), tuple(values.values()), self.task_id)
             _BOUND[key] = binding
 
     def _set_values(self, values: dict[str, Any]) -> None:

@@ -337,6 +337,8 @@ class Supervisor:
                 error=f"timed out after {child.timeout:g} s; its process tree was killed",
                 exception_type="Timeout",
             )
+        if child.outcome is not None:  # reported before it was stopped: the outcome stands
+            return child.outcome
         if child.reason:
             return Outcome(
                 child.task_id,
@@ -345,8 +347,6 @@ class Supervisor:
                 error=f"interrupted by {child.reason}",
                 exception_type="Interrupted",
             )
-        if child.outcome is not None:
-            return child.outcome
         exitcode, signum = _decode_status(status)
         what = f"signal {signum}" if signum is not None else f"exit code {exitcode}"
         return Outcome(
