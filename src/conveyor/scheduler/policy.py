@@ -53,7 +53,7 @@ PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
     TaskStatus.UNKNOWN,
 )
 _ASSISTANTS = "\0assistants"
-_ATTEMPT_IDS = 2**53  # attempt ids stay exact integers in JSON (and JavaScript)
+_ATTEMPT_BITS = 53  # attempt ids stay exact integers in JSON (and JavaScript)
 _FOR_NOW = "for now"  # _kept_by(): kept, and to be looked at again after remove_delay
 _NOTHING_HELD: Mapping[str, int] = MappingProxyType({})
 
@@ -378,7 +378,7 @@ class SchedulerCore:
         for name, amount in rec.held.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
-        rec.attempt = self._attempt_ids.randrange(1, _ATTEMPT_IDS)
+        rec.attempt = self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
         _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)

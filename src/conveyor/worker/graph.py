@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,30 +53,31 @@ def label(task: Task) -> str:
 
 def find_cycle(start: Iterable[str], nodes: Mapping[str, Node]) -> list[str] | None:
     """A dependency cycle among PENDING nodes reachable from ``start``, as ids (first repeated
-    last), or None. Iterative depth-first search: O(nodes + edges)."""
+    last), or None. Iterative depth-first search: O(nodes + edges), each edge looked at once."""
+    pending = TaskState.PENDING
     done: set[str] = set()
     for root in start:
-        if root in done or nodes[root].state is not TaskState.PENDING:
+        if root in done or nodes[root].state is not pending:
             continue  # (a task already broken by an earlier cycle is no start)
-        path: list[str] = []
-        on_path: set[str] = set()
-        stack: list[tuple[str, int]] = [(root, 0)]
+        path = [root]
+        on_path = {root}
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(nodes[root].all_deps()))]
         while stack:
-            task_id, index = stack.pop()
-            if index == 0:
-                path.append(task_id)
-                on_path.add(task_id)
-            deps = nodes[task_id].all_deps()
-            if index < len(deps):
-                stack.append((task_id, index + 1))
-                dep = deps[index]
+            task_id, deps = stack[-1]
+            for dep in deps:  # resumes where this node's walk left off
                 if dep in on_path:
                     return [*path[path.index(dep) :], dep]
+                if dep in done:
+                    continue
                 node = nodes.get(dep)
-                if dep not in done and node is not None and node.state is TaskState.PENDING:
-                    stack.append((dep, 0))
-                continue
-            path.pop()
-            on_path.discard(task_id)
-            done.add(task_id)
+                if node is not None and node.state is pending:
+                    path.append(dep)
+                    on_path.add(dep)
+                    stack.append((dep, iter(node.all_deps())))
+                    break
+            else:  # every dependency looked at: no cycle through this node
+                stack.pop()
+                path.pop()
+                on_path.discard(task_id)
+                done.add(task_id)
     return None
