@@ -122,7 +122,7 @@ class GraphWalk:
         deps, status, runnable = self._requirements(node, specs)
         if deps is None:
             return []
-        node.deps = tuple(dep.task_id for dep in deps)
+        node.deps = tuple([dep.task_id for dep in deps])
         self.transit(
             node,
             Trigger.DEPS_FOUND,
