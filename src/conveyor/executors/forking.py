@@ -37,7 +37,13 @@ class ForkExecutor(ProcessExecutor):
                 stream.flush()
         worker_pid = os.getpid()
         mark = self.supervisor.next_mark()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # e.g. out of processes: nothing started
+            self.supervisor.release_mark(mark)
+            for fd in (msg_r, msg_w, dog_r, dog_w):
+                os.close(fd)
+            raise
         if pid == 0:  # pragma: no cover - runs in the child, measured by the process tests
             os.environ[MARK_VARIABLE] = mark  # inherited by what the task starts
             _child(request, worker_pid, msg_w, dog_r, [msg_r, dog_w, *inherited])

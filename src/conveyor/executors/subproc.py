@@ -46,6 +46,11 @@ class SubprocessExecutor(ProcessExecutor):
                 start_new_session=True,
                 env=env,
             )
+        except OSError:  # nothing started
+            self.supervisor.release_mark(mark)
+            for fd in (msg_r, dog_w):
+                os.close(fd)
+            raise
         finally:
             os.close(msg_w)
             os.close(dog_r)

@@ -101,6 +101,11 @@ class Supervisor:
             self._live_marks.add(mark)
         return mark
 
+    def release_mark(self, mark: str) -> None:
+        """Forget a mark whose attempt never started (its process could not be created)."""
+        with self._lock:
+            self._live_marks.discard(mark)
+
     # --- called from the worker's thread ---------------------------------------------------
 
     def own_fds(self) -> list[int]:
