@@ -283,17 +283,33 @@ class Fan(conveyor.WrapperTask):
 """
 
 
+StartServer = Callable[[str], SchedulerProcess]
+
+
 @pytest.fixture
-def small_server(tmp_path: Path) -> Iterator[SchedulerProcess]:
-    """A real ``conveyor scheduler`` that accepts request bodies of at most 40,000 bytes."""
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """Start a real ``conveyor scheduler`` configured by a TOML text; killed at teardown."""
     marker = uuid.uuid4().hex
-    config = tmp_path / "server.toml"
-    config.write_text("[server]\nmax_request_bytes = 40000\n", encoding="utf-8")
-    proc = SchedulerProcess(tmp_path, config, child_env(tmp_path, "FT_MARKER", marker))
-    proc.start()
-    yield proc
-    proc.kill()
+    started: list[SchedulerProcess] = []
+
+    def start(toml: str) -> SchedulerProcess:
+        config = tmp_path / "server.toml"
+        config.write_text(toml, encoding="utf-8")
+        proc = SchedulerProcess(tmp_path, config, child_env(tmp_path, "FT_MARKER", marker))
+        started.append(proc)
+        proc.start()
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
     kill_marked("FT_MARKER", marker)
+
+
+@pytest.fixture
+def small_server(start_server: StartServer) -> SchedulerProcess:
+    """A real ``conveyor scheduler`` that accepts request bodies of at most 40,000 bytes."""
+    return start_server("[server]\nmax_request_bytes = 40000\n")
 
 
 def test_registration_is_batched_under_the_servers_request_limit(
@@ -371,7 +387,6 @@ def test_a_helper_that_escapes_with_setsid_is_killed_after_the_attempt(
     """A daemon the task starts (own session, parent gone: neither in the attempt's process
     group nor among its descendants) survives neither a successful attempt nor a timed-out
     one; the leak is logged with its command line."""
-    import psutil
 
     module = task_module(ESCAPING)
     pidfile = tmp_path / "helper.pid"
@@ -380,27 +395,12 @@ def test_a_helper_that_escapes_with_setsid_is_killed_after_the_attempt(
     assert proc.returncode == (1 if hang else 0), proc.stdout + proc.stderr
     helper_pid = int(pidfile.read_text())
 
-    def gone() -> bool:
-        try:
-            return psutil.Process(helper_pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    wait_for(gone, 10, "the escaped helper to be killed")
+    wait_for(lambda: not _pid_alive(helper_pid), 10, "the escaped helper to be killed")
     leaks = [line for line in proc.stderr.splitlines() if "left a process behind" in line]
     assert len(leaks) == 1 and "sleep 600" in leaks[0] and str(helper_pid) in leaks[0]
 
 
 # --- one running instance, and reports that count once (a real server, a faulty network) -----
-
-
-def _server(tmp_path: Path, toml: str) -> SchedulerProcess:
-    config = tmp_path / "server.toml"
-    config.write_text(toml, encoding="utf-8")
-    marker = uuid.uuid4().hex
-    proc = SchedulerProcess(tmp_path, config, child_env(tmp_path, "FT_MARKER", marker))
-    proc.start()
-    return proc
 
 
 def _health(server: SchedulerProcess) -> dict[str, object]:
@@ -431,27 +431,24 @@ class Fails(conveyor.Task):
 
 @pytest.mark.timeout(90)
 def test_a_lost_answer_to_task_failed_counts_the_failure_once(
-    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path, start_server: StartServer
 ) -> None:
     """The server applies a task_failed whose answer the network then loses; the worker sends
     it again. With retry_count = 2 the task must be FAILED after one failed run, not DISABLED
     (the retried report is acknowledged without counting)."""
     from conveyor.testing.proxy import FaultyProxy
 
-    server = _server(tmp_path, "[scheduler]\nretry_count = 2\n")
-    try:
-        with FaultyProxy(server.port) as proxy:
-            module = task_module(FAILING)
-            (tmp_path / "worker.toml").write_text(
-                "[scheduler]\nrpc_retry_wait = 0.05\nrpc_timeout = 5\n", encoding="utf-8"
-            )
-            proxy.drop_answer(b"/api/v1/task_failed")
-            proc = run_cli("run", f"{module}.Fails", "--scheduler-url", proxy.url, cwd=tmp_path)
-            assert proc.returncode == 1, proc.stdout + proc.stderr
-            assert proxy.requests(b"/api/v1/task_failed") == 2  # the answer was lost once
-        assert list(_statuses(server).values()) == ["FAILED"]
-    finally:
-        server.kill()
+    server = start_server("[scheduler]\nretry_count = 2\n")
+    with FaultyProxy(server.port) as proxy:
+        module = task_module(FAILING)
+        (tmp_path / "worker.toml").write_text(
+            "[scheduler]\nrpc_retry_wait = 0.05\nrpc_timeout = 5\n", encoding="utf-8"
+        )
+        proxy.drop_answer(b"/api/v1/task_failed")
+        proc = run_cli("run", f"{module}.Fails", "--scheduler-url", proxy.url, cwd=tmp_path)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proxy.requests(b"/api/v1/task_failed") == 2  # the answer was lost once
+    assert list(_statuses(server).values()) == ["FAILED"]
 
 
 SLOW = """
@@ -497,7 +494,7 @@ def _alive(pid):
 
 @pytest.mark.timeout(120)
 def test_a_partitioned_worker_fences_itself_and_its_late_report_is_refused(
-    task_module: WriteModule, tmp_path: Path
+    task_module: WriteModule, tmp_path: Path, start_server: StartServer
 ) -> None:
     """Worker A runs a task; its traffic is black-holed past worker_disconnect_delay. A stops
     its attempt before the scheduler hands the task to B (never two running instances), B
@@ -509,7 +506,7 @@ def test_a_partitioned_worker_fences_itself_and_its_late_report_is_refused(
 
     from conveyor.testing.proxy import FaultyProxy
 
-    server = _server(tmp_path, "[scheduler]\nworker_disconnect_delay = 6\nretry_delay = 0\n")
+    server = start_server("[scheduler]\nworker_disconnect_delay = 6\nretry_delay = 0\n")
     root = tmp_path / "run"
     root.mkdir()
     module = task_module(SLOW.format(root=str(root)))
@@ -564,7 +561,6 @@ def test_a_partitioned_worker_fences_itself_and_its_late_report_is_refused(
     finally:
         for proc in workers:
             proc.kill()
-        server.kill()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -578,27 +574,24 @@ def _pid_alive(pid: int) -> bool:
 
 @pytest.mark.timeout(90)
 def test_a_long_lived_server_forgets_what_gone_workers_finished(
-    task_module: WriteModule, run_cli: RunCli, tmp_path: Path
+    task_module: WriteModule, run_cli: RunCli, tmp_path: Path, start_server: StartServer
 ) -> None:
     """remove_delay after a worker is gone, the tasks only it needed are removed from the
     server and from its SQLite state: a restarted server does not bring them back."""
-    server = _server(tmp_path, "[scheduler]\nworker_disconnect_delay = 1\nremove_delay = 1\n")
-    try:
-        module = task_module(
-            "import conveyor\n\n\nclass Hello(conveyor.Task):\n    n = conveyor.IntParameter()\n"
+    server = start_server("[scheduler]\nworker_disconnect_delay = 1\nremove_delay = 1\n")
+    module = task_module(
+        "import conveyor\n\n\nclass Hello(conveyor.Task):\n    n = conveyor.IntParameter()\n"
+    )
+    for n in range(3):
+        proc = run_cli(
+            "run", f"{module}.Hello", "--n", str(n), "--scheduler-url", server.url, cwd=tmp_path
         )
-        for n in range(3):
-            proc = run_cli(
-                "run", f"{module}.Hello", "--n", str(n), "--scheduler-url", server.url, cwd=tmp_path
-            )
-            assert proc.returncode == 0, proc.stderr
-        assert len(_statuses(server)) == 3
-        wait_for(lambda: not _statuses(server), 30, "the finished tasks to be removed")
-        server.kill()
-        server.start()
-        assert _statuses(server) == {}
-    finally:
-        server.kill()
+        assert proc.returncode == 0, proc.stderr
+    assert len(_statuses(server)) == 3
+    wait_for(lambda: not _statuses(server), 30, "the finished tasks to be removed")
+    server.kill()
+    server.start()
+    assert _statuses(server) == {}
 
 
 def test_fencing_is_off_when_a_healthy_worker_could_look_out_of_reach() -> None:
@@ -615,6 +608,7 @@ def test_fencing_is_off_when_a_healthy_worker_could_look_out_of_reach() -> None:
 
 
 LEAKERS = """
+import os
 import pathlib
 import subprocess
 import time
@@ -636,6 +630,7 @@ class Marked(conveyor.Task):
 
 class Quick(Marked):
     def run(self):
+        (ROOT / "quick.pid").write_text(str(os.getpid()))
         self.done()
 
 
@@ -645,7 +640,9 @@ class Leaky(Marked):
     def run(self):
         while not (ROOT / "Quick.ok").exists():
             time.sleep(0.01)
-        time.sleep(0.3)
+        quick = int((ROOT / "quick.pid").read_text())
+        while os.path.exists(f"/proc/{{quick}}"):  # until the worker has reaped Quick
+            time.sleep(0.01)
         pid = ROOT / "daemon.pid"
         script = f"sleep 600 & echo $! > {{pid}}.tmp && mv {{pid}}.tmp {{pid}}"
         subprocess.run(["setsid", "sh", "-c", script], check=True)

@@ -625,11 +625,9 @@ class Worker:
             running=len(self._running),
         )
         for executor in (self._executor, self._isolator):
-            if executor is None:
-                continue
-            if executor.can_kill:
+            if executor is not None and executor.can_kill:
                 executor.interrupt(reason, False)
-            elif executor.active or self._running:
+            elif executor is not None:
                 log.warning("cannot stop attempts of this executor", executor=executor.name)
 
     def drain(self) -> None:
