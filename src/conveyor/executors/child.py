@@ -11,11 +11,13 @@ import signal
 import sys
 import threading
 
+from ..errors import ConveyorError
+from ..task import Task, load_task_class
 from .attempt import run_attempt
-from .base import AttemptRequest
+from .base import FAILED, AttemptRequest, Outcome
 from .channel import PipeSink
 
-__all__ = ["arm_parent_death", "run_in_child", "start_watchdog"]
+__all__ = ["arm_parent_death", "rebuild_and_run", "reset_signals", "run_in_child", "start_watchdog"]
 
 _PR_SET_PDEATHSIG = 1
 # A real-time signal that task code has no reason to touch: the kernel sends it to the attempt
@@ -81,3 +83,27 @@ def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
+    """Rebuild the task ``spec`` names (module, family, string params) and run its attempt.
+
+    A task that cannot be rebuilt, or whose rebuilt id differs, is reported as a failed
+    attempt with the reason.
+    """
+    task_id = str(spec["task_id"])
+    try:
+        task: Task = load_task_class(str(spec["module"]), str(spec["family"])).from_str_params(
+            spec["params"]  # type: ignore[arg-type]
+        )
+        if task.task_id != task_id:
+            raise ConveyorError(
+                f"the task rebuilt in the attempt's process has id {task.task_id}, expected "
+                f"{task_id}; its task_id must depend only on its parameters"
+            )
+    except ConveyorError as exc:
+        failure = Outcome(task_id, FAILED, error=str(exc), exception_type=type(exc).__name__)
+        PipeSink(msg_fd)(failure)
+        return
+    attempt = int(spec["attempt"])  # type: ignore[call-overload]
+    run_in_child(AttemptRequest(task, task_id, attempt, 0.0, bool(spec["check_complete"])), msg_fd)

@@ -1,8 +1,12 @@
-"""The ``fork`` executor: one forked child process per attempt.
+"""The ``fork`` executor: one forked child process per attempt, forked by a fork server.
 
-The child shares everything the worker had imported (no start-up cost), runs in its own
-process group, and reports through a pipe (see :mod:`conveyor.executors.channel`). The
-:class:`~conveyor.executors.supervisor.Supervisor` enforces timeouts and reaps it.
+Attempts are not forked by the worker, which has threads, but by its fork server (see
+:mod:`conveyor.executors.zygote`), a single-threaded process started with the executor: a fork
+of the worker when it has one thread at that moment (it then shares everything the worker had
+imported), a fresh interpreter otherwise. The child runs in its own process group and reports
+through a pipe straight to the worker (see :mod:`conveyor.executors.channel`); the
+:class:`~conveyor.executors.supervisor.Supervisor` enforces timeouts and reports the outcome.
+If the server dies, its running attempts are PROCESS_DIED and the next attempt starts a new one.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ import os
 import sys
 from typing import ClassVar
 
-from .base import AttemptRequest, Sink
-from .child import arm_parent_death, reset_signals, run_in_child
-from .proctree import MARK_VARIABLE
+import structlog
+
+from .base import FAILED, AttemptRequest, ExecutorContext, Outcome, Sink
 from .supervisor import Child, ProcessExecutor
+from .zygote import ForkServer, ServerGone, SpawnRefused
 
 __all__ = ["ForkExecutor"]
+
+log = structlog.get_logger("conveyor.executors")
 
 
 class ForkExecutor(ProcessExecutor):
@@ -25,49 +32,70 @@ class ForkExecutor(ProcessExecutor):
 
     name: ClassVar[str] = "fork"
 
+    def __init__(self, context: ExecutorContext | None = None) -> None:
+        """Create the executor and start its fork server (before any thread of its own)."""
+        self.context = context or ExecutorContext()
+        self._server = self._new_server()  # first: it need not inherit the supervisor's pipe
+        self._retired: list[ForkServer] = []  # dead ones, closed with the executor
+        super().__init__(self.context)
+
+    def _new_server(self) -> ForkServer:
+        return ForkServer(self.context.log_level, self.context.log_format)
+
     def start(self, request: AttemptRequest, sink: Sink) -> None:
-        """Fork a child for the attempt and hand it to the supervisor."""
-        msg_r, msg_w = os.pipe()
-        dog_r, dog_w = os.pipe()
-        # taken after the pipes exist: a descriptor number freed by a finished attempt may
-        # have just been reused for this attempt's own pipe, which the child must keep
-        inherited = [fd for fd in self.supervisor.own_fds() if fd not in (msg_w, dog_r)]
+        """Have the fork server fork a child for the attempt and hand it to the supervisor."""
+        task = request.task
+        spec = {
+            "module": task.task_module,
+            "family": task.task_family,
+            "params": task.to_str_params(),
+            "task_id": request.task_id,
+            "attempt": request.attempt,
+            "check_complete": request.check_complete,
+        }
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        worker_pid = os.getpid()
+        msg_r, msg_w = os.pipe()
+        dog_r, dog_w = os.pipe()
         mark = self.supervisor.next_mark()
+        spec["mark"] = mark
         try:
-            pid = os.fork()
-        except OSError:  # e.g. out of processes: nothing started
+            pid = self._spawn(spec, [msg_w, dog_r])
+        except SpawnRefused as exc:
             self.supervisor.release_mark(mark)
-            for fd in (msg_r, msg_w, dog_r, dog_w):
+            for fd in (msg_r, dog_w):
+                os.close(fd)
+            sink(Outcome(request.task_id, FAILED, error=str(exc), exception_type="TaskLoadError"))
+            return
+        except BaseException:  # e.g. out of processes: nothing started
+            self.supervisor.release_mark(mark)
+            for fd in (msg_r, dog_w):
                 os.close(fd)
             raise
-        if pid == 0:  # pragma: no cover - runs in the child, measured by the process tests
-            os.environ[MARK_VARIABLE] = mark  # inherited by what the task starts
-            _child(request, worker_pid, msg_w, dog_r, [msg_r, dog_w, *inherited])
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
-        os.close(msg_w)
-        os.close(dog_r)
-        child = Child(pid, request.task_id, sink, msg_r, dog_w, request.timeout, mark=mark)
+        finally:
+            os.close(msg_w)
+            os.close(dog_r)
+        timeout, server = request.timeout, self._server
+        child = Child(pid, request.task_id, sink, msg_r, dog_w, timeout, mark=mark, server=server)
         self.supervisor.watch(child)
 
+    def _spawn(self, spec: dict[str, object], fds: list[int]) -> int:
+        """Fork through the server; a server found dead is replaced once."""
+        if self._server.alive:
+            with contextlib.suppress(ServerGone):
+                return self._server.spawn(spec, fds)
+        old = self._server.pid
+        # the supervisor still reads its end to learn that its attempts are over
+        self._retired.append(self._server)
+        self._server = self._new_server()
+        log.warning(
+            "the fork server had exited; started a new one", old_pid=old, pid=self._server.pid
+        )
+        return self._server.spawn(spec, fds)
 
-def _child(
-    request: AttemptRequest, worker_pid: int, msg_w: int, dog_r: int, close: list[int]
-) -> None:
-    code = 0
-    try:
-        os.setpgid(0, 0)
-        reset_signals()
-        for fd in close:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        arm_parent_death(worker_pid, dog_r)
-        run_in_child(request, msg_w)
-    except BaseException:  # the worker sees PROCESS_DIED with this code
-        code = 70
-    finally:
-        os._exit(code)
+    def close(self) -> None:
+        """Wait for every attempt process to end and be reaped, then stop the fork server."""
+        super().close()
+        for server in (*self._retired, self._server):
+            server.close()

@@ -26,19 +26,26 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def signal_tree(
-    pid: int, sig: signal.Signals, known: list[psutil.Process] | None = None, scan: bool = True
+    pid: int,
+    sig: signal.Signals,
+    known: list[psutil.Process] | None = None,
+    scan: bool = True,
+    group: bool = True,
 ) -> None:
     """Send ``sig`` to the process group led by ``pid`` and to every descendant found.
 
     Descendants are taken from a snapshot made before signalling (``known``, plus a fresh one
     unless ``scan`` is False — a scan reads every process of the machine), so processes that
-    left the group (``setsid``) are reached as long as they were seen.
+    left the group (``setsid``) are reached as long as they were seen. Without ``group``, only
+    those descendants are signalled (``pid`` is not this process's child, so only its parent
+    can tell whether the pid still names it).
     """
     snapshot = [*(known or []), *(descendants(pid) if scan else [])]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
     for proc in snapshot:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)

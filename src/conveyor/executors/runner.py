@@ -12,12 +12,8 @@ import os
 import sys
 
 from ..config import LoggingSettings
-from ..errors import ConveyorError
 from ..log import configure_logging
-from ..task import load_task_class
-from .base import FAILED, AttemptRequest, Outcome
-from .channel import PipeSink
-from .child import arm_parent_death, reset_signals, run_in_child
+from .child import arm_parent_death, rebuild_and_run, reset_signals
 
 
 def main() -> int:
@@ -29,20 +25,7 @@ def main() -> int:
     configure_logging(
         LoggingSettings(level=logging.get("level", "info"), format=logging.get("format", "json"))
     )
-    try:
-        task = load_task_class(spec["module"], spec["family"]).from_str_params(spec["params"])
-        if task.task_id != spec["task_id"]:
-            raise ConveyorError(
-                f"the task rebuilt in the subprocess has id {task.task_id}, expected "
-                f"{spec['task_id']}; its task_id must depend only on its parameters"
-            )
-    except ConveyorError as exc:
-        PipeSink(spec["msg_fd"])(
-            Outcome(spec["task_id"], FAILED, error=str(exc), exception_type=type(exc).__name__)
-        )
-        return 0
-    request = AttemptRequest(task, spec["task_id"], spec["attempt"], 0.0, spec["check_complete"])
-    run_in_child(request, spec["msg_fd"])
+    rebuild_and_run(spec, spec["msg_fd"])
     os._exit(0)  # like a forked child: threads the task left behind must not keep it alive
 
 

@@ -36,6 +36,7 @@ from .proctree import MARK_VARIABLE, descendants, marked_leftovers, signal_tree
 
 if TYPE_CHECKING:
     from ..settings import Field
+    from .zygote import ForkServer
 
 __all__ = ["Child", "ProcessExecutor", "Supervisor"]
 
@@ -65,6 +66,9 @@ class Child:
     closed: bool = False
     mark: str = ""
     """The value of the attempt's mark variable (set by the executor before it starts)."""
+    server: ForkServer | None = None
+    """The fork server whose child this is (it signals the group and reports the exit);
+    None for the executor's own children."""
 
     @property
     def deadline(self) -> float:
@@ -92,6 +96,9 @@ class Supervisor:
         self._live_marks: set[str] = set()  # issued to attempts not reaped yet
         self._swept = 0.0
         self._sweep_due = False  # an attempt ended since the last sweep
+        self._servers: set[ForkServer] = set()  # whose exit events the selector watches
+        self._early: dict[int, int] = {}  # exits a fork server reported before watch() ran
+        self._due: list[tuple[Child, int]] = []  # their children, to reap on the loop
 
     def next_mark(self) -> str:
         """A new attempt's mark, ``<token>-<serial>``: live from now on (its process may be
@@ -108,22 +115,22 @@ class Supervisor:
 
     # --- called from the worker's thread ---------------------------------------------------
 
-    def own_fds(self) -> list[int]:
-        """Descriptors a newly forked child must close (the other children's and ours)."""
-        with self._lock:
-            fds = [self._wake_r, self._wake_w]
-            for child in self._children.values():
-                fds.extend(fd for fd in (child.msg_fd, child.dog_fd, child.pidfd) if fd is not None)
-            return fds
-
     def watch(self, child: Child) -> None:
         """Start supervising ``child`` (already running)."""
-        child.pidfd = _pidfd(child.pid)
+        server = child.server
+        if server is None:
+            child.pidfd = _pidfd(child.pid)
         with self._lock:
             self._children[child.pid] = child
             self._selector.register(child.msg_fd, selectors.EVENT_READ, ("msg", child))
             if child.pidfd is not None:
                 self._selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
+            if server is not None:
+                if server not in self._servers:
+                    self._servers.add(server)
+                    self._selector.register(server.events_fd, selectors.EVENT_READ, server)
+                if child.pid in self._early:
+                    self._due.append((child, self._early.pop(child.pid)))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="conveyor-supervisor", daemon=True
@@ -201,6 +208,8 @@ class Supervisor:
                 if key.data is None:
                     with contextlib.suppress(BlockingIOError, OSError):
                         os.read(self._wake_r, 4096)
+                elif not isinstance(key.data, tuple):
+                    self._server_events(key.data)
                 elif key.data[1].closed:
                     # reaped earlier in this batch: its descriptor numbers may already belong
                     # to a new attempt's pipe
@@ -209,13 +218,38 @@ class Supervisor:
                     self._read(key.data[1])
                 else:
                     self._reap(key.data[1])
+            with self._lock:
+                due, self._due = self._due, []
+            for child, status in due:
+                self._reap(child, status)
             self._check_clocks()
+
+    def _server_events(self, server: ForkServer) -> None:
+        """Exits reported by a fork server; if it died, every attempt of it is over."""
+        events = server.read_events()
+        if events is None:
+            with self._lock:
+                self._servers.discard(server)
+                with contextlib.suppress(KeyError, ValueError):
+                    self._selector.unregister(server.events_fd)
+                orphaned = [c for c in self._children.values() if c.server is server]
+            for child in orphaned:
+                child.reason = child.reason or "server"
+                self._reap(child, None)
+            return
+        for pid, status in events:
+            with self._lock:
+                exited = self._children.get(pid)
+                if exited is None or exited.server is not server:
+                    self._early[pid] = status  # watch() has not run yet
+                    continue
+            self._reap(exited, status)
 
     def _next_timeout(self) -> float | None:
         with self._lock:
             children = list(self._children.values())
         times = [c.kill_at if c.kill_at is not None else c.deadline for c in children]
-        polling = any(c.pidfd is None for c in children)
+        polling = any(c.pidfd is None and c.server is None for c in children)
         if self._sweep_due:
             times.append(self._swept + SWEEP_EVERY)
         nearest = min(times, default=float("inf"))
@@ -270,21 +304,31 @@ class Supervisor:
                 continue
             if child.kill_at is not None and now >= child.kill_at:
                 child.kill_at = float("inf")
-                signal_tree(child.pid, signal.SIGKILL, child.tree)
+                self._signal(child, signal.SIGKILL)
             elif child.kill_at is None and now >= child.deadline and child.outcome is None:
                 child.reason = child.reason or "timeout"
                 self._terminate(child, hard=False)
-            if child.pidfd is None:
+            if child.pidfd is None and child.server is None:
                 self._poll_exit(child)
 
     def _terminate(self, child: Child, hard: bool) -> None:
         child.tree = child.tree or descendants(child.pid)
         if hard:
             child.kill_at = float("inf")
-            signal_tree(child.pid, signal.SIGKILL, child.tree)
+            self._signal(child, signal.SIGKILL)
         elif child.kill_at is None:
             child.kill_at = time.monotonic() + self.kill_grace
-            signal_tree(child.pid, signal.SIGTERM, child.tree)
+            self._signal(child, signal.SIGTERM)
+
+    @staticmethod
+    def _signal(child: Child, sig: signal.Signals, scan: bool = True) -> None:
+        """Signal the attempt's tree; a fork server's child through its server (which alone
+        knows whether the pid is still that child's)."""
+        if child.server is None:
+            signal_tree(child.pid, sig, child.tree, scan=scan)
+        else:
+            child.server.signal(child.pid, sig)
+            signal_tree(child.pid, sig, child.tree, scan=scan, group=False)
 
     def _poll_exit(self, child: Child) -> None:
         """Where pidfds are missing: has the child exited? (It stays a zombie until reaped.)"""
@@ -293,17 +337,21 @@ class Supervisor:
                 return
         self._reap(child)
 
-    def _reap(self, child: Child) -> None:
-        """The child exited: collect its status and last messages, clean up, report."""
+    def _reap(self, child: Child, status: int | None = None) -> None:
+        """The child exited: collect its status and last messages, clean up, report.
+
+        A fork server's child comes with its wait status (the server reaped it), or None if
+        the server died."""
         # kill what is left of the attempt while the exited child (a zombie) still holds its
-        # pid and process group, so a recycled pid can never be hit
+        # pid and process group, so a recycled pid can never be hit (a fork server did that
+        # for its own child before reaping it)
         # (no psutil scan of descendants here: that costs ~1 ms per attempt; the group and any
         # tree seen at a timeout or interruption are killed now, and what escaped both is
         # found by its mark in the sweep below)
-        signal_tree(child.pid, signal.SIGKILL, child.tree, scan=False)
-        status = None
-        with contextlib.suppress(ChildProcessError):
-            _, status = os.waitpid(child.pid, 0)
+        signal_tree(child.pid, signal.SIGKILL, child.tree, scan=False, group=child.server is None)
+        if child.server is None:
+            with contextlib.suppress(ChildProcessError):
+                _, status = os.waitpid(child.pid, 0)
         self._drain(child)
         self._forget(child)
         with self._lock:
@@ -344,6 +392,15 @@ class Supervisor:
             )
         if child.outcome is not None:  # reported before it was stopped: the outcome stands
             return child.outcome
+        if child.reason == "server":
+            return Outcome(
+                child.task_id,
+                PROCESS_DIED,
+                elapsed,
+                error="the fork server that started the task's process died, and the process "
+                "with it, before it reported a result",
+                exception_type="ProcessDied",
+            )
         if child.reason:
             return Outcome(
                 child.task_id,
