@@ -79,6 +79,10 @@ class Event:
     worker_id: str = ""
     timestamp: float = 0.0
     state: str = ""
+    owner_email: tuple[str, ...] = ()
+    """The task class's ``owner_email`` addresses (empty for worker-level events)."""
+    host: str = ""
+    """The name of the machine the worker runs on."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

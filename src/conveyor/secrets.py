@@ -9,6 +9,7 @@ labels, and — later — notifier messages).
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ __all__ = [
     "REDACTED",
     "SECRET_WORDS",
     "hide_secret_params",
+    "hide_url_path",
     "is_secret_name",
     "is_secret_setting",
     "redact",
@@ -57,7 +59,18 @@ def redact(key: str, value: Any) -> Any:
         return [redact(key, v) for v in value]
     if is_secret_setting(key) and not isinstance(value, bool) and value not in ("", None):
         return REDACTED
+    if isinstance(value, str) and "webhook" in key.lower():
+        return hide_url_path(value)
     return redact_text(value) if isinstance(value, str) else value
+
+
+def hide_url_path(url: str) -> str:
+    """``scheme://host/***``: a URL whose path is its secret (a webhook's), shown safely."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return REDACTED if url else url
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}/{REDACTED}"
 
 
 def hide_secret_params(text: str, params: Mapping[str, str]) -> str:

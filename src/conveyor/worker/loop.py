@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from .. import events as ev
-from ..backends import build_backend, load_backend
+from ..backends import build_backend
 from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
 from ..core.machine import HandOut, on_hand_out, on_outcome
@@ -44,6 +44,7 @@ from ..executors.base import (
     complete_executor,
 )
 from ..executors.channel import truncate
+from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
 from ..plugins import HookRelay, load_hook_plugins
 from ..protocol import NoteKind, TaskSpec, TaskStatus, Work
 from ..task import Task, load_task_class
@@ -91,11 +92,12 @@ class Worker:
         """
         self.config = resolve_config(config)
         self.settings = self.config.worker
-        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{next(_ids)}"
+        self.host = socket.gethostname()
+        self.id = worker_id or f"{self.host}-{os.getpid()}-{next(_ids)}"
         self.clock = clock
         self.rand: Callable[[], float] = random.random  # jitter of the idle waits
         self.hooks = HookRelay()
-        self._transit = Transitions(self.id, self.hooks, clock)
+        self._transit = Transitions(self.id, self.hooks, clock, self.host)
         self._register_plugins(plugins)
         self._transport = scheduler if scheduler is not None else self._make_transport()
         self._outbox = Outbox(self._transport, self.config.scheduler, clock.monotonic, self.rand)
@@ -112,10 +114,10 @@ class Worker:
         self._unfenceable = 0.0  # a lease too short to fence in, once warned about
         self._running_at_interrupt = 0
         self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
-        for notifier in self.config.notifiers.enabled:
-            # selected notifiers must exist (exit 2 otherwise); dispatching to them comes with
-            # the notifier issue
-            load_backend("conveyor.notifiers", notifier)
+        # the notifiers are built now (a missing one is exit 2); dispatch is a plugin like any
+        self._dispatcher = build_dispatcher(self.config)
+        if self._dispatcher is not None:
+            self.hooks.register(NotifyPlugin(self._dispatcher, self.config.notifiers.on), "notify")
         self._graph: dict[str, Node] = {}
         self._in_run = False
         self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
@@ -197,6 +199,8 @@ class Worker:
         self._executor.close()
         if self._isolator is not None:
             self._isolator.close()
+        if self._dispatcher is not None:  # what is queued goes out, within flush_timeout
+            self._dispatcher.close(self.config.notifiers.flush_timeout)
         while self._suspended:
             self._suspended.popitem()[1].close()
 
@@ -230,7 +234,9 @@ class Worker:
         self._running_at_interrupt = 0
         self._interrupt_log = {}
         self._contact = self.clock.monotonic()
-        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time()))
+        self.hooks.fire(
+            ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time(), host=self.host)
+        )
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
         self._in_run = True
@@ -254,6 +260,7 @@ class Worker:
             ev.WorkerStopped(
                 worker_id=self.id,
                 timestamp=self.clock.time(),
+                host=self.host,
                 ok=self.report.ok,
                 summary=self.report.summary,
             )

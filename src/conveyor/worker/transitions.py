@@ -20,11 +20,13 @@ class Transitions:
     Shared by the graph walk and the worker loop; an event nobody listens to is not built.
     """
 
-    def __init__(self, worker_id: str, hooks: HookRelay, clock: Clock) -> None:
-        """Fire through ``hooks``, with ``worker_id`` and ``clock`` in every event."""
+    def __init__(self, worker_id: str, hooks: HookRelay, clock: Clock, host: str = "") -> None:
+        """Fire through ``hooks``, with ``worker_id``, ``host`` and ``clock`` in every event."""
         self.worker_id = worker_id
         self.hooks = hooks
         self.clock = clock
+        self.host = host
+        self._owners: dict[type, tuple[str, ...]] = {}  # owner_email of each task class
 
     def __call__(self, node: Node, trigger: Trigger, **fields: Any) -> None:
         """Apply ``trigger`` to ``node`` (InvalidTransition if the table forbids it) and fire
@@ -38,6 +40,9 @@ class Transitions:
         if not hooks.wants(event_cls.hook):
             return
         task = node.task
+        owners = self._owners.get(type(task))
+        if owners is None:
+            owners = self._owners[type(task)] = _owners_of(task)
         hooks.fire(
             event_cls(
                 task_id=node.task_id,
@@ -47,6 +52,17 @@ class Transitions:
                 worker_id=self.worker_id,
                 timestamp=self.clock.time(),
                 state=_STATE_NAMES[state],
+                owner_email=owners,
+                host=self.host,
                 **fields,
             )
         )
+
+
+def _owners_of(task: object) -> tuple[str, ...]:
+    owner = getattr(task, "owner_email", None)
+    if not owner:
+        return ()
+    if isinstance(owner, str):
+        return tuple(a.strip() for a in owner.split(",") if a.strip())
+    return tuple(str(a) for a in owner if a)
