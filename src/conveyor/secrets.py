@@ -9,9 +9,10 @@ labels, and — later — notifier messages).
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = [
     "REDACTED",
@@ -21,6 +22,7 @@ __all__ = [
     "is_secret_name",
     "is_secret_setting",
     "redact",
+    "redact_argv",
     "redact_text",
 ]
 
@@ -62,6 +64,26 @@ def redact(key: str, value: Any) -> Any:
     if isinstance(value, str) and "webhook" in key.lower():
         return hide_url_path(value)
     return redact_text(value) if isinstance(value, str) else value
+
+
+def redact_argv(argv: Sequence[str]) -> str:
+    """A command line as one shell-quoted string, with the values of secret-named options
+    (``--password X``, ``--api-key=X``) and credentials in URLs hidden."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if flag.startswith("--") and is_secret_name(flag[2:].replace("-", "_")):
+            if eq:
+                arg = f"{flag}={REDACTED}"
+            else:
+                hide_next = True
+        shown.append(arg)
+    return redact_text(shlex.join(shown))
 
 
 def hide_url_path(url: str) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-import shlex
 import sys
 import threading
 import time
@@ -35,7 +34,14 @@ from .. import events as ev
 from ..backends import load_backend
 from ..backoff import Backoff
 from ..hookspecs import hookimpl
-from ..secrets import REDACTED, hide_secret_params, is_secret_name, is_secret_setting, redact_text
+from ..secrets import (
+    REDACTED,
+    hide_secret_params,
+    is_secret_name,
+    is_secret_setting,
+    redact_argv,
+    redact_text,
+)
 from ..settings import schema_of
 from . import Message, RetryAfter
 
@@ -115,7 +121,7 @@ class Dispatcher:
         self.queue_size = max(1, queue_size)
         self.clock = clock
         self.rand = rand
-        self.command = redact_text(shlex.join(sys.argv)) if sys.argv else ""
+        self.command = redact_argv(sys.argv) if sys.argv else ""
         self.dropped = 0
         self.delivered = 0
         self.given_up = 0
