@@ -11,7 +11,6 @@ from typing import Any, ClassVar
 from conveyor.notifiers import Message, RetryAfter
 from conveyor.settings import Field
 
-
 _KEYS = ("task_id", "family", "module", "worker_id", "state", "owner_email", "host")
 
 
