@@ -346,3 +346,46 @@ def test_secrets_never_reach_a_message_a_log_line_the_summary_or_conveyor_config
         ]:  # fmt: skip
             assert secret not in text, f"{secret} in {where}"
     assert "password=***" in texts[0]
+
+
+def _docs_example() -> type[Any]:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "notifiers.md").read_text()
+    block = next(b for b in text.split("```python")[1:] if "(notifier-example)" in b)
+    namespace: dict[str, Any] = {"__name__": "conveyor_docs_webhook"}
+    exec(compile(block.split("```")[0], "docs/notifiers.md", "exec"), namespace)
+    cls: type[Any] = namespace["WebhookNotifier"]
+    return cls
+
+
+def test_the_docs_example_notifier_passes_check_notifier() -> None:
+    """The complete notifier of docs/notifiers.md, run as printed, against a local endpoint."""
+    import http.server
+
+    from conveyor.testing.processes import free_port
+
+    received: list[dict[str, Any]] = []
+
+    class Endpoint(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/topic"
+        closed = f"http://127.0.0.1:{free_port()}/nothing-listens"
+        sent = check_notifier(
+            _docs_example(), {"url": url}, failing_settings={"url": closed}, timeout=10
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [r["title"] for r in received] == [m.subject for m in sent]
+    assert received[1]["tasks"] == [e.task_id for e in sent[1].events]

@@ -16,7 +16,7 @@ from typing import Any
 from .. import hookspecs
 from ..events import Event
 
-__all__ = ["FakeClock", "Recorded", "RecordingPlugin", "hook_names"]
+__all__ = ["FakeClock", "Recorded", "RecordingPlugin", "check_notifier", "hook_names"]
 
 
 _recorder_ids = itertools.count(1)
@@ -119,3 +119,12 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         """Move the clock forward."""
         self.now += seconds
+
+
+def __getattr__(name: str) -> Any:
+    """``check_notifier`` is imported on first use (it pulls in the notifier protocol)."""
+    if name == "check_notifier":
+        from .notifiers import check_notifier
+
+        return check_notifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

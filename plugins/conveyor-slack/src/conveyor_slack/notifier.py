@@ -84,6 +84,16 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{host}{port}"
 
 
+def _secret_parts(url: str) -> tuple[str, ...]:
+    """What to hide of ``url`` in text it did not write (an answer quoting it): the URL, its
+    path (with and without the leading slash) and every path segment of 6 characters or more,
+    longest first."""
+    path = urlsplit(url)._replace(scheme="", netloc="").geturl()
+    segments = [s for s in path.replace("?", "/").replace("&", "/").split("/") if len(s) >= 6]
+    parts = {url, path, path.lstrip("/"), *segments} - {"", "/"}
+    return tuple(sorted(parts, key=len, reverse=True))
+
+
 def retry_after_seconds(value: object, now: float | None = None) -> float:
     """The delay a ``Retry-After`` header value asks for, in seconds.
 
@@ -147,6 +157,7 @@ class SlackNotifier:
         table = validate_backend_settings("notifiers", "slack", settings, self.settings_schema)
         self._url: str = table["webhook_url"]
         self.origin = _origin(self._url)
+        self._secrets = _secret_parts(self._url)
         self.timeout = float(table["timeout"])
         self.max_retries = int(table["max_retries"])
         self._client = WebhookClient(
@@ -194,10 +205,8 @@ class SlackNotifier:
     def _quote(self, body: object) -> str:
         """``: <Slack's answer>`` on one line, shortened, without the URL; "" if empty."""
         text = " ".join(str(body or "").split())
-        path = urlsplit(self._url)._replace(scheme="", netloc="").geturl()
-        for secret in (self._url, path):
-            if len(secret) > 1:
-                text = text.replace(secret, "***")
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
         if len(text) > MAX_BODY_SHOWN:
             text = text[: MAX_BODY_SHOWN - 1] + "\u2026"
         return f": {text}" if text else ""
