@@ -49,6 +49,7 @@ from ..protocol import (
     decode,
     encode,
 )
+from ..secrets import redact_text
 from .base import TransportContext
 
 __all__ = ["HttpTransport"]
@@ -76,7 +77,7 @@ class HttpTransport:
         parts = urlsplit(self.settings.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(
-                f"scheduler.url = {self.settings.url!r}; expected http(s)://host:port"
+                f"scheduler.url = {redact_text(self.settings.url)!r}; expected http(s)://host:port"
             )
         self._https = parts.scheme == "https"
         self._host = parts.hostname

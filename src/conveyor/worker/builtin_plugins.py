@@ -67,7 +67,7 @@ class TransitionLogPlugin(_LogPlugin):
     @hookimpl
     def conveyor_task_status_message(self, event: ev.TaskStatusMessage) -> None:
         """Log a status message."""
-        self._log(event, message=event.message)
+        self._log(event, message=hide_secret_params(event.message, event.params))
 
     @hookimpl
     def conveyor_task_progress(self, event: ev.TaskProgress) -> None:
@@ -77,7 +77,7 @@ class TransitionLogPlugin(_LogPlugin):
     @hookimpl
     def conveyor_task_tracking_url(self, event: ev.TaskTrackingUrl) -> None:
         """Log a tracking URL."""
-        self._log(event, url=event.url)
+        self._log(event, url=hide_secret_params(event.url, event.params))
 
     @hookimpl
     def conveyor_task_succeeded(self, event: ev.TaskSucceeded) -> None:
