@@ -160,9 +160,12 @@ class Dispatcher:
         with self._cond:
             self._deadline = self.clock() + max(0.0, flush_timeout)
             thread = self._thread
-            self._cond.notify()
-        if thread is not None:
-            thread.join(max(0.0, flush_timeout) + 1.0)
+            self._cond.notify_all()  # a send in flight stops being waited for at the deadline
+        if thread is None:
+            return
+        thread.join(max(0.0, flush_timeout) + 1.0)
+        if thread.is_alive():  # cannot happen unless the clock misleads: still, say so
+            self._report_leftovers(in_flight=1)
 
     # --- the sender thread -------------------------------------------------------------------
 
@@ -239,7 +242,7 @@ class Dispatcher:
         with self._cond:
             if self._deadline is not None:
                 timeout = min(timeout, max(0.0, self._deadline - self.clock()))
-        error = _send_within(target.notifier, delivery.message, timeout)
+        error = self._send_within(target.notifier, delivery.message, timeout)
         if error is None:
             with self._cond:
                 self.delivered += 1
@@ -285,9 +288,37 @@ class Dispatcher:
             self._dropped_logged = now
             log.warning("the notification queue is full: dropped the oldest", dropped=self.dropped)
 
-    def _report_leftovers(self) -> None:
+    def _send_within(self, notifier: Any, message: Message, timeout: float) -> BaseException | None:
+        """Call ``notifier.send(message)`` on its own thread; what it raised, or None. It is
+        abandoned (TimeoutError) after ``timeout``, or at the close deadline if that is sooner."""
+        outcome: list[BaseException | None] = []
+
+        def send() -> None:
+            try:
+                notifier.send(message)
+            except BaseException as exc:  # a notifier's failure is never the worker's
+                result: BaseException | None = exc
+            else:
+                result = None
+            with self._cond:
+                outcome.append(result)
+                self._cond.notify_all()
+
+        thread = threading.Thread(target=send, name="conveyor-notify-send", daemon=True)
+        give_up = self.clock() + timeout
         with self._cond:
-            left = len(self._deliveries) + len(self._inbox) + len(self._held)
+            thread.start()
+            while not outcome:
+                end = give_up if self._deadline is None else min(give_up, self._deadline)
+                left = end - self.clock()
+                if left <= 0:
+                    return TimeoutError(f"send() did not return within {timeout:g} s")
+                self._cond.wait(left)
+        return outcome[0]
+
+    def _report_leftovers(self, in_flight: int = 0) -> None:
+        with self._cond:
+            left = len(self._deliveries) + len(self._inbox) + len(self._held) + in_flight
             self._deliveries.clear()
             self._inbox.clear()
             self._held = []
@@ -312,27 +343,6 @@ def _scrub(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return redact_text(text)
-
-
-def _send_within(notifier: Any, message: Message, timeout: float) -> BaseException | None:
-    """Call ``notifier.send(message)`` on its own thread; what it raised, TimeoutError if it
-    did not return within ``timeout`` (the thread is abandoned), or None."""
-    outcome: list[BaseException | None] = []
-
-    def send() -> None:
-        try:
-            notifier.send(message)
-        except BaseException as exc:  # a notifier's failure is never the worker's
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    thread = threading.Thread(target=send, name="conveyor-notify-send", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if not outcome:
-        return TimeoutError(f"send() did not return within {timeout:g} s")
-    return outcome[0]
 
 
 # --- composing messages ----------------------------------------------------------------------

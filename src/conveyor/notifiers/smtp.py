@@ -29,7 +29,9 @@ class NotifierError(ConveyorError):
 
 
 def _address(value: Any) -> bool:
-    return isinstance(value, str) and (value == "" or ("@" in value and "\n" not in value))
+    if not isinstance(value, str):
+        return False
+    return value == "" or ("@" in value and not any(c in value for c in "\r\n"))
 
 
 def _addresses(value: Any) -> bool:
@@ -84,14 +86,17 @@ class EmailNotifier:
             raise NotifierError(
                 "no recipients: set [notifiers.email] recipients or the tasks' owner_email"
             )
-        mail = EmailMessage()
-        mail["Subject"] = message.subject
-        mail["From"] = self.sender
-        mail["To"] = ", ".join(to)
-        mail["Date"] = formatdate(localtime=True)
-        mail["Message-ID"] = make_msgid(domain=message.host or None)
-        mail["X-Conveyor-Kind"] = message.kind
-        mail.set_content(message.text)
+        try:
+            mail = EmailMessage()
+            mail["Subject"] = message.subject
+            mail["From"] = self.sender
+            mail["To"] = ", ".join(to)
+            mail["Date"] = formatdate(localtime=True)
+            mail["Message-ID"] = make_msgid(domain=message.host or None)
+            mail["X-Conveyor-Kind"] = message.kind
+            mail.set_content(message.text)
+        except ValueError as exc:  # an owner_email with a line break, say
+            raise NotifierError(f"cannot build the email: {exc}") from None
         try:
             with self._connect() as smtp:
                 if self.security == "starttls":
