@@ -335,7 +335,7 @@ def test_secrets_never_reach_a_message_a_log_line_the_summary_or_conveyor_config
     assert result.returncode == 1, result.stderr
     shown = run_cli("config", "--config", str(config), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert "hooks.slack.com/***" in shown.stdout
+    assert "hooks.slack.com/services/***" in shown.stdout
     messages = _messages(out)
     assert [m["kind"] for m in messages] == ["failed", "run_finished"]
     texts = [m["subject"] + m["text"] for m in messages]
@@ -389,3 +389,16 @@ def test_the_docs_example_notifier_passes_check_notifier() -> None:
         server.server_close()
     assert [r["title"] for r in received] == [m.subject for m in sent]
     assert received[1]["tasks"] == [e.task_id for e in sent[1].events]
+
+
+def test_conveyor_config_checks_the_table_of_an_enabled_notifier(
+    tmp_path: Path, run_cli: RunCli
+) -> None:
+    """`conveyor config` validates what a worker would: a typo in an enabled notifier's table
+    is exit 2 naming it (a table of a notifier that is not enabled is left alone)."""
+    typo = _config(tmp_path, '[notifiers]\nenabled = ["jsonl"]\n[notifiers.jsonl]\npaht = "x"\n')
+    result = run_cli("config", "--config", str(typo), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "notifiers.jsonl.paht" in result.stderr and "Traceback" not in result.stderr
+    idle = _config(tmp_path, '[notifiers.jsonl]\npaht = "x"\n')
+    assert run_cli("config", "--config", str(idle), cwd=tmp_path).returncode == 0

@@ -26,6 +26,7 @@ __all__ = [
     "TABLES",
     "InstalledPlugin",
     "build_backend",
+    "check_selected",
     "describe_installed",
     "installed_names",
     "load_backend",
@@ -107,6 +108,18 @@ def build_backend(
     cls = load_backend(group, name)
     settings = config.backend_settings(TABLES[group], name, schema_of(cls))
     return cls(settings if context is None else context(settings))
+
+
+def check_selected(config: Config) -> None:
+    """Load every backend the configuration selects for a worker — its executor (unless
+    ``auto``), its transport, its notifiers — and validate their tables (BackendNotFound,
+    PluginError or ConfigError), as the worker would at start-up."""
+    selected = [("conveyor.schedulers", config.scheduler.transport)]
+    if config.worker.executor != "auto":
+        selected.append(("conveyor.executors", config.worker.executor))
+    selected += [("conveyor.notifiers", name) for name in config.notifiers.enabled]
+    for group, name in selected:
+        config.backend_settings(TABLES[group], name, schema_of(load_backend(group, name)))
 
 
 def _import_failed(group: str, name: str, err: BaseException) -> PluginError:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .backends import describe_installed
+from .backends import check_selected, describe_installed
 from .config import Config, load_config, to_toml
 from .core.summary import first_line
 from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
@@ -512,5 +512,7 @@ def cmd_config(args: list[str]) -> int:
     parser = _Parser(prog="conveyor config")
     parser.add_argument("--config")
     opts = parser.parse_args(args)
-    print(to_toml(load_config(opts.config), redact=True), end="")
+    config = load_config(opts.config)
+    check_selected(config)  # a selected backend's table is checked as a worker would
+    print(to_toml(config, redact=True), end="")
     return 0

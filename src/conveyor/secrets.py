@@ -88,6 +88,9 @@ def redact_argv(argv: Sequence[str]) -> str:
 
 def hide_url_path(url: str) -> str:
     """``scheme://host/***``: a URL whose path is its secret (a webhook's), shown safely."""
+    shown = redact_text(url)
+    if shown != url:  # a Slack webhook: hooks.slack.com/services/***
+        return shown
     parts = urlsplit(url)
     if not parts.scheme or not parts.netloc:
         return REDACTED if url else url

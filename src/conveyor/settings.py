@@ -236,6 +236,8 @@ def _render(key: str, value: Any) -> str:
     """A value as it would be written in TOML, shortened, and hidden for secret keys."""
     if secrets.is_secret_setting(key) and not isinstance(value, bool):
         return secrets.REDACTED
+    if isinstance(value, str):  # e.g. a webhook URL's secret path
+        value = secrets.redact(key, value)
     try:
         text = toml_value(value)
     except TypeError:

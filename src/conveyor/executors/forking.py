@@ -56,43 +56,72 @@ class ForkExecutor(ProcessExecutor):
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        msg_r, msg_w = os.pipe()
-        dog_r, dog_w = os.pipe()
-        mark = self.supervisor.next_mark()
-        spec["mark"] = mark
-        try:
-            pid = self._spawn(spec, [msg_w, dog_r])
-        except SpawnRefused as exc:
-            self.supervisor.release_mark(mark)
-            for fd in (msg_r, dog_w):
-                os.close(fd)
-            sink(Outcome(request.task_id, FAILED, error=str(exc), exception_type="TaskLoadError"))
+        since = self.supervisor.interrupts
+        for retry in (False, True):
+            if retry or not self._server.alive:
+                self._replace_server()
+            server = self._server
+            msg_r, msg_w = os.pipe()
+            dog_r, dog_w = os.pipe()
+            spec["mark"] = mark = self.supervisor.next_mark()
+            try:
+                pid = server.spawn(spec, [msg_w, dog_r])
+            except ServerGone:
+                if retry:
+                    self._abandon(mark, msg_r, dog_w)
+                    raise
+                # fresh pipes for the retry: a child the dead server may have forked keeps
+                # the write end of these until it dies
+                self._abandon(mark, msg_r, dog_w)
+                continue
+            except SpawnRefused as exc:
+                self._abandon(mark, msg_r, dog_w)
+                sink(
+                    Outcome(
+                        request.task_id,
+                        FAILED,
+                        error=self._why(exc),
+                        exception_type=exc.exception_type,
+                    )
+                )
+                return
+            except BaseException:
+                self._abandon(mark, msg_r, dog_w)
+                raise
+            finally:
+                os.close(msg_w)
+                os.close(dog_r)
+            timeout = request.timeout
+            child = Child(
+                pid, request.task_id, sink, msg_r, dog_w, timeout, mark=mark, server=server
+            )
+            self.supervisor.watch(child, since=since)
             return
-        except BaseException:  # e.g. out of processes: nothing started
-            self.supervisor.release_mark(mark)
-            for fd in (msg_r, dog_w):
-                os.close(fd)
-            raise
-        finally:
-            os.close(msg_w)
-            os.close(dog_r)
-        timeout, server = request.timeout, self._server
-        child = Child(pid, request.task_id, sink, msg_r, dog_w, timeout, mark=mark, server=server)
-        self.supervisor.watch(child)
 
-    def _spawn(self, spec: dict[str, object], fds: list[int]) -> int:
-        """Fork through the server; a server found dead is replaced once."""
-        if self._server.alive:
-            with contextlib.suppress(ServerGone):
-                return self._server.spawn(spec, fds)
-        old = self._server.pid
-        # the supervisor still reads its end to learn that its attempts are over
-        self._retired.append(self._server)
+    def _abandon(self, mark: str, *fds: int) -> None:
+        self.supervisor.release_mark(mark)
+        for fd in fds:
+            os.close(fd)
+
+    def _why(self, refused: SpawnRefused) -> str:
+        why = str(refused)
+        if refused.exception_type == "TaskLoadError" and not self._server.forked:
+            why += (
+                "; this worker's fork server is a fresh interpreter (the worker already had "
+                "threads when the executor was created), where a task defined in __main__ "
+                "cannot be found: define it in an importable module"
+            )
+        return why
+
+    def _replace_server(self) -> None:
+        """Start a new fork server in place of one found dead (the supervisor still reads the
+        old one's events, to learn that its attempts are over)."""
+        old = self._server
+        self._retired.append(old)
         self._server = self._new_server()
         log.warning(
-            "the fork server had exited; started a new one", old_pid=old, pid=self._server.pid
+            "the fork server had exited; started a new one", old_pid=old.pid, pid=self._server.pid
         )
-        return self._server.spawn(spec, fds)
 
     def close(self) -> None:
         """Wait for every attempt process to end and be reaped, then stop the fork server."""

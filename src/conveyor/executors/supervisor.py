@@ -97,8 +97,10 @@ class Supervisor:
         self._swept = 0.0
         self._sweep_due = False  # an attempt ended since the last sweep
         self._servers: set[ForkServer] = set()  # whose exit events the selector watches
-        self._early: dict[int, int] = {}  # exits a fork server reported before watch() ran
+        self._early: dict[tuple[ForkServer, int], int] = {}  # exits reported before watch()
         self._due: list[tuple[Child, int]] = []  # their children, to reap on the loop
+        self.interrupts = 0  # how many interrupt() calls so far (see watch's ``since``)
+        self._interrupt: tuple[str, bool] = ("", False)  # the last one's reason and hardness
 
     def next_mark(self) -> str:
         """A new attempt's mark, ``<token>-<serial>``: live from now on (its process may be
@@ -115,32 +117,42 @@ class Supervisor:
 
     # --- called from the worker's thread ---------------------------------------------------
 
-    def watch(self, child: Child) -> None:
-        """Start supervising ``child`` (already running)."""
+    def watch(self, child: Child, since: int | None = None) -> None:
+        """Start supervising ``child`` (already running). ``since``: the value of
+        :attr:`interrupts` before its process was asked for; an interrupt that came while it
+        was being started applies to it too."""
         server = child.server
-        if server is None:
-            child.pidfd = _pidfd(child.pid)
+        # a fork server's child has a pidfd too (not watched: the server reports the exit),
+        # to kill it surely if the server dies
+        child.pidfd = _pidfd(child.pid)
         with self._lock:
             self._children[child.pid] = child
             self._selector.register(child.msg_fd, selectors.EVENT_READ, ("msg", child))
-            if child.pidfd is not None:
+            if server is None and child.pidfd is not None:
                 self._selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
             if server is not None:
                 if server not in self._servers:
                     self._servers.add(server)
                     self._selector.register(server.events_fd, selectors.EVENT_READ, server)
-                if child.pid in self._early:
-                    self._due.append((child, self._early.pop(child.pid)))
+                if (server, child.pid) in self._early:
+                    self._due.append((child, self._early.pop((server, child.pid))))
+            missed = since is not None and since != self.interrupts
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="conveyor-supervisor", daemon=True
                 )
                 self._thread.start()
+        if missed:
+            reason, hard = self._interrupt
+            child.reason = child.reason or reason
+            self._terminate(child, hard)
         self._wake()
 
     def interrupt(self, reason: str, hard: bool) -> None:
         """Kill every running attempt (TERM then KILL, or KILL at once) as interrupted."""
         with self._lock:
+            self.interrupts += 1
+            self._interrupt = (reason, hard)
             children = list(self._children.values())
         for child in children:
             if child.closed:
@@ -233,17 +245,34 @@ class Supervisor:
                 with contextlib.suppress(KeyError, ValueError):
                     self._selector.unregister(server.events_fd)
                 orphaned = [c for c in self._children.values() if c.server is server]
+                for key in [k for k in self._early if k[0] is server]:
+                    del self._early[key]
+            server.close()
             for child in orphaned:
-                child.reason = child.reason or "server"
-                self._reap(child, None)
+                self._orphaned(child)
             return
         for pid, status in events:
             with self._lock:
                 exited = self._children.get(pid)
                 if exited is None or exited.server is not server:
-                    self._early[pid] = status  # watch() has not run yet
+                    self._early[(server, pid)] = status  # watch() has not run yet
                     continue
             self._reap(exited, status)
+
+    def _orphaned(self, child: Child) -> None:
+        """Its fork server died: kill the attempt (its pidfd names it surely; its group is
+        dying of the server's death already) and report it once it is gone."""
+        child.reason = child.reason or "server"
+        child.kill_at = float("inf")
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+        if child.pidfd is None:
+            self._reap(child, None)
+            return
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(child.pidfd, signal.SIGKILL)
+        with self._lock:  # reported when its pidfd says it is gone
+            self._selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
 
     def _next_timeout(self) -> float | None:
         with self._lock:
@@ -312,7 +341,8 @@ class Supervisor:
                 self._poll_exit(child)
 
     def _terminate(self, child: Child, hard: bool) -> None:
-        child.tree = child.tree or descendants(child.pid)
+        if child.server is None:  # (a fork server finds its child's tree itself)
+            child.tree = child.tree or descendants(child.pid)
         if hard:
             child.kill_at = float("inf")
             self._signal(child, signal.SIGKILL)
@@ -328,7 +358,6 @@ class Supervisor:
             signal_tree(child.pid, sig, child.tree, scan=scan)
         else:
             child.server.signal(child.pid, sig)
-            signal_tree(child.pid, sig, child.tree, scan=scan, group=False)
 
     def _poll_exit(self, child: Child) -> None:
         """Where pidfds are missing: has the child exited? (It stays a zombie until reaped.)"""

@@ -45,10 +45,12 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import psutil
+
 from ..errors import ConveyorError, TaskLoadError
 from ..task import load_task_class
 from .child import arm_parent_death, rebuild_and_run, reset_signals
-from .proctree import MARK_VARIABLE
+from .proctree import MARK_VARIABLE, descendants, signal_tree
 
 __all__ = ["ForkServer", "ServerGone", "SpawnRefused", "process_threads"]
 
@@ -62,7 +64,27 @@ class ServerGone(ConveyorError):
 
 
 class SpawnRefused(ConveyorError):
-    """The fork server could not start the attempt (its task class could not be loaded)."""
+    """The fork server could not start the attempt (its task class could not be loaded, or
+    ``fork()`` failed); ``exception_type`` names what went wrong there."""
+
+    def __init__(self, message: str, exception_type: str = "") -> None:
+        """Carry the server's explanation and the exception's class name."""
+        super().__init__(message)
+        self.exception_type = exception_type or "SpawnRefused"
+
+
+def _close_worker_ends() -> None:
+    """In any child forked from the worker (a task's own multiprocessing, the embedding
+    program's fork): drop the worker's ends of every fork server's sockets, or the servers
+    would not see end of file when the worker exits."""
+    for server in list(_SERVERS):
+        server._requests.close()
+        server._events.close()
+    _SERVERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_worker_ends)
 
 
 def process_threads() -> int:
@@ -99,10 +121,7 @@ class ForkServer:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the server process, measured by the tests
                 code = 0
-                try:
-                    for server in _SERVERS:  # the worker's ends, this one's included: only
-                        server._requests.close()  # the worker may hold them, or no server
-                        server._events.close()  # would see end of file when it exits
+                try:  # (the worker's ends of the other servers were closed at fork)
                     self._requests.close()
                     self._events.close()
                     _serve(their_requests, their_events)
@@ -131,6 +150,7 @@ class ForkServer:
         their_requests.close()
         their_events.close()
         self._gone = False
+        self._closed = False
         _SERVERS.add(self)
 
     @property
@@ -153,23 +173,26 @@ class ForkServer:
     def spawn(self, attempt: Mapping[str, Any], fds: list[int]) -> int:
         """Have the server fork the attempt (``fds``: its message and watchdog descriptors, kept
         open here); its pid. ServerGone if the server is gone, SpawnRefused with its reason."""
-        message = {"op": "spawn", **attempt, **self._changes()}
+        if self._gone:
+            raise ServerGone("the fork server exited")
         with self._lock:
+            message = {"op": "spawn", **attempt, **self._changes()}
             try:
                 self._send(message, fds)
                 line = self._reply_line()
             except OSError as exc:
                 self._gone = True
                 raise ServerGone(f"the fork server broke: {exc}") from None
-            finally:
-                self._sent_env = message.get("env", self._sent_env)
+            except BaseException:  # half an exchange: the next reply would be this one's
+                self._gone = True
+                raise
         self._flush_signals()
         if not line:
             self._gone = True
             raise ServerGone("the fork server exited")
         reply = json.loads(line)
         if "error" in reply:
-            raise SpawnRefused(str(reply["error"]))
+            raise SpawnRefused(str(reply["error"]), str(reply.get("type", "")))
         pid: int = reply["pid"]
         return pid
 
@@ -199,7 +222,12 @@ class ForkServer:
         return events
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the server (it kills any attempt still running) and wait for it to exit."""
+        """Stop the server (it kills any attempt still running) and wait for it to exit; a
+        second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._gone = True
         _SERVERS.discard(self)
         for sock in (self._requests, self._events):
             with contextlib.suppress(OSError):  # end of file for the server, whoever else
@@ -230,10 +258,11 @@ class ForkServer:
         return line
 
     def _changes(self) -> dict[str, Any]:
+        """What changed since the last request (called with the lock held)."""
         changes: dict[str, Any] = {}
         env = dict(os.environ)
         if env != self._sent_env:
-            changes["env"] = env
+            changes["env"] = self._sent_env = env
         cwd = _cwd()
         if cwd != self._sent_cwd:
             changes["cwd"] = self._sent_cwd = cwd
@@ -277,6 +306,7 @@ class _Server:
         self.requests = requests
         self.events = events
         self.live: set[int] = set()
+        self.trees: dict[int, dict[int, psutil.Process]] = {}  # descendants seen, per attempt
         self.buffer = b""
         self.fds: list[int] = []
         self.wake_r, wake_w = os.pipe()
@@ -320,11 +350,16 @@ class _Server:
                 self._spawn(message, self.fds[:2])
                 del self.fds[:2]
             elif message["op"] == "signal" and message["pid"] in self.live:
-                with contextlib.suppress(OSError):
-                    os.killpg(message["pid"], message["signum"])
-                with contextlib.suppress(OSError):
-                    os.kill(message["pid"], message["signum"])
+                self._signal(message["pid"], message["signum"])
         return True
+
+    def _signal(self, pid: int, signum: int) -> None:
+        """Signal attempt ``pid`` (not reaped yet, so the pid is surely its): its group, and
+        every descendant seen now or before (those that left the group with setsid)."""
+        tree = self.trees.setdefault(pid, {})
+        for proc in descendants(pid):
+            tree.setdefault(proc.pid, proc)
+        signal_tree(pid, signal.Signals(signum), list(tree.values()), scan=False)
 
     def _spawn(self, message: dict[str, Any], fds: list[int]) -> None:
         if "env" in message:
@@ -376,7 +411,7 @@ class _Server:
             )
         else:
             why = f"the fork server could not start the attempt: {type(exc).__name__}: {exc}"
-        self._reply({"error": why})
+        self._reply({"error": why, "type": type(exc).__name__})
 
     def _become_attempt(self, mark: str) -> None:
         os.setpgid(0, 0)
@@ -402,10 +437,14 @@ class _Server:
             if found is None:
                 return
             pid = found.si_pid
+            if pid not in self.live:  # not an attempt (a helper a module import started)
+                os.waitpid(pid, 0)
+                continue
             # the exited process still holds its pid (and group id): kill what is left of the
-            # attempt's group before reaping, so no recycled id can be hit
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+            # attempt's group, and the descendants seen when it was signalled, before reaping,
+            # so no recycled id can be hit
+            tree = self.trees.pop(pid, {})
+            signal_tree(pid, signal.SIGKILL, list(tree.values()), scan=False)
             _, status = os.waitpid(pid, 0)
             self.live.discard(pid)
             self.events.sendall(json.dumps({"pid": pid, "status": status}).encode() + b"\n")

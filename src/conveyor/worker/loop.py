@@ -180,6 +180,15 @@ class Worker:
             self._isolator = self._make_executor(_PROCESS_EXECUTOR)
         return self._isolator
 
+    def _prepare_isolator(self) -> None:
+        """Create the process executor for timed tasks now, before run() starts its threads,
+        if a task of the graph will need it: a fork server made while the worker has one
+        thread is a fork of it and knows every task class, ``__main__``'s included."""
+        if self._isolator is not None or self._executor.can_kill:
+            return
+        if self.settings.timeout or any(node.task.worker_timeout for node in self._graph.values()):
+            self._isolator = self._make_executor(_PROCESS_EXECUTOR)
+
     def __enter__(self) -> Worker:
         """Enter the context: the worker is ready."""
         return self
@@ -237,6 +246,7 @@ class Worker:
         self.hooks.fire(
             ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time(), host=self.host)
         )
+        self._prepare_isolator()
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
         self._in_run = True
