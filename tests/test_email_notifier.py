@@ -281,9 +281,8 @@ def test_a_failed_task_sends_one_complete_redacted_email(
     assert TASK_SECRET not in subject
 
 
-@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 def test_login_is_accepted_and_the_password_is_never_shown(
-    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli, tls: Tls
 ) -> None:
     """With username/password the CLI worker logs in (the server requires it, so the email
     arriving proves the login); the SMTP password appears in none of its output, even at
@@ -294,10 +293,18 @@ def test_login_is_accepted_and_the_password_is_never_shown(
         recorder,
         authenticator=recorder.authenticator,
         auth_required=True,
-        auth_require_tls=False,
+        tls_context=tls.server_context,
+        require_starttls=True,
     ) as port:
         config = write_config(
-            tmp_path, email_settings(port, username=SMTP_USER, password=SMTP_PASSWORD)
+            tmp_path,
+            email_settings(
+                port,
+                security="starttls",
+                ca_file=str(tls.ca_file),
+                username=SMTP_USER,
+                password=SMTP_PASSWORD,
+            ),
         )
         result = run_fails(run_cli, tmp_path, module, config, "--log-level", "debug")
         shown = run_cli("config", "--config", str(config), cwd=tmp_path, timeout=30)
@@ -315,9 +322,8 @@ def test_login_is_accepted_and_the_password_is_never_shown(
     assert SMTP_PASSWORD not in shown.stdout + shown.stderr
 
 
-@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 def test_a_refused_login_is_logged_without_the_password(
-    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli, tls: Tls
 ) -> None:
     """A server that refuses the login gets no email; the worker logs the notifier failure
     (naming ``email`` and the SMTP error) once, without the password, and still exits 1."""
@@ -327,11 +333,19 @@ def test_a_refused_login_is_logged_without_the_password(
         recorder,
         authenticator=recorder.authenticator,
         auth_required=True,
-        auth_require_tls=False,
+        tls_context=tls.server_context,
+        require_starttls=True,
     ) as port:
         config = write_config(
             tmp_path,
-            email_settings(port, username=SMTP_USER, password=SMTP_PASSWORD, max_retries=0),
+            email_settings(
+                port,
+                security="starttls",
+                ca_file=str(tls.ca_file),
+                username=SMTP_USER,
+                password=SMTP_PASSWORD,
+                max_retries=0,
+            ),
         )
         result = run_fails(run_cli, tmp_path, module, config, "--log-level", "debug")
     assert result.returncode == 1, result.stderr
@@ -512,6 +526,7 @@ def test_the_email_notifier_passes_check_notifier() -> None:
     ("settings", "key"),
     [
         ({"security": "tls"}, "security"),
+        ({"username": "conveyor", "password": "pw"}, "security"),
         ({"smtp_port": 0}, "smtp_port"),
         ({"recipients": [OPS, "ops.example.com"]}, "recipients"),
         ({"security": "starttls", "ca_file": "/nonexistent/ca.pem"}, "ca_file"),
@@ -519,6 +534,7 @@ def test_the_email_notifier_passes_check_notifier() -> None:
     ],
     ids=[
         "security-choice",
+        "login-in-clear",
         "port-zero",
         "recipient-without-at",
         "missing-ca-file",

@@ -16,8 +16,9 @@ import pytest
 import structlog
 
 import conveyor
-from conveyor.notifiers import Message
-from conveyor.notifiers.dispatch import Dispatcher, compose
+from conveyor.notifiers import Message, RetryAfter
+from conveyor.notifiers.dispatch import Dispatcher
+from conveyor.notifiers.messages import compose
 from conveyor.testing.notifiers import check_notifier, sample_messages
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
@@ -240,6 +241,7 @@ def test_a_hanging_notifier_costs_at_most_flush_timeout_at_exit() -> None:
     delivered."""
     gate = _Gate()
     dispatcher = Dispatcher([("gate", gate, {"timeout": 0.2, "max_retries": 0})])
+    dispatcher.start()
     with structlog.testing.capture_logs() as logs:
         dispatcher.notify("failed", _event(1))
         dispatcher.notify("failed", _event(2))
@@ -250,7 +252,7 @@ def test_a_hanging_notifier_costs_at_most_flush_timeout_at_exit() -> None:
     gate.release.set()
     assert closed_in < 5  # the bound is flush_timeout, far below the 30 s the send would take
     assert dispatcher.delivered == 0
-    assert any(r["event"].startswith("a notification was dropped") for r in logs)
+    assert [r["undelivered"] for r in logs if "undelivered" in r] == [1]  # T2, never tried
 
 
 def test_a_full_queue_drops_the_oldest_and_says_so_once() -> None:
@@ -260,6 +262,7 @@ def test_a_full_queue_drops_the_oldest_and_says_so_once() -> None:
     dispatcher = Dispatcher(
         [("gate", gate, {"timeout": 30, "max_retries": 0})], aggregate_after=100, queue_size=3
     )
+    dispatcher.start()
     with structlog.testing.capture_logs() as logs:
         dispatcher.notify("failed", _event(0))
         assert gate.entered.wait(10)  # the sender now holds T0 and is stuck in send()
@@ -402,3 +405,123 @@ def test_conveyor_config_checks_the_table_of_an_enabled_notifier(
     assert "notifiers.jsonl.paht" in result.stderr and "Traceback" not in result.stderr
     idle = _config(tmp_path, '[notifiers.jsonl]\npaht = "x"\n')
     assert run_cli("config", "--config", str(idle), cwd=tmp_path).returncode == 0
+
+
+class _Timed:
+    """A notifier that records when each send() starts and how many run at once."""
+
+    settings_schema: dict[str, Any] = {}
+
+    def __init__(self, duration: float = 0.0, retry_after: float | None = None) -> None:
+        self.duration = duration
+        self.retry_after = retry_after
+        self.started: list[float] = []
+        self.running = 0
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def send(self, message: Message) -> None:
+        with self.lock:
+            self.started.append(time.monotonic())
+            self.running += 1
+            self.most = max(self.most, self.running)
+            first = len(self.started) == 1
+        try:
+            if first and self.retry_after is not None:
+                raise RetryAfter(self.retry_after)
+            time.sleep(self.duration)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_retry_after_waits_as_long_as_asked() -> None:
+    """RetryAfter(0.6): the second try starts no sooner than 0.6 s after the first."""
+    timed = _Timed(retry_after=0.6)
+    dispatcher = Dispatcher([("timed", timed, {"timeout": 5, "max_retries": 1})])
+    dispatcher.start()
+    dispatcher.notify("failed", _event(1))
+    dispatcher.close(flush_timeout=10)
+    assert len(timed.started) == 2
+    assert timed.started[1] - timed.started[0] >= 0.6
+    assert dispatcher.delivered == 1
+
+
+def test_an_absurd_retry_after_neither_kills_the_sender_nor_outlives_close() -> None:
+    """RetryAfter(1e12) (a Retry-After header far in the future): waited for at most an hour,
+    so close() ends at its deadline and says the message was not delivered."""
+    timed = _Timed(retry_after=1e12)
+    dispatcher = Dispatcher([("timed", timed, {"timeout": 5, "max_retries": 3})])
+    dispatcher.start()
+    with structlog.testing.capture_logs() as logs:
+        dispatcher.notify("failed", _event(1))
+        wait_until = time.monotonic() + 10
+        while not timed.started and time.monotonic() < wait_until:
+            time.sleep(0.01)
+        dispatcher.close(flush_timeout=0.5)
+    assert dispatcher._thread is not None and not dispatcher._thread.is_alive()
+    assert [r["undelivered"] for r in logs if "undelivered" in r] == [1]
+
+
+def test_one_send_per_notifier_at_a_time_even_when_sends_are_abandoned() -> None:
+    """A send() slower than its timeout is abandoned, but no other send() of that notifier
+    starts until it has returned: never two at once, no pile of threads."""
+    slow = _Timed(duration=0.4)
+    dispatcher = Dispatcher([("slow", slow, {"timeout": 0.1, "max_retries": 5})])
+    dispatcher.start()
+    for i in range(5):
+        dispatcher.notify("failed", _event(i))
+    dispatcher.close(flush_timeout=3)
+    assert slow.most == 1
+    assert len(slow.started) >= 2
+
+
+def test_nothing_is_sent_after_the_close_deadline() -> None:
+    """flush_timeout = 0 with 20 notifications queued: close() starts no send() at all and
+    counts the messages they make as undelivered."""
+    timed = _Timed(duration=0.2)
+    dispatcher = Dispatcher([("timed", timed, {"timeout": 5, "max_retries": 0})], queue_size=50)
+    with structlog.testing.capture_logs() as logs:
+        for i in range(20):
+            dispatcher.notify("failed", _event(i))  # not started yet: all wait in the inbox
+        dispatcher.close(flush_timeout=0)
+    assert timed.started == []
+    # 5 single messages and one aggregate of the other 15
+    assert [r["undelivered"] for r in logs if "undelivered" in r] == [6]
+
+
+STATUS_TASKS = """
+import conveyor
+
+
+class Reports(conveyor.Task):
+    source = conveyor.Parameter(default="ftp://bob:Pw9876@files.example.com/in")
+
+    def complete(self):
+        return False
+
+    def run(self):
+        self.set_status_message("connecting to https://alice:St4tus@db.example.com/x")
+        self.set_tracking_url("https://ui.example.com/job?token=Tr4ck&id=1")
+        raise RuntimeError("no luck")
+"""
+
+
+def test_status_messages_tracking_urls_and_task_ids_hide_credentials(
+    tmp_path: Path, task_module: WriteModule
+) -> None:
+    """Credentials in a status message, a tracking URL's secret query value, and a URL
+    parameter's password in the readable part of the task id: in no log line or message."""
+    module = importlib.import_module(task_module(STATUS_TASKS))
+    config = _jsonl(tmp_path)
+    with structlog.testing.capture_logs() as logs, conveyor.Worker(config=config) as worker:
+        task = module.Reports()
+        worker.add(task)
+        worker.run()
+    assert "Pw9876" not in task.task_id
+    messages = _messages(tmp_path / "messages.jsonl")
+    assert len(messages) == 1
+    shown = [str(r) for r in logs] + [m["subject"] + m["text"] for m in messages]
+    assert any("connecting to https://***@db.example.com" in line for line in shown)
+    for secret in ("St4tus", "Tr4ck", "Pw9876"):
+        assert not [line for line in shown if secret in line], secret

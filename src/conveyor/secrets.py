@@ -41,8 +41,9 @@ def is_secret_setting(key: str) -> bool:
     return not key.lower().endswith(("_file", "_path")) and is_secret_name(key)
 
 
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
-_SECRET_QUERY = re.compile(r"(?i)([?&;][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")  # up to the last @
+_SECRET_QUERY = re.compile(r"(?i)([?&;#][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
+_SECRET_OPTION = re.compile(r"(?i)(--[\w-]*(?:password|secret|token|key)[\w-]*=)\S+")
 _SLACK_HOOK = re.compile(r"(?i)(https?://hooks\.slack\.com/services/)[^\s\"'<>]+")
 
 
@@ -50,6 +51,7 @@ def redact_text(text: str) -> str:
     """``text`` with credentials in URLs, secret query values and Slack webhook paths hidden."""
     text = _USERINFO.sub(rf"\1{REDACTED}@", text)
     text = _SECRET_QUERY.sub(rf"\1{REDACTED}", text)
+    text = _SECRET_OPTION.sub(rf"\1{REDACTED}", text)
     return _SLACK_HOOK.sub(rf"\1{REDACTED}", text)
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from .errors import ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
 from .parameters import Parameter
-from .secrets import REDACTED, is_secret_name
+from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
 
 __all__ = [
@@ -424,7 +424,8 @@ def _make_task_id(
         value = strings[name]
         parts.append(f"{named}{len(value)}:{value}")
         if not secret and len(shown) < 4:
-            shown.append(_id_safe(value)[:16])
+            # a URL's credentials are not shown (ids are in logs and messages; the hash has them)
+            shown.append(_id_safe(redact_text(value) if "://" in value else value)[:16])
     digest = hashlib.sha256("".join(parts).encode()).hexdigest()[:_HASH_LEN]
     head = "_".join(shown)
     return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"

@@ -56,8 +56,11 @@ class RetryAfter(Exception):
 
     def __init__(self, seconds: float) -> None:
         """Retry no sooner than ``seconds`` from now."""
-        super().__init__(f"retry after {seconds:g} s")
-        self.seconds = max(0.0, float(seconds))
+        seconds = float(seconds)
+        if seconds != seconds:  # NaN: as soon as allowed
+            seconds = 0.0
+        self.seconds = min(max(0.0, seconds), 3600.0)  # the dispatcher waits at most an hour
+        super().__init__(f"retry after {self.seconds:g} s")
 
 
 @runtime_checkable

@@ -23,7 +23,7 @@ import random
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,47 +34,25 @@ from .. import events as ev
 from ..backends import load_backend
 from ..backoff import Backoff
 from ..hookspecs import hookimpl
-from ..secrets import (
-    REDACTED,
-    hide_secret_params,
-    is_secret_name,
-    is_secret_setting,
-    redact_argv,
-    redact_text,
-)
+from ..secrets import REDACTED, is_secret_setting, redact_argv, redact_text
 from ..settings import schema_of
 from . import Message, RetryAfter
+from .messages import MAX_HELD_EVENTS, Held, aggregate, compose
 
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = [
-    "FAILURE_LOG_INTERVAL",
-    "Dispatcher",
-    "NotifyPlugin",
-    "aggregate",
-    "build_dispatcher",
-    "compose",
-    "label",
-]
+__all__ = ["FAILURE_LOG_INTERVAL", "Dispatcher", "NotifyPlugin", "build_dispatcher"]
 
 FAILURE_LOG_INTERVAL = 60.0  # seconds between two log lines about the same failing notifier
 DEFAULT_TIMEOUT = 10.0  # per send, when a notifier's table declares no `timeout`
 DEFAULT_RETRIES = 3  # retries after a failed send, when its table declares no `max_retries`
 QUEUE_SIZE = 1000  # notifications (and deliveries) held at most; beyond, the oldest is dropped
-MAX_EXPLANATION = 8000  # characters of a failure explanation kept in a message
-MAX_SUBJECT = 200
-MAX_LISTED = 200  # tasks listed one per line in an aggregate
+MAX_RETRY_AFTER = 3600.0  # a longer RetryAfter is taken as this long
+_BUSY_WAIT = 1.0  # seconds before trying a notifier whose abandoned send() still runs
 _BACKOFF = Backoff(first=1.0, cap=30.0)
+_WORK = object()  # _next(): the inbox has notifications to compose
 log = structlog.get_logger("conveyor.notifiers")
-
-_DESCRIBED = {
-    "failed": "failed",
-    "timed_out": "timed out",
-    "process_died": "process died",
-    "broken": "broken",
-    "succeeded": "succeeded",
-}
 
 
 @dataclass(slots=True)
@@ -87,7 +65,12 @@ class _Target:
     retries: int
     secrets: tuple[str, ...]
     failures: int = 0
+    dropped: int = 0
     logged_at: float = float("-inf")
+    dropped_logged_at: float = float("-inf")
+    abandoned: tuple[threading.Thread, list[BaseException | None], _Delivery] | None = None
+    """A send() that did not return in time and may still be running: no other send of this
+    notifier starts before it ends (one send per notifier at a time, as SPEC says)."""
 
 
 @dataclass(order=True, slots=True)
@@ -130,13 +113,22 @@ class Dispatcher:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._started = False  # start() was called: the sender thread may run
         self._deadline: float | None = None  # set by close(): deliver until then, then stop
         self._window_end = float("-inf")
         self._in_window = 0
-        self._held: list[Message] = []
+        self._held: list[Held] = []
         self._dropped_logged = float("-inf")
 
     # --- the worker's side ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Let the sender thread run (the worker calls this when its run starts, after its
+        fork server exists; notifications before that wait in the inbox)."""
+        with self._cond:
+            self._started = True
+            if self._inbox and self._deadline is None:
+                self._start_thread()
 
     def notify(self, kind: str, event: ev.Event) -> None:
         """Queue one notification; never blocks (a full inbox drops its oldest entry)."""
@@ -147,11 +139,8 @@ class Dispatcher:
                 self._inbox.popleft()
                 self._count_drop()
             self._inbox.append((kind, event))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="conveyor-notify", daemon=True
-                )
-                self._thread.start()
+            if self._started:
+                self._start_thread()
             self._cond.notify()
 
     def close(self, flush_timeout: float) -> None:
@@ -159,6 +148,8 @@ class Dispatcher:
         in total, then stop; what is left is logged as undelivered."""
         with self._cond:
             self._deadline = self.clock() + max(0.0, flush_timeout)
+            if self._inbox or self._deliveries or self._held:
+                self._start_thread()
             thread = self._thread
             self._cond.notify_all()  # a send in flight stops being waited for at the deadline
         if thread is None:
@@ -167,28 +158,42 @@ class Dispatcher:
         if thread.is_alive():  # cannot happen unless the clock misleads: still, say so
             self._report_leftovers(in_flight=1)
 
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="conveyor-notify", daemon=True)
+            self._thread.start()
+
     # --- the sender thread -------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                delivery = self._next_delivery()
-                if delivery is None:
+            try:
+                with self._cond:
+                    step = self._next()
+                if step is None:
                     break
-            self._deliver(delivery)
+                if step is _WORK:
+                    self._compose_inbox()
+                else:
+                    assert isinstance(step, _Delivery)
+                    self._deliver(step)
+            except Exception as exc:  # the sender must survive its own bugs too
+                log.error("notification dispatch failed", error=_describe(exc))
         self._report_leftovers()
 
-    def _next_delivery(self) -> _Delivery | None:
-        """Wait (holding the condition) for the next delivery that is due; None to stop."""
+    def _next(self) -> object:
+        """Wait (holding the condition) for work: ``_WORK`` when the inbox has notifications,
+        the next due delivery, or None to stop."""
         while True:
+            if self._inbox:
+                return _WORK
             now = self.clock()
-            while self._inbox:
-                kind, event = self._inbox.popleft()
-                self._admit(kind, event, now)
-            if self._held and (now >= self._window_end or self._deadline is not None):
-                self._enqueue(self._aggregate(self._held))
-                self._held = []
             closing = self._deadline is not None
+            if self._held and (now >= self._window_end or closing):
+                self._enqueue(aggregate(self._held))
+                self._held = []
+            if closing and now >= self._deadline:  # type: ignore[operator]
+                return None
             if self._deliveries:
                 first = self._deliveries[0]
                 if closing and first.due > self._deadline:  # type: ignore[operator]
@@ -202,16 +207,30 @@ class Dispatcher:
                 wake.append(self._window_end)
             if closing:
                 wake.append(self._deadline)  # type: ignore[arg-type]
-            self._cond.wait(max(0.0, min(wake) - now) if wake else None)
+            wait = min(max(0.0, min(wake) - now), threading.TIMEOUT_MAX) if wake else None
+            self._cond.wait(wait)
 
-    def _admit(self, kind: str, event: ev.Event, now: float) -> None:
-        message = compose(kind, event, self.command)
-        if kind == "run_finished":
+    def _compose_inbox(self) -> None:
+        """Turn what the hooks queued into messages — outside the lock, so that notify() never
+        waits for it — then admit them."""
+        with self._cond:
+            batch = list(self._inbox)
+            self._inbox.clear()
+        messages = [(kind, compose(kind, event, self.command)) for kind, event in batch]
+        with self._cond:
+            for kind, message in messages:
+                self._admit(kind, message, self.clock())
+
+    def _admit(self, kind: str, message: Message, now: float) -> None:
+        if kind == "run_finished":  # after the burst it summarises
+            if self._held:
+                self._enqueue(aggregate(self._held))
+                self._held = []
             self._enqueue(message)
             return
         if now >= self._window_end:
             if self._held:
-                self._enqueue(self._aggregate(self._held))
+                self._enqueue(aggregate(self._held))
                 self._held = []
             self._window_end = now + self.aggregate_window
             self._in_window = 0
@@ -219,12 +238,7 @@ class Dispatcher:
         if self._in_window <= self.aggregate_after:
             self._enqueue(message)
         else:
-            self._held.append(message)
-
-    def _aggregate(self, held: list[Message]) -> Message:
-        if len(held) == 1:
-            return held[0]
-        return aggregate(held)
+            self._held.append(Held.of(message, keep_event=len(self._held) < MAX_HELD_EVENTS))
 
     def _enqueue(self, message: Message) -> None:
         now = self.clock()
@@ -238,64 +252,71 @@ class Dispatcher:
 
     def _deliver(self, delivery: _Delivery) -> None:
         target = delivery.target
-        timeout = target.timeout
+        if target.abandoned is not None:
+            thread, outcome, owner = target.abandoned
+            if thread.is_alive():  # one send per notifier at a time: wait for it
+                self._reschedule(delivery, _BUSY_WAIT)
+                return
+            target.abandoned = None
+            if owner is delivery and outcome and outcome[0] is None:
+                with self._cond:  # the send given up on did deliver it after all
+                    self.delivered += 1
+                return
         with self._cond:
+            timeout = target.timeout
             if self._deadline is not None:
-                timeout = min(timeout, max(0.0, self._deadline - self.clock()))
-        error = self._send_within(target.notifier, delivery.message, timeout)
+                timeout = min(timeout, self._deadline - self.clock())
+        if timeout <= 0:  # past the close deadline: left for the undelivered count
+            self._reschedule(delivery, 0.0)
+            return
+        error = self._send_within(delivery, timeout)
         if error is None:
             with self._cond:
                 self.delivered += 1
             return
         self._log_failure(target, error)
+        if delivery.attempt >= target.retries:
+            self._give_up(delivery)
+            return
+        delivery.attempt += 1
+        if isinstance(error, RetryAfter):
+            wait = min(error.seconds, MAX_RETRY_AFTER)
+        else:
+            wait = _BACKOFF.delay(delivery.attempt, self.rand)
+        self._reschedule(delivery, wait)
+
+    def _reschedule(self, delivery: _Delivery, wait: float) -> None:
         with self._cond:
-            if delivery.attempt >= target.retries:
-                self.given_up += 1
-                log.warning(
-                    "a notification was dropped after its retries",
-                    notifier=target.name,
-                    kind=delivery.message.kind,
-                    attempts=delivery.attempt + 1,
-                )
-                return
-            delivery.attempt += 1
-            if isinstance(error, RetryAfter):
-                wait = error.seconds
-            else:
-                wait = _BACKOFF.delay(delivery.attempt, self.rand)
             delivery.due = self.clock() + wait
             delivery.seq = next(self._seq)
             heapq.heappush(self._deliveries, delivery)
 
-    def _log_failure(self, target: _Target, error: BaseException) -> None:
-        target.failures += 1
+    def _give_up(self, delivery: _Delivery) -> None:
+        target = delivery.target
         now = self.clock()
-        if now - target.logged_at < FAILURE_LOG_INTERVAL:
-            return
-        target.logged_at = now
-        text = _scrub(f"{type(error).__name__}: {error}", target.secrets)
+        with self._cond:
+            self.given_up += 1
+            target.dropped += 1
+            if now - target.dropped_logged_at < FAILURE_LOG_INTERVAL:
+                return
+            target.dropped_logged_at = now
         log.warning(
-            "a notifier failed to send",
+            "a notification was dropped after its retries",
             notifier=target.name,
-            error=text[:500],
-            failures=target.failures,
+            kind=delivery.message.kind,
+            attempts=delivery.attempt + 1,
+            dropped=target.dropped,
         )
 
-    def _count_drop(self) -> None:
-        self.dropped += 1
-        now = self.clock()
-        if now - self._dropped_logged >= FAILURE_LOG_INTERVAL:
-            self._dropped_logged = now
-            log.warning("the notification queue is full: dropped the oldest", dropped=self.dropped)
-
-    def _send_within(self, notifier: Any, message: Message, timeout: float) -> BaseException | None:
-        """Call ``notifier.send(message)`` on its own thread; what it raised, or None. It is
-        abandoned (TimeoutError) after ``timeout``, or at the close deadline if that is sooner."""
+    def _send_within(self, delivery: _Delivery, timeout: float) -> BaseException | None:
+        """Call ``send`` on its own thread; what it raised, or None. It is abandoned
+        (TimeoutError) after ``timeout``, or at the close deadline if that comes first."""
+        target = delivery.target
         outcome: list[BaseException | None] = []
 
         def send() -> None:
             try:
-                notifier.send(message)
+                target.notifier.send(delivery.message)
             except BaseException as exc:  # a notifier's failure is never the worker's
                 result: BaseException | None = exc
             else:
@@ -312,9 +333,30 @@ class Dispatcher:
                 end = give_up if self._deadline is None else min(give_up, self._deadline)
                 left = end - self.clock()
                 if left <= 0:
+                    target.abandoned = (thread, outcome, delivery)
                     return TimeoutError(f"send() did not return within {timeout:g} s")
-                self._cond.wait(left)
+                self._cond.wait(min(left, threading.TIMEOUT_MAX))
         return outcome[0]
+
+    def _log_failure(self, target: _Target, error: BaseException) -> None:
+        target.failures += 1
+        now = self.clock()
+        if now - target.logged_at < FAILURE_LOG_INTERVAL:
+            return
+        target.logged_at = now
+        log.warning(
+            "a notifier failed to send",
+            notifier=target.name,
+            error=_scrub(_describe(error), target.secrets)[:500],
+            failures=target.failures,
+        )
+
+    def _count_drop(self) -> None:
+        self.dropped += 1
+        now = self.clock()
+        if now - self._dropped_logged >= FAILURE_LOG_INTERVAL:
+            self._dropped_logged = now
+            log.warning("the notification queue is full: dropped the oldest", dropped=self.dropped)
 
     def _report_leftovers(self, in_flight: int = 0) -> None:
         with self._cond:
@@ -327,6 +369,14 @@ class Dispatcher:
                 "notifications not delivered before the worker exited (flush_timeout)",
                 undelivered=left,
             )
+
+
+def _describe(error: BaseException) -> str:
+    """``Type: message``, even for an exception whose ``str()`` raises."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return type(error).__name__
 
 
 def _target(name: str, notifier: Any, settings: Mapping[str, Any]) -> _Target:
@@ -343,114 +393,6 @@ def _scrub(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return redact_text(text)
-
-
-# --- composing messages ----------------------------------------------------------------------
-
-
-def label(event: ev.Event) -> str:
-    """``Family(p=v, ...)`` with secret-named values hidden (one line)."""
-    shown = ", ".join(
-        f"{name}={REDACTED if is_secret_name(name) else value}"
-        for name, value in event.params.items()
-    )
-    return _one_line(f"{event.family}({shown})" if shown else event.family)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _outcome(kind: str, event: ev.Event) -> str:
-    if isinstance(event, ev.TaskTimedOut):
-        return f"timed out after {event.timeout:g} s (its process tree was killed)"
-    if isinstance(event, ev.ProcessDied):
-        signum, code = event.signal, event.exitcode
-        how = f"signal {signum}" if signum is not None else f"exit code {code}"
-        return f"process died ({how}) without reporting a result"
-    if isinstance(event, ev.TaskBroken):
-        return f"broken (while calling {event.phase}())"
-    if isinstance(event, ev.TaskFailed):
-        return f"failed ({event.exception_type})" if event.exception_type else "failed"
-    return _DESCRIBED.get(kind, kind)
-
-
-def compose(kind: str, event: ev.Event, command: str = "") -> Message:
-    """The message for one notification: subject and text redacted, explanation truncated."""
-    params = event.params
-    if isinstance(event, ev.WorkerStopped):
-        verdict = "succeeded" if event.ok else "did not succeed"
-        subject = f"[conveyor] run {verdict} on {event.host}"
-        lines = [f"The run of worker {event.worker_id} on {event.host} {verdict}.", ""]
-        lines += [f"Command: {command}", "", event.summary]
-    else:
-        what = label(event)
-        subject = f"[conveyor] {what} {_DESCRIBED.get(kind, kind)} on {event.host}"
-        lines = [
-            f"{what} {_DESCRIBED.get(kind, kind)}.",
-            "",
-            f"Task id:    {event.task_id}",
-            f"Outcome:    {_outcome(kind, event)}",
-            f"Parameters: {', '.join(f'{k}={v}' for k, v in params.items()) or '(none)'}",
-            f"Host:       {event.host}",
-            f"Worker:     {event.worker_id}",
-            f"Command:    {command}",
-        ]
-        explanation = getattr(event, "error", "")
-        if isinstance(event, ev.TaskSucceeded):
-            lines.append(f"Duration:   {event.duration:.3f} s")
-        if explanation:
-            if len(explanation) > MAX_EXPLANATION:
-                cut = len(explanation) - MAX_EXPLANATION
-                explanation = f"[... {cut} characters cut ...]\n{explanation[-MAX_EXPLANATION:]}"
-            lines += ["", "Explanation:", explanation]
-    text = _hide("\n".join(lines), params)
-    return Message(
-        kind=kind,
-        subject=_hide(_one_line(subject), params)[:MAX_SUBJECT],
-        text=text,
-        events=(event,),
-        recipients=tuple(event.owner_email),
-        worker_id=event.worker_id,
-        host=event.host,
-    )
-
-
-def _hide(text: str, params: Mapping[str, str]) -> str:
-    hidden = hide_secret_params(text, params)
-    # the Parameters line shows values by name: hide the secret ones there too
-    for name, value in params.items():
-        if is_secret_name(name):
-            hidden = hidden.replace(f"{name}={value}", f"{name}={REDACTED}")
-    return hidden
-
-
-def aggregate(messages: Sequence[Message]) -> Message:
-    """One ``aggregate`` message covering ``messages``: counts per kind, one line per task."""
-    counts = Counter(m.kind for m in messages)
-    summary = ", ".join(f"{n} {kind}" for kind, n in counts.most_common())
-    first = messages[0]
-    events = tuple(e for m in messages for e in m.events)
-    lines = [f"{len(messages)} notifications from worker {first.worker_id}: {summary}", ""]
-    for message in messages[:MAX_LISTED]:
-        for event in message.events:
-            lines.append(f"- {message.kind}: {event.task_id} {message.subject.split('] ', 1)[-1]}")
-    if len(messages) > MAX_LISTED:
-        rest = messages[MAX_LISTED:]
-        more = " ".join(e.task_id for m in rest for e in m.events)
-        lines.append(f"... and {len(rest)} more: {more}")
-    recipients = tuple(dict.fromkeys(r for m in messages for r in m.recipients))
-    return Message(
-        kind="aggregate",
-        subject=f"[conveyor] {len(messages)} notifications on {first.host}: {summary}"[
-            :MAX_SUBJECT
-        ],
-        text="\n".join(lines),
-        events=events,
-        recipients=recipients,
-        worker_id=first.worker_id,
-        host=first.host,
-    )
 
 
 class NotifyPlugin:

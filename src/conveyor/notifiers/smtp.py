@@ -17,11 +17,15 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any, ClassVar
 
+import structlog
+
 from ..errors import ConfigError, ConveyorError
 from ..settings import Field
 from . import Message
 
 __all__ = ["EmailNotifier", "NotifierError"]
+
+log = structlog.get_logger("conveyor.notifiers")
 
 
 class NotifierError(ConveyorError):
@@ -66,6 +70,12 @@ class EmailNotifier:
         self.recipients: tuple[str, ...] = tuple(settings["recipients"])
         self.timeout: float = settings["timeout"]
         self._context: ssl.SSLContext | None = None
+        if self.username and self.security == "none":
+            raise ConfigError(
+                'notifiers.email.security = "none" with a username: the password would cross '
+                'the network in clear text; expected security = "starttls" or "ssl"',
+                key="notifiers.email.security",
+            )
         if self.security != "none":
             try:
                 self._context = ssl.create_default_context(cafile=settings["ca_file"] or None)
@@ -81,7 +91,11 @@ class EmailNotifier:
 
     def send(self, message: Message) -> None:
         """Deliver ``message`` as one email; NotifierError (or an OSError) if it was not."""
-        to = list(dict.fromkeys((*self.recipients, *message.recipients)))
+        owners = [a for a in message.recipients if _address(a) and a]
+        if len(owners) < len(message.recipients):  # one bad owner_email loses nobody else
+            bad = [a for a in message.recipients if a not in owners]
+            log.warning("owner_email addresses skipped", addresses=[repr(a)[:80] for a in bad])
+        to = list(dict.fromkeys((*self.recipients, *owners)))
         if not to:
             raise NotifierError(
                 "no recipients: set [notifiers.email] recipients or the tasks' owner_email"

@@ -247,6 +247,8 @@ class Worker:
             ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time(), host=self.host)
         )
         self._prepare_isolator()
+        if self._dispatcher is not None:  # its threads start after the fork server's fork
+            self._dispatcher.start()
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
         self._in_run = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..clock import Clock
@@ -42,7 +43,9 @@ class Transitions:
         task = node.task
         owners = self._owners.get(type(task))
         if owners is None:
-            owners = self._owners[type(task)] = _owners_of(task)
+            owners = _owners_of(task)
+            if not hasattr(inspect.getattr_static(task, "owner_email", None), "__get__"):
+                self._owners[type(task)] = owners  # a plain class attribute: once per class
         hooks.fire(
             event_cls(
                 task_id=node.task_id,
