@@ -281,6 +281,29 @@ def test_a_failed_task_sends_one_complete_redacted_email(
     assert TASK_SECRET not in subject
 
 
+def login_server(recorder: Recorder, tls: Tls) -> contextlib.AbstractContextManager[int]:
+    """An SMTP server requiring STARTTLS and then a login, checked by ``recorder``."""
+    return smtp_server(
+        recorder,
+        authenticator=recorder.authenticator,
+        auth_required=True,
+        tls_context=tls.server_context,
+        require_starttls=True,
+    )
+
+
+def login_settings(port: int, tls: Tls, **extra: Any) -> dict[str, Any]:
+    """Email settings that log in as SMTP_USER over STARTTLS, trusting the test CA."""
+    return email_settings(
+        port,
+        security="starttls",
+        ca_file=str(tls.ca_file),
+        username=SMTP_USER,
+        password=SMTP_PASSWORD,
+        **extra,
+    )
+
+
 def test_login_is_accepted_and_the_password_is_never_shown(
     tmp_path: Path, task_module: WriteModule, run_cli: RunCli, tls: Tls
 ) -> None:
@@ -289,22 +312,10 @@ def test_login_is_accepted_and_the_password_is_never_shown(
     debug level, nor in ``conveyor config``, which shows it as ``***``."""
     module = task_module(TASKS)
     recorder = Recorder(accept_login=(SMTP_USER, SMTP_PASSWORD))
-    with smtp_server(
-        recorder,
-        authenticator=recorder.authenticator,
-        auth_required=True,
-        tls_context=tls.server_context,
-        require_starttls=True,
-    ) as port:
+    with login_server(recorder, tls) as port:
         config = write_config(
             tmp_path,
-            email_settings(
-                port,
-                security="starttls",
-                ca_file=str(tls.ca_file),
-                username=SMTP_USER,
-                password=SMTP_PASSWORD,
-            ),
+            login_settings(port, tls),
         )
         result = run_fails(run_cli, tmp_path, module, config, "--log-level", "debug")
         shown = run_cli("config", "--config", str(config), cwd=tmp_path, timeout=30)
@@ -329,23 +340,10 @@ def test_a_refused_login_is_logged_without_the_password(
     (naming ``email`` and the SMTP error) once, without the password, and still exits 1."""
     module = task_module(TASKS)
     recorder = Recorder(accept_login=(SMTP_USER, "another password"))
-    with smtp_server(
-        recorder,
-        authenticator=recorder.authenticator,
-        auth_required=True,
-        tls_context=tls.server_context,
-        require_starttls=True,
-    ) as port:
+    with login_server(recorder, tls) as port:
         config = write_config(
             tmp_path,
-            email_settings(
-                port,
-                security="starttls",
-                ca_file=str(tls.ca_file),
-                username=SMTP_USER,
-                password=SMTP_PASSWORD,
-                max_retries=0,
-            ),
+            login_settings(port, tls, max_retries=0),
         )
         result = run_fails(run_cli, tmp_path, module, config, "--log-level", "debug")
     assert result.returncode == 1, result.stderr

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from ..errors import ConveyorError
 from ..task import Task, load_task_class
@@ -17,7 +18,14 @@ from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, Outcome
 from .channel import PipeSink
 
-__all__ = ["arm_parent_death", "rebuild_and_run", "reset_signals", "run_in_child", "start_watchdog"]
+__all__ = [
+    "arm_parent_death",
+    "attempt_spec",
+    "rebuild_and_run",
+    "reset_signals",
+    "run_in_child",
+    "start_watchdog",
+]
 
 _PR_SET_PDEATHSIG = 1
 # A real-time signal that task code has no reason to touch: the kernel sends it to the attempt
@@ -83,6 +91,20 @@ def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def attempt_spec(request: AttemptRequest) -> dict[str, Any]:
+    """The attempt as it travels to another process: module, family, string parameters, task
+    id, attempt number, whether to check completeness (no pickle; see rebuild_and_run)."""
+    task = request.task
+    return {
+        "module": task.task_module,
+        "family": task.task_family,
+        "params": task.to_str_params(),
+        "task_id": request.task_id,
+        "attempt": request.attempt,
+        "check_complete": request.check_complete,
+    }
 
 
 def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:

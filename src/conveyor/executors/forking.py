@@ -19,6 +19,7 @@ from typing import ClassVar
 import structlog
 
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome, Sink
+from .child import attempt_spec
 from .supervisor import Child, ProcessExecutor
 from .zygote import ForkServer, ServerGone, SpawnRefused
 
@@ -44,15 +45,7 @@ class ForkExecutor(ProcessExecutor):
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Have the fork server fork a child for the attempt and hand it to the supervisor."""
-        task = request.task
-        spec = {
-            "module": task.task_module,
-            "family": task.task_family,
-            "params": task.to_str_params(),
-            "task_id": request.task_id,
-            "attempt": request.attempt,
-            "check_complete": request.check_complete,
-        }
+        spec = attempt_spec(request)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()

@@ -15,6 +15,7 @@ import sys
 from typing import Any, ClassVar
 
 from .base import AttemptRequest, Sink
+from .child import attempt_spec
 from .proctree import MARK_VARIABLE
 from .supervisor import Child, ProcessExecutor
 
@@ -69,14 +70,8 @@ class SubprocessExecutor(ProcessExecutor):
 def _payload(
     request: AttemptRequest, msg_fd: int, dog_fd: int, log_level: str, log_format: str
 ) -> dict[str, Any]:
-    task = request.task
     return {
-        "module": task.task_module,
-        "family": task.task_family,
-        "params": task.to_str_params(),
-        "task_id": request.task_id,
-        "attempt": request.attempt,
-        "check_complete": request.check_complete,
+        **attempt_spec(request),
         "msg_fd": msg_fd,
         "worker_pid": os.getpid(),
         "dog_fd": dog_fd,
