@@ -216,7 +216,10 @@ def test_conveyor_tasks_reasons_filters_and_order(
         tmp_path,
         env,
     )
-    assert [t["family"] for t in json.loads(failed.stdout)["tasks"]] == ["Bad"]
+    [bad] = json.loads(failed.stdout)["tasks"]
+    assert bad["family"] == "Bad"
+    assert bad["params"]["db_password"] == "***"  # hidden in --json too
+    assert "pa55-w0rd-value" not in failed.stdout
     several = _run(
         _conveyor("tasks", "--scheduler-url", server.url, "--state", "failed, Done"),
         tmp_path,

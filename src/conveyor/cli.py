@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from . import __version__
@@ -22,7 +23,7 @@ from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
 from .log import configure_logging
 from .progress import ProgressPlugin, TerminalStream
 from .protocol import TaskInfo, TaskList, TaskStatus, encode
-from .secrets import hide_secret_params, is_secret_name
+from .secrets import REDACTED, hide_secret_params, is_secret_name
 from .task import Task, load_task_class
 from .worker.loop import Worker
 
@@ -467,7 +468,8 @@ def cmd_tasks(args: list[str]) -> int:
     config = load_config(opts.config).with_overrides(scheduler_url=opts.scheduler_url)
     from .transports.http import HttpTransport
 
-    tasks = _select(HttpTransport(config).task_list(), states, set(opts.family), opts.match)
+    listed = _select(HttpTransport(config).task_list(), states, set(opts.family), opts.match)
+    tasks = [_shown(t) for t in listed]
     if opts.json:
         print(json.dumps(encode(TaskList(tuple(tasks))), indent=2))
         return 0
@@ -500,10 +502,23 @@ def _select(
     return sorted(filter(wanted, tasks), key=lambda t: (order[t.status], t.family, t.task_id))
 
 
+def _shown(task: TaskInfo) -> TaskInfo:
+    """``task`` as people may see it: secret-named parameter values, and their appearances
+    and URL credentials in its texts, hidden."""
+    params = task.params
+    return replace(
+        task,
+        params={k: REDACTED if is_secret_name(k) and v else v for k, v in params.items()},
+        explanation=hide_secret_params(task.explanation, params),
+        status_message=hide_secret_params(task.status_message, params),
+        tracking_url=hide_secret_params(task.tracking_url, params),
+    )
+
+
 def _task_note(task: TaskInfo) -> str:
     """One line: why a failed task failed (secrets hidden), else its status message."""
     if task.status in _FAILED_STATES and task.explanation:
-        return first_line(hide_secret_params(task.explanation, task.params), 120)
+        return first_line(task.explanation, 120)  # (hidden by _shown)
     return task.status_message.replace("\n", " ")
 
 
