@@ -1,8 +1,9 @@
 """Run N no-op tasks through build() with the in-process scheduler; print time and memory as JSON.
 
-With ``--executor fork`` or ``subprocess`` each task's completion is a marker file in a fresh
-temporary directory (a child process cannot update the worker's memory); otherwise it is kept
-in memory, so no file I/O is measured.
+With ``--executor fork``, ``subprocess`` or ``dask`` each task's completion is a marker file in
+a fresh temporary directory (a child process cannot update the worker's memory); otherwise it is
+kept in memory, so no file I/O is measured. ``dask`` (plugins/conveyor-dask) starts its
+``LocalCluster`` of 2 workers inside the clock.
 
 Shapes: ``chain`` (each task needs the previous one), ``fanin`` (N leaves into one root),
 ``layered`` (layers of 100 tasks, each needing 3 tasks of the layer below), ``dynamic`` (a root
@@ -185,7 +186,7 @@ def main() -> None:
     for shape in args.shape:
         for n in args.n:
             env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
-            if args.executor in ("fork", "subprocess"):
+            if args.executor in ("fork", "subprocess", "dask"):
                 env["CONVEYOR_BENCH_DIR"] = tempfile.mkdtemp(prefix="conveyor-bench-")
             cmd = [
                 sys.executable,

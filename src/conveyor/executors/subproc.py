@@ -29,10 +29,24 @@ class SubprocessExecutor(ProcessExecutor):
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Start the runner for the attempt and hand it to the supervisor."""
+        self.start_spec(attempt_spec(request), request.timeout, sink)
+
+    def start_spec(self, spec: dict[str, Any], timeout: float, sink: Sink) -> int:
+        """Start the runner for an attempt described by ``spec`` (see
+        :func:`~conveyor.executors.child.attempt_spec`; no task object needed, so a process
+        that never imported the task's module can run it, as a Dask worker does); its pid."""
         msg_r, msg_w = os.pipe()
         dog_r, dog_w = os.pipe()
         ctx = self.context
-        payload = json.dumps(_payload(request, msg_w, dog_r, ctx.log_level, ctx.log_format))
+        payload = json.dumps(
+            {
+                **spec,
+                "msg_fd": msg_w,
+                "worker_pid": os.getpid(),
+                "dog_fd": dog_r,
+                "logging": {"level": ctx.log_level, "format": ctx.log_format},
+            }
+        )
         mark = self.supervisor.next_mark()
         env = {
             **os.environ,
@@ -55,9 +69,8 @@ class SubprocessExecutor(ProcessExecutor):
         finally:
             os.close(msg_w)
             os.close(dog_r)
-        child = Child(
-            proc.pid, request.task_id, sink, msg_r, dog_w, request.timeout, popen=proc, mark=mark
-        )
+        task_id = str(spec["task_id"])
+        child = Child(proc.pid, task_id, sink, msg_r, dog_w, timeout, popen=proc, mark=mark)
         self.supervisor.watch(child)
         assert proc.stdin is not None
         try:
@@ -65,15 +78,8 @@ class SubprocessExecutor(ProcessExecutor):
             proc.stdin.close()
         except OSError:
             pass  # the child died before reading: the supervisor reports PROCESS_DIED
+        return proc.pid
 
-
-def _payload(
-    request: AttemptRequest, msg_fd: int, dog_fd: int, log_level: str, log_format: str
-) -> dict[str, Any]:
-    return {
-        **attempt_spec(request),
-        "msg_fd": msg_fd,
-        "worker_pid": os.getpid(),
-        "dog_fd": dog_fd,
-        "logging": {"level": log_level, "format": log_format},
-    }
+    def stop(self, pid: int, reason: str, hard: bool = False) -> None:
+        """Stop one running attempt (by the pid start_spec returned) as interrupted."""
+        self.supervisor.stop(pid, reason, hard)

@@ -161,6 +161,16 @@ class Supervisor:
             self._terminate(child, hard)
         self._wake()
 
+    def stop(self, pid: int, reason: str, hard: bool = False) -> None:
+        """Stop the one attempt whose process is ``pid`` (if still running) as interrupted."""
+        with self._lock:
+            child = self._children.get(pid)
+        if child is None or child.closed:
+            return
+        child.reason = child.reason or reason
+        self._terminate(child, hard)
+        self._wake()
+
     def sweep(self) -> int:
         """Kill every process carrying the mark of an attempt that has ended; how many."""
         self._swept = time.monotonic()

@@ -1,0 +1,226 @@
+"""The conveyor worker's side of the ``dask`` executor: submitting attempts, hearing back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from conveyor.executors.base import (
+    FAILED,
+    PROCESS_DIED,
+    AttemptRequest,
+    ExecutorContext,
+    Note,
+    Outcome,
+    Sink,
+)
+from conveyor.executors.channel import decode
+from conveyor.executors.child import attempt_spec
+from conveyor.settings import Field
+from distributed import Client, Event, Future, LocalCluster
+from distributed.client import FutureCancelledError
+from distributed.scheduler import KilledWorker
+
+from .remote import LOST, claim_name, run_attempt, stop_attempts
+
+__all__ = ["CLOSE_WAIT", "DaskExecutor"]
+
+CLOSE_WAIT = 60.0  # seconds close() waits for attempts in flight to report
+
+
+def _memory(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+class DaskExecutor:
+    """Runs each attempt on a Dask worker, in a child process supervised there."""
+
+    name: ClassVar[str] = "dask"
+    can_kill: ClassVar[bool] = True
+    active = False  # attempts run on the cluster
+    settings_schema: ClassVar[Mapping[str, Field]] = {
+        "address": Field("str", "", doc="scheduler of an existing cluster, tcp://host:8786"),
+        "scheduler_file": Field("str", "", doc="or its scheduler file"),
+        "n_workers": Field("int", 2, ge=1, doc="LocalCluster worker processes"),
+        "threads_per_worker": Field("int", 1, ge=1),
+        "memory_limit": Field("str", "auto", check=_memory, expect='"auto" or a size like "2GiB"'),
+        "map_resources": Field("bool", False, doc="task resources become Dask resources"),
+        "connect_timeout": Field("seconds", 30.0, gt=0),
+    }
+
+    def __init__(self, context: ExecutorContext | None = None) -> None:
+        """Join the cluster the settings name, or start a LocalCluster closed with us."""
+        self.context = context or ExecutorContext()
+        settings = {
+            **{k: f.default for k, f in self.settings_schema.items()},
+            **self.context.settings,
+        }
+        self.map_resources = bool(settings["map_resources"])
+        self._cluster: LocalCluster | None = None
+        timeout = float(settings["connect_timeout"])
+        if settings["address"] and settings["scheduler_file"]:
+            from conveyor.errors import ConfigError
+
+            raise ConfigError(
+                "executors.dask: set address or scheduler_file, not both",
+                key="executors.dask.address",
+            )
+        if settings["address"]:
+            self._client = Client(settings["address"], timeout=timeout, set_as_default=False)
+        elif settings["scheduler_file"]:
+            self._client = Client(
+                scheduler_file=settings["scheduler_file"], timeout=timeout, set_as_default=False
+            )
+        else:
+            self._cluster = LocalCluster(
+                n_workers=int(settings["n_workers"]),
+                threads_per_worker=int(settings["threads_per_worker"]),
+                memory_limit=settings["memory_limit"],
+                processes=True,
+                dashboard_address="127.0.0.1:0",  # (None still opens one, on 8787)
+            )
+            self._client = Client(self._cluster, timeout=timeout, set_as_default=False)
+        self._topic = f"conveyor-notes-{uuid.uuid4().hex}"
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[str, Sink, Future[Any]]] = {}  # attempt key -> id, sink, future
+        self._idle = threading.Condition(self._lock)
+        self._client.subscribe_topic(self._topic, self._on_note)
+
+    @property
+    def client(self) -> Client:
+        """The Dask client (for embedders and tests)."""
+        return self._client
+
+    def start(self, request: AttemptRequest, sink: Sink) -> None:
+        """Submit the attempt to the cluster; its notes and outcome come back to ``sink``."""
+        task = request.task
+        key = f"conveyor-{request.task_id}-{request.attempt}-{uuid.uuid4().hex[:8]}"
+        spec = {**attempt_spec(request), "key": key}
+        options: dict[str, Any] = {
+            "key": key,
+            "pure": False,
+            "retries": 0,
+            "priority": int(getattr(task, "priority", 0) or 0),
+        }
+        resources = getattr(task, "resources", None) or {}
+        if self.map_resources and resources:
+            options["resources"] = {str(k): float(v) for k, v in dict(resources).items()}
+        ctx = self.context
+        with self._lock:
+            future = self._client.submit(
+                run_attempt,
+                spec,
+                request.timeout,
+                ctx.kill_grace,
+                ctx.log_level,
+                ctx.log_format,
+                self._topic,
+                **options,
+            )
+            self._open[key] = (request.task_id, sink, future)
+        future.add_done_callback(self._on_done)
+
+    def _on_note(self, event: tuple[float, Any]) -> None:
+        """A status message, progress or tracking URL from an attempt still running."""
+        _, body = event
+        if not isinstance(body, dict):
+            return
+        with self._lock:
+            entry = self._open.get(str(body.get("key")))
+        if entry is None:  # its outcome is in: a late note would come after it
+            return
+        task_id, sink, _ = entry
+        message = decode(str(body.get("line", "")).encode(), task_id)
+        if isinstance(message, Note):
+            sink(message)
+
+    def _on_done(self, future: Future[Any]) -> None:
+        with self._lock:
+            entry = self._open.pop(str(future.key), None)
+            self._idle.notify_all()
+        if entry is None:
+            return
+        task_id, sink, _ = entry
+        sink(self._outcome(task_id, future))
+        threading.Thread(target=self._forget, args=(str(future.key),), daemon=True).start()
+
+    def _outcome(self, task_id: str, future: Future[Any]) -> Outcome:
+        lost = Outcome(
+            task_id,
+            PROCESS_DIED,
+            error="the Dask worker running the attempt was lost; Dask does not run it again",
+            exception_type="ProcessDied",
+        )
+        try:
+            line = future.result()
+        except KilledWorker:
+            return lost
+        except FutureCancelledError:
+            return Outcome(task_id, FAILED, error="cancelled on the Dask cluster",
+                           exception_type="Interrupted")  # fmt: skip
+        except Exception as exc:  # the function itself failed on the Dask worker
+            return Outcome(
+                task_id,
+                FAILED,
+                error=f"the Dask worker could not run the attempt: {type(exc).__name__}: {exc}",
+                exception_type=type(exc).__name__,
+            )
+        if line == LOST:
+            return lost
+        try:
+            body = json.loads(line)
+            message = decode(str(body["line"]).encode(), task_id)
+            fields = {k: body[k] for k in ("timeout", "exitcode", "signal")}
+        except (TypeError, ValueError, KeyError):
+            message, fields = None, {}
+        if isinstance(message, Outcome):
+            return replace(message, **fields)
+        return Outcome(task_id, FAILED, error="no outcome from the Dask worker",
+                       exception_type="ChannelError")  # fmt: skip
+
+    def _forget(self, key: str) -> None:
+        # (a cleared Event is deleted; if the cluster is closing, the claim goes with it)
+        with contextlib.suppress(Exception):
+            Event(claim_name(key), client=self._client).clear()
+
+    def interrupt(self, reason: str, hard: bool = False) -> None:
+        """Stop every attempt in flight, on whichever Dask worker runs it (never blocks)."""
+        with self._lock:
+            keys = list(self._open)
+        if not keys:
+            return
+
+        def stop() -> None:
+            with contextlib.suppress(Exception):  # a lost worker's attempt is reported lost
+                self._client.run(stop_attempts, keys, reason, hard)
+
+        threading.Thread(target=stop, name="conveyor-dask-stop", daemon=True).start()
+
+    def close(self) -> None:
+        """Wait for the attempts in flight to report (at most CLOSE_WAIT seconds: a cluster
+        that stopped answering cannot keep the worker forever), then leave the cluster
+        (closing the LocalCluster this executor started, with every process of it)."""
+        deadline = time.monotonic() + CLOSE_WAIT
+        with self._lock:
+            while self._open and time.monotonic() < deadline:
+                self._idle.wait(timeout=1.0)
+            left = list(self._open.items())
+            self._open.clear()
+        for _, (task_id, sink, _future) in left:
+            sink(
+                Outcome(
+                    task_id,
+                    PROCESS_DIED,
+                    error="the Dask cluster did not report the attempt's end",
+                    exception_type="ProcessDied",
+                )
+            )
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
