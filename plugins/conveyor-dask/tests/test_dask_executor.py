@@ -370,6 +370,34 @@ def test_interrupt_kills_the_attempt_on_the_dask_worker(
     assert not task.output().exists()
 
 
+@pytest.mark.timeout(90)
+def test_a_killed_conveyor_worker_leaves_no_attempt_running_on_the_cluster(
+    cluster: DaskCluster, tmp_path: Path
+) -> None:
+    """SIGKILL of `conveyor run` while its attempt waits on a Dask worker: the client's
+    connection closes, the scheduler releases the task, and the Dask worker stops the attempt
+    within the documented bound (0.5 s after it notices, plus kill_grace = 1 s)."""
+    config = joining(cluster, tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conveyor", "run", "dask_tasks_for_tests.Hangs",
+         "--root", str(tmp_path), "--tag", "orphan", "--config", str(config),
+         "--log-level", "warning"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        attempt = read_pid(tmp_path / "orphan.pid")
+        proc.kill()
+        proc.wait(10)
+        killed_at = time.monotonic()
+        assert gone_within([attempt], 20) == [], "the attempt outlived its conveyor worker"
+        # (generous for a loaded machine; the bound itself is about 1.5 s)
+        assert time.monotonic() - killed_at < 20
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # --- settings and registration -------------------------------------------------------------------
 
 
