@@ -419,6 +419,28 @@ def test_address_and_scheduler_file_together_are_a_config_error(tmp_path: Path) 
         conveyor.Worker(config=config)
 
 
+@pytest.mark.timeout(60)
+def test_an_unreachable_cluster_is_one_clear_line_and_exit_2(tmp_path: Path) -> None:
+    """`conveyor run` with an address nothing listens on: exit 2, one line naming the key and
+    the address, no traceback, after connect_timeout."""
+    from conveyor.testing.processes import free_port
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    config = write_config(
+        tmp_path, {"executor": "dask", "workers": 2}, {"address": address, "connect_timeout": 1}
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "conveyor", "run", "dask_tasks_for_tests.Leaf",
+         "--root", str(tmp_path), "--config", str(config)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"executors.dask.address: cannot reach the Dask scheduler at {address}" in (
+        result.stderr
+    )
+
+
 def test_unknown_key_is_a_config_error_naming_it(tmp_path: Path) -> None:
     """A misspelt key in [executors.dask] is a ConfigError naming the key."""
     config = write_config(tmp_path, {"executor": "dask", "workers": 2}, {"n_worker": 2})

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from conveyor.errors import ConfigError
 from conveyor.executors.base import (
     FAILED,
     PROCESS_DIED,
@@ -65,27 +66,37 @@ class DaskExecutor:
         self._cluster: LocalCluster | None = None
         timeout = float(settings["connect_timeout"])
         if settings["address"] and settings["scheduler_file"]:
-            from conveyor.errors import ConfigError
-
             raise ConfigError(
                 "executors.dask: set address or scheduler_file, not both",
                 key="executors.dask.address",
             )
-        if settings["address"]:
-            self._client = Client(settings["address"], timeout=timeout, set_as_default=False)
-        elif settings["scheduler_file"]:
-            self._client = Client(
-                scheduler_file=settings["scheduler_file"], timeout=timeout, set_as_default=False
-            )
-        else:
-            self._cluster = LocalCluster(
-                n_workers=int(settings["n_workers"]),
-                threads_per_worker=int(settings["threads_per_worker"]),
-                memory_limit=settings["memory_limit"],
-                processes=True,
-                dashboard_address="127.0.0.1:0",  # (None still opens one, on 8787)
-            )
-            self._client = Client(self._cluster, timeout=timeout, set_as_default=False)
+        try:
+            if settings["address"]:
+                self._client = Client(settings["address"], timeout=timeout, set_as_default=False)
+            elif settings["scheduler_file"]:
+                self._client = Client(
+                    scheduler_file=settings["scheduler_file"],
+                    timeout=timeout,
+                    set_as_default=False,
+                )
+            else:
+                self._cluster = LocalCluster(
+                    n_workers=int(settings["n_workers"]),
+                    threads_per_worker=int(settings["threads_per_worker"]),
+                    memory_limit=settings["memory_limit"],
+                    processes=True,
+                    dashboard_address="127.0.0.1:0",  # (None still opens one, on 8787)
+                )
+                self._client = Client(self._cluster, timeout=timeout, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:  # unreachable, refused, bad file
+            if self._cluster is not None:
+                self._cluster.close()
+            key = "scheduler_file" if settings["scheduler_file"] else "address"
+            where = settings[key] or "a LocalCluster"
+            raise ConfigError(
+                f"executors.dask.{key}: cannot reach the Dask scheduler at {where}: {exc}",
+                key=f"executors.dask.{key}",
+            ) from None
         self._topic = f"conveyor-notes-{uuid.uuid4().hex}"
         self._lock = threading.Lock()
         self._open: dict[str, tuple[str, Sink, Future[Any]]] = {}  # attempt key -> id, sink, future
