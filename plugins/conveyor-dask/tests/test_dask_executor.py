@@ -441,6 +441,57 @@ def test_an_unreachable_cluster_is_one_clear_line_and_exit_2(tmp_path: Path) -> 
     )
 
 
+@pytest.mark.timeout(90)
+def test_an_interrupt_also_stops_attempts_still_queued_on_the_cluster(
+    cluster: DaskCluster, tmp_path: Path
+) -> None:
+    """Three waiting attempts on two single-threaded Dask workers: one is queued in Dask when
+    the interrupt comes. None of the three runs on: the queued one never starts its task."""
+    config = write_config(
+        tmp_path,
+        {"executor": "dask", "workers": 3, "kill_grace": 1},
+        {"address": cluster.address},
+    )
+    tasks = [dt.Hangs(root=str(tmp_path), tag=f"q{i}") for i in range(3)]
+    rec = RecordingPlugin()
+    began = time.monotonic()
+    with conveyor.Worker(config=config, plugins=[rec]) as worker:
+        for task in tasks:
+            assert worker.add(task)
+
+        def interrupt() -> None:
+            wait_for(lambda: len(list(tmp_path.glob("q*.pid"))) == 2, 60, "two attempts running")
+            worker.interrupt("SIGTERM")
+
+        helper = Helper(interrupt)
+        worker.run()
+    helper.join()
+    assert time.monotonic() - began < 45  # not the tasks' 60 s wait
+    for task in tasks:
+        [failed] = rec.events("task_failed", task.task_id)
+        assert failed.exception_type == "Interrupted", failed
+    assert len(list(tmp_path.glob("q*.pid"))) == 2  # the queued one never started its run()
+
+
+def test_a_missing_scheduler_file_is_exit_2_after_connect_timeout(tmp_path: Path) -> None:
+    """distributed waits forever for a scheduler file; the executor gives up after
+    connect_timeout, naming the key."""
+    config = write_config(
+        tmp_path,
+        {"executor": "dask", "workers": 2},
+        {"scheduler_file": str(tmp_path / "none.json"), "connect_timeout": 0.5},
+    )
+    with pytest.raises(ConfigError, match=r"executors\.dask\.scheduler_file"):
+        build(config)
+
+
+def test_a_bad_memory_limit_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """memory_limit must be "auto" or a size Dask understands."""
+    config = write_config(tmp_path, {"executor": "dask", "workers": 2}, {"memory_limit": "lots"})
+    with pytest.raises(ConfigError, match=r"executors\.dask\.memory_limit"):
+        build(config)
+
+
 def test_unknown_key_is_a_config_error_naming_it(tmp_path: Path) -> None:
     """A misspelt key in [executors.dask] is a ConfigError naming the key."""
     config = write_config(tmp_path, {"executor": "dask", "workers": 2}, {"n_worker": 2})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -24,11 +25,12 @@ from conveyor.executors.base import (
 from conveyor.executors.channel import decode
 from conveyor.executors.child import attempt_spec
 from conveyor.settings import Field
+from dask.utils import parse_bytes
 from distributed import Client, Event, Future, LocalCluster
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
-from .remote import LOST, claim_name, run_attempt, stop_attempts
+from .remote import LOST, STOPPED, claim_name, run_attempt, stop_attempts, stop_name
 
 __all__ = ["CLOSE_WAIT", "DaskExecutor"]
 
@@ -36,7 +38,15 @@ CLOSE_WAIT = 60.0  # seconds close() waits for attempts in flight to report
 
 
 def _memory(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip())
+    if not isinstance(value, str):
+        return False
+    if value.strip() == "auto":
+        return True
+    try:
+        parse_bytes(value)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 class DaskExecutor:
@@ -74,6 +84,7 @@ class DaskExecutor:
             if settings["address"]:
                 self._client = Client(settings["address"], timeout=timeout, set_as_default=False)
             elif settings["scheduler_file"]:
+                _wait_for_file(settings["scheduler_file"], timeout)
                 self._client = Client(
                     scheduler_file=settings["scheduler_file"],
                     timeout=timeout,
@@ -88,7 +99,7 @@ class DaskExecutor:
                     dashboard_address="127.0.0.1:0",  # (None still opens one, on 8787)
                 )
                 self._client = Client(self._cluster, timeout=timeout, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as exc:  # unreachable, refused, bad file
+        except (OSError, TimeoutError) as exc:  # unreachable, refused, no scheduler file
             if self._cluster is not None:
                 self._cluster.close()
             key = "scheduler_file" if settings["scheduler_file"] else "address"
@@ -100,8 +111,16 @@ class DaskExecutor:
         self._topic = f"conveyor-notes-{uuid.uuid4().hex}"
         self._lock = threading.Lock()
         self._open: dict[str, tuple[str, Sink, Future[Any]]] = {}  # attempt key -> id, sink, future
+        self._reporting = 0  # outcomes taken out of _open and not yet handed to their sink
         self._idle = threading.Condition(self._lock)
-        self._client.subscribe_topic(self._topic, self._on_note)
+        self._interrupted = ""  # the reason of interrupt(), once called
+        try:
+            self._client.subscribe_topic(self._topic, self._on_note)
+        except BaseException:
+            self._client.close()
+            if self._cluster is not None:
+                self._cluster.close()
+            raise
 
     @property
     def client(self) -> Client:
@@ -121,21 +140,41 @@ class DaskExecutor:
         }
         resources = getattr(task, "resources", None) or {}
         if self.map_resources and resources:
-            options["resources"] = {str(k): float(v) for k, v in dict(resources).items()}
+            options["resources"] = wanted = {str(k): float(v) for k, v in dict(resources).items()}
+            if not self._can_run(wanted):  # Dask would wait forever for such a worker
+                sink(
+                    Outcome(
+                        request.task_id,
+                        FAILED,
+                        error=f"no Dask worker has the resources {wanted} (map_resources = "
+                        "true: start workers with --resources)",
+                        exception_type="NoWorker",
+                    )
+                )
+                return
         ctx = self.context
+        future = self._client.submit(
+            run_attempt,
+            spec,
+            request.timeout,
+            ctx.kill_grace,
+            ctx.log_level,
+            ctx.log_format,
+            self._topic,
+            stop_name(self._topic),
+            **options,
+        )
         with self._lock:
-            future = self._client.submit(
-                run_attempt,
-                spec,
-                request.timeout,
-                ctx.kill_grace,
-                ctx.log_level,
-                ctx.log_format,
-                self._topic,
-                **options,
-            )
             self._open[key] = (request.task_id, sink, future)
         future.add_done_callback(self._on_done)
+
+    def _can_run(self, wanted: Mapping[str, float]) -> bool:
+        """Whether some worker of the cluster has every resource in ``wanted``, enough."""
+        workers = self._client.scheduler_info().get("workers", {})
+        return any(
+            all(float(info.get("resources", {}).get(k, 0)) >= v for k, v in wanted.items())
+            for info in workers.values()
+        )
 
     def _on_note(self, event: tuple[float, Any]) -> None:
         """A status message, progress or tracking URL from an attempt still running."""
@@ -154,12 +193,17 @@ class DaskExecutor:
     def _on_done(self, future: Future[Any]) -> None:
         with self._lock:
             entry = self._open.pop(str(future.key), None)
-            self._idle.notify_all()
-        if entry is None:
-            return
-        task_id, sink, _ = entry
-        sink(self._outcome(task_id, future))
-        threading.Thread(target=self._forget, args=(str(future.key),), daemon=True).start()
+            if entry is None:
+                return
+            self._reporting += 1  # close() waits for this outcome to reach its sink
+        try:
+            task_id, sink, _ = entry
+            sink(self._outcome(task_id, future))
+            self._forget(str(future.key))
+        finally:
+            with self._lock:
+                self._reporting -= 1
+                self._idle.notify_all()
 
     def _outcome(self, task_id: str, future: Future[Any]) -> Outcome:
         lost = Outcome(
@@ -173,7 +217,9 @@ class DaskExecutor:
         except KilledWorker:
             return lost
         except FutureCancelledError:
-            return Outcome(task_id, FAILED, error="cancelled on the Dask cluster",
+            if not self._interrupted:  # not ours: the cluster dropped it (a lost connection)
+                return replace(lost, error="the Dask cluster cancelled the attempt")
+            return Outcome(task_id, FAILED, error=f"interrupted by {self._interrupted}",
                            exception_type="Interrupted")  # fmt: skip
         except Exception as exc:  # the function itself failed on the Dask worker
             return Outcome(
@@ -184,6 +230,9 @@ class DaskExecutor:
             )
         if line == LOST:
             return lost
+        if line == STOPPED:
+            return Outcome(task_id, FAILED, error=f"interrupted by {self._interrupted}",
+                           exception_type="Interrupted")  # fmt: skip
         try:
             body = json.loads(line)
             message = decode(str(body["line"]).encode(), task_id)
@@ -201,13 +250,18 @@ class DaskExecutor:
             Event(claim_name(key), client=self._client).clear()
 
     def interrupt(self, reason: str, hard: bool = False) -> None:
-        """Stop every attempt in flight, on whichever Dask worker runs it (never blocks)."""
+        """Stop every attempt in flight, on whichever Dask worker runs it or will start it
+        (never blocks): the running ones through their supervisors, the queued ones by an
+        Event they check before and after they start."""
         with self._lock:
+            self._interrupted = self._interrupted or reason
             keys = list(self._open)
         if not keys:
             return
 
         def stop() -> None:
+            with contextlib.suppress(Exception):
+                Event(stop_name(self._topic), client=self._client).set()
             with contextlib.suppress(Exception):  # a lost worker's attempt is reported lost
                 self._client.run(stop_attempts, keys, reason, hard)
 
@@ -219,7 +273,7 @@ class DaskExecutor:
         (closing the LocalCluster this executor started, with every process of it)."""
         deadline = time.monotonic() + CLOSE_WAIT
         with self._lock:
-            while self._open and time.monotonic() < deadline:
+            while (self._open or self._reporting) and time.monotonic() < deadline:
                 self._idle.wait(timeout=1.0)
             left = list(self._open.items())
             self._open.clear()
@@ -232,6 +286,17 @@ class DaskExecutor:
                     exception_type="ProcessDied",
                 )
             )
+        with contextlib.suppress(Exception):
+            Event(stop_name(self._topic), client=self._client).clear()
         self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+def _wait_for_file(path: str, timeout: float) -> None:
+    """Wait up to ``timeout`` for the scheduler file (distributed would wait forever)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no scheduler file {path!r} after {timeout:g} s")
+        time.sleep(0.05)

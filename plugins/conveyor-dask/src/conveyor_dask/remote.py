@@ -24,8 +24,19 @@ from conveyor.executors.channel import encode
 from conveyor.executors.subproc import SubprocessExecutor
 from distributed import Event, get_client, get_worker
 
-__all__ = ["CHECK_EVERY", "LOST", "claim_name", "result_of", "run_attempt", "stop_attempts"]
+__all__ = [
+    "CHECK_EVERY",
+    "LOST",
+    "STOPPED",
+    "claim_name",
+    "result_of",
+    "run_attempt",
+    "stop_attempts",
+    "stop_name",
+]
 
+STOPPED = "stopped"
+"""What a run returns when its executor was interrupted before the attempt could start."""
 LOST = "lost"
 """What a run returns when its attempt was already started once (its Dask worker was lost)."""
 CHECK_EVERY = 0.5  # seconds between two checks that the conveyor worker still wants it
@@ -46,6 +57,11 @@ def _executor(kill_grace: float, log_level: str, log_format: str) -> SubprocessE
         return executor
 
 
+def stop_name(topic: str) -> str:
+    """The name of the Dask Event an executor (its notes' ``topic``) sets when interrupted."""
+    return f"{topic}-stop"
+
+
 def claim_name(key: str) -> str:
     """The name of the Dask Event that marks the attempt ``key`` as started."""
     return f"conveyor-claim-{key}"
@@ -58,14 +74,20 @@ def run_attempt(
     log_level: str,
     log_format: str,
     topic: str,
+    stop: str = "",
 ) -> str:
-    """Run the attempt ``spec`` here; its outcome as a JSON line, or :data:`LOST`."""
+    """Run the attempt ``spec`` here; its outcome as a JSON line, :data:`LOST` or
+    :data:`STOPPED`. ``stop`` names the Event the executor sets when it is interrupted."""
     worker = get_worker()
     key = str(spec["key"])
-    claim = Event(claim_name(key), client=get_client())
+    client = get_client()
+    claim = Event(claim_name(key), client=client)
     if claim.is_set():
         return LOST  # started before, on a worker that was lost: never run twice
     claim.set()
+    stopped = Event(stop, client=client) if stop else None
+    if stopped is not None and stopped.is_set():
+        return STOPPED  # queued when its worker was interrupted
     done = threading.Event()
     outcome: list[Outcome] = []
 
@@ -80,6 +102,8 @@ def run_attempt(
     pid = executor.start_spec({k: v for k, v in spec.items() if k != "key"}, timeout, sink)
     with _lock:
         _running[key] = (executor, pid)
+    if stopped is not None and stopped.is_set():  # interrupted while it was being started
+        executor.stop(pid, "an interruption of the conveyor worker", hard=False)
     try:
         while not done.wait(CHECK_EVERY):
             task = worker.state.tasks.get(key)
