@@ -19,7 +19,6 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,10 @@ import pytest
 
 from conveyor.protocol import ROUTES
 from conveyor.testing.processes import (
+    Reply,
     SchedulerProcess,
     free_port,
+    http_request,
     kill_marked,
 )
 from conveyor.testing.processes import child_env as processes_env
@@ -112,24 +113,6 @@ def child_env(directory: Path, marker: str, **extra: str) -> dict[str, str]:
     return processes_env(directory, MARKER_VARIABLE, marker, **extra)
 
 
-@dataclass
-class Reply:
-    """One HTTP answer."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """The body parsed as JSON (fails the test if it is not JSON)."""
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            raise AssertionError(
-                f"HTTP {self.status} body is not JSON: {self.body[:300]!r}"
-            ) from None
-
-
 def write_config(path: Path, text: str) -> Path:
     """Write a worker.toml and return its path."""
     path.write_text(text, encoding="utf-8")
@@ -160,13 +143,7 @@ class Server(SchedulerProcess):
             sent["Authorization"] = authorization
         elif token is not None:
             sent["Authorization"] = f"Bearer {token}"
-        conn = http.client.HTTPConnection(LOOPBACK, self.port, timeout=15)
-        try:
-            conn.request(method, path, body=body, headers=sent)
-            response = conn.getresponse()
-            return Reply(response.status, dict(response.getheaders()), response.read())
-        finally:
-            conn.close()
+        return http_request(self.port, method, path, body, sent, host=LOOPBACK)
 
     def post(self, route: str, body: Any) -> Reply:
         """POST ``body`` as JSON to ``/api/v1/<route>`` with the token."""

@@ -20,7 +20,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,11 @@ from conveyor.scheduler.persist import ADDED_FIELDS, RowError, from_row, to_row
 from conveyor.scheduler.policy import TaskRecord
 from conveyor.server.stores import SqliteStore, StoreContext
 from conveyor.testing.processes import (
+    Reply,
     SchedulerProcess,
     child_env,
     free_port,
+    http_request,
     kill_marked,
 )
 
@@ -54,28 +55,6 @@ PROMPTLY = 3.0
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    """One HTTP answer; header names lower-case."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """The body parsed as JSON (fails the test if it is not JSON)."""
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            raise AssertionError(f"HTTP {self.status} body is not JSON: {self.body!r}") from None
-
-    def error(self) -> str:
-        """The ``error`` of a JSON error body."""
-        error = self.json()["error"]
-        assert isinstance(error, str), self
-        return error
 
 
 class Server(SchedulerProcess):
@@ -114,16 +93,7 @@ class Server(SchedulerProcess):
             sent["Authorization"] = f"Bearer {self.token}"
         sent.update(headers or {})
         data = None if body is None else body if isinstance(body, bytes) else json.dumps(body)
-        conn = http.client.HTTPConnection(LOOPBACK, self.port, timeout=15)
-        try:
-            conn.request(
-                method, path, body=data, headers={k: v for k, v in sent.items() if v is not None}
-            )
-            response = conn.getresponse()
-            answer = {k.lower(): v for k, v in response.getheaders()}
-            return Reply(response.status, answer, response.read())
-        finally:
-            conn.close()
+        return http_request(self.port, method, path, data, sent, host=LOOPBACK)
 
     def worker_ids(self) -> set[str]:
         """The ids of the workers the server knows."""

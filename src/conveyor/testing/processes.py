@@ -7,22 +7,27 @@ process a test starts with an environment variable and kill what carries it at t
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 __all__ = [
+    "Reply",
     "SchedulerProcess",
     "child_env",
     "free_port",
+    "http_request",
     "kill_marked",
     "kill_tree",
     "marked",
@@ -193,3 +198,49 @@ def wait_file(path: str | os.PathLike[str], timeout: float) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+@dataclass
+class Reply:
+    """One HTTP answer, as :func:`http_request` returns it; header names lower-case."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON (an AssertionError naming the status if it is not)."""
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise AssertionError(
+                f"HTTP {self.status} body is not JSON: {self.body[:300]!r}"
+            ) from None
+
+    def error(self) -> str:
+        """The ``error`` of a JSON error body."""
+        error = self.json()["error"]
+        assert isinstance(error, str), self
+        return error
+
+
+def http_request(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | str | None = None,
+    headers: Mapping[str, str | None] | None = None,
+    host: str = "127.0.0.1",
+    timeout: float = 15,
+) -> Reply:
+    """One request on a fresh connection to ``host:port`` (a header given as None is left
+    out); the answer, read whole."""
+    sent = {k: v for k, v in (headers or {}).items() if v is not None}
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=sent)
+        response = conn.getresponse()
+        answer = {k.lower(): v for k, v in response.getheaders()}
+        return Reply(response.status, answer, response.read())
+    finally:
+        conn.close()
