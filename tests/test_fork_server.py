@@ -22,7 +22,7 @@ import conveyor
 from conveyor.executors.forking import ForkExecutor
 from conveyor.executors.zygote import process_threads
 from conveyor.testing import RecordingPlugin
-from conveyor.testing.processes import wait_file, wait_for
+from conveyor.testing.processes import alive, wait_file, wait_for
 
 WriteModule = Callable[..., str]
 
@@ -96,14 +96,6 @@ from conveyor.cli import main
 
 sys.exit(main(sys.argv[1:]))
 """
-
-
-def _gone(process: psutil.Process) -> bool:
-    """The process has exited (a zombie counts: it runs nothing)."""
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _audit(path: Path) -> list[tuple[int, int, str]]:
@@ -318,7 +310,7 @@ def test_a_dead_server_fails_its_attempts_and_is_replaced(tmp_path: Path, graph:
         os.kill(first, signal.SIGKILL)
         assert done.wait(30)
         assert result == [False]
-        wait_for(lambda: _gone(attempt), 10, "the attempt's exit")
+        wait_for(lambda: not alive(attempt), 10, "the attempt's exit")
         died = rec.events("task_process_died", hangs.task_id)
         assert len(died) == 1
         assert worker.report is not None
@@ -330,7 +322,7 @@ def test_a_dead_server_fails_its_attempts_and_is_replaced(tmp_path: Path, graph:
         assert len(rec.events("task_succeeded", later.task_id)) == 1
         assert executor._server.pid != first
     assert len(list(out.glob("leaf-*"))) == 3
-    assert not psutil.pid_exists(first) or _gone(psutil.Process(first))
+    assert not psutil.pid_exists(first) or not alive(psutil.Process(first))
 
 
 def test_closing_the_executor_stops_its_server() -> None:
@@ -339,7 +331,7 @@ def test_closing_the_executor_stops_its_server() -> None:
     server = psutil.Process(executor._server.pid)
     assert server.is_running()
     executor.close()
-    wait_for(lambda: _gone(server), 10, "the server's exit")
+    wait_for(lambda: not alive(server), 10, "the server's exit")
 
 
 def test_process_threads_counts_operating_system_threads() -> None:
@@ -377,7 +369,7 @@ def test_a_killed_worker_takes_its_server_and_attempts_with_it(
         proc.kill()
         proc.wait(10)
         for process in (servers[0], attempt):
-            wait_for(lambda p=process: _gone(p), 10, "exit")
+            wait_for(lambda p=process: not alive(p), 10, "exit")
     finally:
         if proc.poll() is None:
             proc.kill()

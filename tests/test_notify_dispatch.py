@@ -20,6 +20,7 @@ from conveyor.notifiers import Message, RetryAfter
 from conveyor.notifiers.dispatch import Dispatcher
 from conveyor.notifiers.messages import compose
 from conveyor.testing.notifiers import check_notifier, sample_messages
+from conveyor.testing.processes import wait_for
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 WriteModule = Callable[..., str]
@@ -455,9 +456,7 @@ def test_an_absurd_retry_after_neither_kills_the_sender_nor_outlives_close() -> 
     dispatcher.start()
     with structlog.testing.capture_logs() as logs:
         dispatcher.notify("failed", _event(1))
-        wait_until = time.monotonic() + 10
-        while not timed.started and time.monotonic() < wait_until:
-            time.sleep(0.01)
+        wait_for(lambda: timed.started, 10, "the first send")
         dispatcher.close(flush_timeout=0.5)
     assert dispatcher._thread is not None and not dispatcher._thread.is_alive()
     assert [r["undelivered"] for r in logs if "undelivered" in r] == [1]

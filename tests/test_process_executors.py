@@ -34,7 +34,7 @@ import pytest
 import conveyor
 from conveyor.protocol import encode
 from conveyor.testing import RecordingPlugin
-from conveyor.testing.processes import wait_for
+from conveyor.testing.processes import alive, gone_within, wait_for
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
@@ -327,14 +327,6 @@ def text_of(target: conveyor.LocalTarget) -> str:
         return f.read()
 
 
-def alive(proc: psutil.Process) -> bool:
-    """Whether ``proc`` (the very process, not a reuse of its pid) runs and is not a zombie."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def with_marker(variable: str, value: str) -> list[psutil.Process]:
     """Live processes whose environment has ``variable=value`` (this process excluded)."""
     found = []
@@ -355,16 +347,6 @@ def kill_all(procs: list[psutil.Process]) -> None:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             proc.kill()
     psutil.wait_procs(procs, timeout=5)
-
-
-def gone_within(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Poll up to ``timeout`` seconds for ``procs`` to end; return the survivors."""
-    deadline = time.monotonic() + timeout
-    while True:
-        survivors = [p for p in procs if alive(p)]
-        if not survivors or time.monotonic() > deadline:
-            return survivors
-        time.sleep(0.05)
 
 
 def make_config(directory: Path, **worker: Any) -> conveyor.Config:

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psutil
 from conveyor.testing.processes import free_port, kill_tree
 from distributed import Client
 
@@ -105,11 +104,3 @@ def write_config(
     path = directory / f"worker-{uuid.uuid4().hex[:8]}.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
-
-
-def alive(proc: psutil.Process) -> bool:
-    """Whether ``proc`` (the very process, not a reuse of its pid) runs and is not a zombie."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -29,11 +29,11 @@ from conveyor.errors import ConfigError
 from conveyor.executors.base import ExecutorContext
 from conveyor.testing import RecordingPlugin
 from conveyor.testing.executors import check_executor
-from conveyor.testing.processes import put, wait_for
+from conveyor.testing.processes import gone_within, put, wait_for
 
 import dask_tasks_for_tests as dt
 from conveyor_dask import DaskExecutor
-from dask_cluster_for_tests import DaskCluster, alive, write_config
+from dask_cluster_for_tests import DaskCluster, write_config
 
 SIGTERM_EXIT = 143
 
@@ -53,16 +53,6 @@ def read_pid(path: Path, timeout: float = 60) -> psutil.Process:
     """Wait (bounded) for a pid file a task writes; that process."""
     text = wait_for(lambda: path.exists() and path.read_text().strip(), timeout, str(path))
     return psutil.Process(int(text))
-
-
-def gone_within(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Poll up to ``timeout`` seconds for ``procs`` to end; the survivors."""
-    deadline = time.monotonic() + timeout
-    while True:
-        survivors = [p for p in procs if alive(p)]
-        if not survivors or time.monotonic() > deadline:
-            return survivors
-        time.sleep(0.05)
 
 
 class Helper:

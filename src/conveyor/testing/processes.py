@@ -25,8 +25,10 @@ import psutil
 __all__ = [
     "Reply",
     "SchedulerProcess",
+    "alive",
     "child_env",
     "free_port",
+    "gone_within",
     "http_request",
     "kill_marked",
     "kill_tree",
@@ -244,3 +246,21 @@ def http_request(
         return Reply(response.status, answer, response.read())
     finally:
         conn.close()
+
+
+def alive(proc: psutil.Process) -> bool:
+    """Whether ``proc`` (the very process, not a reuse of its pid) runs and is not a zombie."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def gone_within(procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Poll up to ``timeout`` seconds for ``procs`` to end; the survivors."""
+    deadline = time.monotonic() + timeout
+    while True:
+        survivors = [p for p in procs if alive(p)]
+        if not survivors or time.monotonic() > deadline:
+            return survivors
+        time.sleep(0.05)
