@@ -701,6 +701,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "str_list": st.lists(ids, max_size=4),
         "tasks": st.lists(task, max_size=3),
         "note": st.sampled_from(["status_message", "progress", "tracking_url"]),
+        "outcome": st.sampled_from(["failed", "timed_out", "process_died", "interrupted"]),
         "any": any_text | numbers,
     }
 
@@ -715,6 +716,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "kind": "note",
         "value": "any",
         "attempt": "any",
+        "outcome": "outcome",
     }
 
     def route_fields(route: str) -> dict[str, tuple[str, bool]]:

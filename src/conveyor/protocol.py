@@ -30,6 +30,7 @@ __all__ = [
     "ROUTES",
     "AddTasks",
     "Annotate",
+    "AttemptEnd",
     "AttemptOutcome",
     "Explanation",
     "ExplanationAnswer",
@@ -88,6 +89,16 @@ class AttemptOutcome(enum.StrEnum):
     TIMED_OUT = "timed_out"
     PROCESS_DIED = "process_died"
     NEEDS_DEPS = "needs_deps"
+
+
+class AttemptEnd(enum.StrEnum):
+    """How an attempt ended, as the scheduler's attempt history keeps it (SPEC §9)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    PROCESS_DIED = "process_died"
+    INTERRUPTED = "interrupted"
 
 
 class NoteKind(enum.StrEnum):
@@ -223,12 +234,22 @@ class TaskDone:
 
 @dataclass(frozen=True, slots=True)
 class TaskFailed:
-    """Report a failed attempt with its explanation (``attempt`` as in :class:`TaskDone`)."""
+    """Report a failed attempt with its explanation (``attempt`` as in :class:`TaskDone`) and
+    how it ended (``outcome``, kept in the task's attempt history; ``failed`` if not said)."""
 
     worker_id: str
     task_id: str
     explanation: str
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
+    outcome: AttemptEnd = field(
+        default=AttemptEnd.FAILED,
+        metadata=_choices(
+            AttemptEnd.FAILED,
+            AttemptEnd.TIMED_OUT,
+            AttemptEnd.PROCESS_DIED,
+            AttemptEnd.INTERRUPTED,
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

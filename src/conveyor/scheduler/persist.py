@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..protocol import TaskStatus
-from .policy import TaskRecord
+from ..protocol import AttemptEnd, TaskStatus
+from .policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 
 __all__ = ["ADDED_FIELDS", "SCHEMA_VERSION", "RowError", "from_row", "to_row"]
 
@@ -64,6 +64,16 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "registered": rec.registered,
         "attempt": rec.attempt,
         "reported": rec.reported,
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "started": a.started,
+                "ended": a.ended,
+                "outcome": a.outcome,
+                "worker": a.worker,
+            }
+            for a in rec.attempts or ()
+        ],
     }
 
 
@@ -163,6 +173,40 @@ def _failures(value: Any) -> deque[float] | None:
     return deque(times) if times else None
 
 
+_ATTEMPT_KEYS = ("attempt", "started", "ended", "outcome", "worker")
+_OUTCOMES = frozenset(AttemptEnd)
+_ATTEMPTS_EXPECTED = (
+    f"a list of at most {ATTEMPT_HISTORY} attempts, each an object with exactly the fields "
+    + ", ".join(_ATTEMPT_KEYS)
+)
+
+
+def _attempts(value: Any) -> list[Attempt]:
+    if not isinstance(value, list) or len(value) > ATTEMPT_HISTORY:
+        raise _Expected(_ATTEMPTS_EXPECTED)
+    history = []
+    for item in value:
+        if not isinstance(item, dict) or sorted(item) != sorted(_ATTEMPT_KEYS):
+            raise _Expected(_ATTEMPTS_EXPECTED)
+        outcome = item["outcome"]
+        if outcome is not None and outcome not in _OUTCOMES:
+            raise _Expected(
+                _ATTEMPTS_EXPECTED + "; outcome null or one of " + ", ".join(AttemptEnd)
+            )
+        try:
+            entry = Attempt(
+                attempt=_count(item["attempt"]),
+                started=_number(item["started"]),
+                worker=_text(item["worker"]),
+                ended=_optional(_number)(item["ended"]),
+                outcome=None if outcome is None else AttemptEnd(outcome),
+            )
+        except _Expected as exc:
+            raise _Expected(f"{_ATTEMPTS_EXPECTED} (one has a field that is not {exc})") from None
+        history.append(entry)
+    return history
+
+
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def optional(value: Any) -> Any:
         if value is None:
@@ -199,10 +243,11 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "registered": _boolean,
     "attempt": _count,
     "reported": _count,
+    "attempts": _attempts,
 }
 """Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
 
-ADDED_FIELDS: Mapping[str, Any] = MappingProxyType({"attempt": 0, "reported": 0})
+ADDED_FIELDS: Mapping[str, Any] = MappingProxyType({"attempt": 0, "reported": 0, "attempts": []})
 """Fields added after rows were first written, and the value a row saved without one gets.
 A field added to :func:`to_row` later belongs here too, or every older row is unusable."""
 

@@ -40,9 +40,17 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import StaleReport
-from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
+from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
-__all__ = ["SchedulerCore", "TaskRecord", "TaskSpec", "Work", "WorkLeft"]
+__all__ = [
+    "ATTEMPT_HISTORY",
+    "Attempt",
+    "SchedulerCore",
+    "TaskRecord",
+    "TaskSpec",
+    "Work",
+    "WorkLeft",
+]
 
 PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
     TaskStatus.PENDING,
@@ -56,6 +64,20 @@ _ASSISTANTS = "\0assistants"
 _ATTEMPT_BITS = 53  # attempt ids stay exact integers in JSON (and JavaScript)
 _FOR_NOW = "for now"  # _kept_by(): kept, and to be looked at again after remove_delay
 _NOTHING_HELD: Mapping[str, int] = MappingProxyType({})
+ATTEMPT_HISTORY = 20
+"""How many attempts (the latest) the scheduler keeps per task, for the UI's history."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One hand-out of a task: when it started and ended, how, and on which worker."""
+
+    attempt: int
+    started: float
+    worker: str
+    ended: float | None = None
+    outcome: AttemptEnd | None = None
+    """None while it runs."""
 
 
 def _members(groups: dict[str, set[str]], key: str) -> set[str]:
@@ -103,6 +125,8 @@ class TaskRecord:
     """The id of the latest hand-out (a fencing token): it grows with every hand-out."""
     reported: int = 0
     """The attempt whose report was last applied (a report sent again is not applied twice)."""
+    attempts: list[Attempt] | None = None
+    """The latest :data:`ATTEMPT_HISTORY` hand-outs, oldest first (allocated on the first)."""
 
 
 _Entry = tuple[int, int, str]
@@ -290,6 +314,11 @@ class SchedulerCore:
         rec.status = status
         if old == RUNNING:
             self._release(rec)  # leaving RUNNING, however: free its worker slot and resources
+            history = rec.attempts
+            if history and history[-1].ended is None:
+                # no result (taken back unanswered, or it yielded new dependencies): the
+                # hand-out that continues it is the attempt the history shows
+                history.pop()
         if old == DONE:
             for dep_id in rec.dependents:
                 self._tasks[dep_id].unmet += 1
@@ -379,6 +408,12 @@ class SchedulerCore:
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
         rec.attempt = self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
+        history = rec.attempts
+        if history is None:
+            history = rec.attempts = []
+        elif len(history) >= ATTEMPT_HISTORY:
+            del history[0]
+        history.append(Attempt(rec.attempt, self.clock(), worker_id))
         _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)
@@ -492,15 +527,23 @@ class SchedulerCore:
             if rec is None or not self._fresh(rec, attempt, worker_id):
                 return
             rec.failures = None
+            if attempt or rec.status == RUNNING:
+                _end_attempt(rec, attempt, AttemptEnd.SUCCEEDED, self.clock())
             self._set_status(rec, DONE)
 
     def task_failed(
-        self, worker_id: str, task_id: str, explanation: str, attempt: int = 0
+        self,
+        worker_id: str,
+        task_id: str,
+        explanation: str,
+        attempt: int = 0,
+        outcome: AttemptEnd = AttemptEnd.FAILED,
     ) -> TaskStatus:
         """Record a failed attempt; return the new status (``FAILED`` or ``DISABLED``).
 
         ``attempt`` as for :meth:`task_done`; the failure of an attempt the scheduler already
         took back (and counted as failed, or reclaimed) is acknowledged without counting again.
+        ``outcome`` (failed, timed out, process died, interrupted) goes into the history.
         """
         with self._lock:
             now = self._seen(worker_id)
@@ -509,7 +552,7 @@ class SchedulerCore:
                 return UNKNOWN
             if not self._fresh(rec, attempt, worker_id) or (attempt and rec.status != RUNNING):
                 return rec.status
-            return self._fail(rec, explanation, now)
+            return self._fail(rec, explanation, now, AttemptEnd(outcome))
 
     def _fresh(self, rec: TaskRecord, attempt: int, worker_id: str) -> bool:
         """True if a report of ``attempt`` is to be applied (and note it applied); False for
@@ -529,8 +572,12 @@ class SchedulerCore:
         rec.reported = attempt
         return True
 
-    def _fail(self, rec: TaskRecord, explanation: str, now: float) -> TaskStatus:
+    def _fail(
+        self, rec: TaskRecord, explanation: str, now: float, outcome: AttemptEnd
+    ) -> TaskStatus:
         self._touch(rec)
+        if rec.status == RUNNING:
+            _end_attempt(rec, rec.attempt, outcome, now)
         rec.explanation = explanation
         failures = rec.failures = rec.failures or deque()
         failures.append(now)
@@ -569,7 +616,9 @@ class SchedulerCore:
             del self._workers[worker_id]
             self._assistants.discard(worker_id)
             for task_id in list(self._running_on.get(worker_id, ())):
-                self._fail(self._tasks[task_id], f"worker {worker_id} stopped responding", now)
+                rec = self._tasks[task_id]
+                why = f"worker {worker_id} stopped responding"
+                self._fail(rec, why, now, AttemptEnd.PROCESS_DIED)
             self._departed[worker_id] = now
             later = now + self.remove_delay
             heapq.heappush(self._departures, (later, worker_id))
@@ -651,6 +700,51 @@ class SchedulerCore:
                 rec.progress = float(value)
             elif kind == NoteKind.TRACKING_URL:
                 rec.tracking_url = str(value)
+
+    # --- operator actions (the web UI) ---------------------------------------------------
+
+    def retry_now(self, task_ids: Iterable[str]) -> list[str]:
+        """Make each ``FAILED`` task ``PENDING`` at once, its failure count kept; return the
+        ids that changed (the others were not FAILED)."""
+        return self._wake_now(task_ids, FAILED, reset=False)
+
+    def reenable(self, task_ids: Iterable[str]) -> list[str]:
+        """Make each ``DISABLED`` task ``PENDING`` with its failure count reset; return the
+        ids that changed."""
+        return self._wake_now(task_ids, DISABLED, reset=True)
+
+    def _wake_now(self, task_ids: Iterable[str], status: TaskStatus, reset: bool) -> list[str]:
+        with self._lock:
+            changed = []
+            for task_id in dict.fromkeys(task_ids):
+                rec = self._tasks.get(task_id)
+                if rec is None or rec.status != status:
+                    continue
+                if reset:
+                    rec.failures = None
+                rec.wake_at = 0.0  # (its entry in the wake-up heap no longer matches)
+                self._set_status(rec, PENDING)
+                changed.append(task_id)
+            return changed
+
+    def resource_list(self) -> list[dict[str, Any]]:
+        """Each resource with its capacity, use and the running tasks holding it."""
+        with self._lock:
+            holders: dict[str, list[str]] = {}
+            for running in self._running_on.values():
+                for task_id in running:
+                    for name in self._tasks[task_id].held:
+                        holders.setdefault(name, []).append(task_id)
+            names = sorted(set(self.capacity) | set(self._used) | set(holders))
+            return [
+                {
+                    "name": name,
+                    "capacity": self.capacity.get(name, 1),
+                    "used": self._used.get(name, 0),
+                    "holders": sorted(holders.get(name, ())),
+                }
+                for name in names
+            ]
 
     # --- liveness and queries -------------------------------------------------------------
 
@@ -737,12 +831,41 @@ class SchedulerCore:
             return [_describe(rec) for rec in self._tasks.values() if rec.registered]
 
     def worker_list(self) -> list[dict[str, Any]]:
-        """Every known worker and when it was last seen."""
+        """Every known worker: when it was last seen, its host (from a default worker id,
+        ``host-pid-n``; "" otherwise) and the tasks it runs."""
         with self._lock:
             return [
-                {"worker_id": w, "last_seen": seen, "assistant": w in self._assistants}
+                {
+                    "worker_id": w,
+                    "last_seen": seen,
+                    "assistant": w in self._assistants,
+                    "host": _host_of(w),
+                    "running": sorted(self._running_on.get(w, ())),
+                }
                 for w, seen in self._workers.items()
             ]
+
+
+def _host_of(worker_id: str) -> str:
+    """The host of a worker id made by conveyor (``host-pid-n``), else ""."""
+    parts = worker_id.rsplit("-", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return parts[0]
+    return ""
+
+
+def _end_attempt(rec: TaskRecord, attempt: int, outcome: AttemptEnd, now: float) -> None:
+    """Note in ``rec``'s history how the hand-out ``attempt`` (0: the latest) ended.
+
+    A success reported after the scheduler took the attempt back (its worker seemed gone)
+    corrects the outcome recorded then; its end time stays.
+    """
+    for entry in reversed(rec.attempts or ()):
+        if attempt in (0, entry.attempt):
+            if entry.ended is None:
+                entry.ended = now
+            entry.outcome = outcome
+            return
 
 
 def _describe(rec: TaskRecord) -> TaskInfo:

@@ -15,7 +15,7 @@ import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from starlette.applications import Starlette
@@ -52,22 +52,39 @@ from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hosts import OwnAddress
 from .schema import openapi_document
-from .stores import StateStore
+from .stores import CanRead, MemoryStore, StateStore
+from .webui import ui_routes
 
 __all__ = ["SchedulerService", "create_app"]
 
 log = structlog.get_logger("conveyor.server")
+T = TypeVar("T")
 
 
 class SchedulerService:
     """Runs policy calls one at a time and commits their changes before returning."""
 
     def __init__(self, core: SchedulerCore, store: StateStore) -> None:
-        """Serve ``core`` (already restored) and persist its changes to ``store``."""
+        """Serve ``core`` (already restored) and persist its changes to ``store``.
+
+        The web UI reads the store directly when it can (:class:`CanRead`); any other store
+        is mirrored, save for save, into a :class:`MemoryStore` that it reads instead.
+        """
         self.core = core
         self.store = store
         self.lock = threading.Lock()
+        self._mirror: MemoryStore | None = None
+        if isinstance(store, CanRead):
+            self.reads: CanRead = store
+        else:
+            self.reads = self._mirror = MemoryStore()
+            self._mirror.save(*store.load())
         core.track_changes()
+
+    def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(connection, *args)`` on the store's read connection: no lock of the
+        scheduler's is taken, so reading holds up no worker."""
+        return self.reads.read(lambda db: fn(db, *args))
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Apply ``fn(*args)`` and commit every change it made."""
@@ -84,6 +101,8 @@ class SchedulerService:
         gone_tasks, gone_workers = self.core.take_removals()
         rows = [to_row(r) for r in records]
         self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
+        if self._mirror is not None:
+            self._mirror.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
 
     def tick(self) -> None:
         """Apply time-based changes (retries, disconnected workers) even when nobody calls."""
@@ -110,7 +129,7 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         return Ok()
 
     def task_failed(r: TaskFailed) -> TaskFailedAnswer:
-        status = call(core.task_failed, r.worker_id, r.task_id, r.explanation, r.attempt)
+        status = call(core.task_failed, r.worker_id, r.task_id, r.explanation, r.attempt, r.outcome)
         return TaskFailedAnswer(status)
 
     def annotate(r: Annotate) -> Ok:
@@ -252,6 +271,7 @@ def create_app(
         Route("/api/v1/tasks", tasks, methods=["GET"]),
         Route("/api/v1/workers", workers, methods=["GET"]),
         *(_post_route(name, handlers[name]) for name in ROUTES),
+        *ui_routes(service, token=token),
     ]
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -7,13 +7,16 @@ Every check but the last reads the headers alone, before any byte of the body; i
 3. ``OPTIONS`` (a CORS preflight) is answered 204 with nothing that approves another origin;
 4. ``/api/`` routes need ``Authorization: Bearer <token>`` when a token is set, else 401,
    compared with :func:`hmac.compare_digest`;
-5. a ``POST`` to ``/api/`` must be ``Content-Type: application/json`` (parameters such as
-   ``charset`` allowed), else 415: a page can send a form or ``text/plain`` body to another
-   site without asking first, but not JSON;
+5. every ``POST`` (the API's, and the web UI's sign-in and actions) must be
+   ``Content-Type: application/json`` (parameters such as ``charset`` allowed), else 415: a
+   page can send a form or ``text/plain`` body to another site without asking first, but not
+   JSON;
 6. a ``Content-Length`` over the limit gets 413; a body that turns out larger while it is
    streamed in gets 413 as soon as it crosses the limit.
 
 Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
+Every answer, the guard's own and the app's, carries :data:`SECURITY_HEADERS` (a strict
+Content-Security-Policy, ``nosniff``, no framing, no referrer).
 Whatever the guard answers itself closes the connection, and so does any answer the app sends
 before the request's body was read to its end. Without ``Connection: close``, uvicorn keeps
 the connection and reads the rest of the body to throw it away, however large the
@@ -28,7 +31,19 @@ from typing import Any
 
 from .hosts import OwnAddress
 
-__all__ = ["Guard"]
+__all__ = ["CONTENT_SECURITY_POLICY", "SECURITY_HEADERS", "Guard"]
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+)
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -89,7 +104,7 @@ class Guard:
         if api and self._token and not self._authorised(headers):
             return 401, "missing or invalid bearer token", {"www-authenticate": "Bearer"}
         kind = headers.get("content-type")
-        if api and method == "POST" and not _is_json(kind):
+        if method == "POST" and not _is_json(kind):
             shown = "none" if kind is None else repr(kind.decode("latin-1"))
             message = f"Content-Type {shown} is not accepted; expected application/json"
             return 415, message, {}
@@ -131,8 +146,8 @@ class Guard:
                 return  # the app's own answer to the interrupted read is replaced by a 413
             if message["type"] == "http.response.start":
                 started = True
-                if unread:
-                    message = {**message, "headers": [*message.get("headers", []), _CLOSE]}
+                extra = [*SECURITY_HEADERS, _CLOSE] if unread else SECURITY_HEADERS
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
         try:
@@ -171,6 +186,6 @@ async def _send(send: Any, status: int, body: bytes, headers: dict[str, str]) ->
     raw = [(k.encode(), v.encode()) for k, v in headers.items()]
     if status != 204:  # a 204 has no body and must not announce one
         raw.append((b"content-length", str(len(body)).encode()))
-    raw.append(_CLOSE)
+    raw += [*SECURITY_HEADERS, _CLOSE]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})

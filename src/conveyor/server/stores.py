@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from ..errors import ConfigError
 from ..scheduler.persist import RowError, from_row
@@ -34,6 +36,7 @@ from ..settings import Field
 __all__ = [
     "BadRow",
     "CanQuarantine",
+    "CanRead",
     "CorruptState",
     "MemoryStore",
     "SqliteStore",
@@ -41,6 +44,7 @@ __all__ = [
     "StoreContext",
 ]
 
+T = TypeVar("T")
 Rows = list[dict[str, Any]]
 Workers = list[tuple[str, bool]]
 
@@ -110,6 +114,17 @@ class StateStore(Protocol):
 
 
 @runtime_checkable
+class CanRead(Protocol):
+    """A store the web UI can query directly (both built-in stores): its tables as SQLite
+    has them (see ``_MIGRATIONS``). The server mirrors any other store into a
+    :class:`MemoryStore` for the UI."""
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` on a connection that sees every committed save; reading must
+        not hold up :meth:`StateStore.save`."""
+
+
+@runtime_checkable
 class CanQuarantine(Protocol):
     """A store that can set aside the rows its ``load()`` reported in :class:`CorruptState`."""
 
@@ -118,46 +133,35 @@ class CanQuarantine(Protocol):
         them), in one committed transaction; return where they went, for the operator."""
 
 
-class MemoryStore:
-    """Keeps state in memory only: a restart starts empty (for tests and throwaway servers)."""
-
-    settings_schema: ClassVar[dict[str, Field]] = {}
-
-    def __init__(self, context: StoreContext | None = None) -> None:
-        """Nothing is read from ``context``: the state lives in this object."""
-        self._rows: dict[str, dict[str, Any]] = {}
-        self._workers: dict[str, bool] = {}
-
-    def load(self) -> tuple[Rows, Workers]:
-        """What was saved in this process."""
-        return list(self._rows.values()), list(self._workers.items())
-
-    def save(
-        self,
-        rows: Iterable[dict[str, Any]],
-        workers: Iterable[tuple[str, bool]],
-        *,
-        gone_tasks: Collection[str] = (),
-        gone_workers: Collection[str] = (),
-    ) -> None:
-        """Keep copies of the rows; forget the gone ones."""
-        for row in rows:
-            self._rows[row["task_id"]] = json.loads(json.dumps(row))
-        self._workers.update(workers)
-        for task_id in gone_tasks:
-            self._rows.pop(task_id, None)
-        for worker_id in gone_workers:
-            self._workers.pop(worker_id, None)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 # version -> statements that bring a database from the previous version to it
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "CREATE TABLE tasks (task_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
         "CREATE TABLE workers (worker_id TEXT PRIMARY KEY, assistant INTEGER NOT NULL)",
+    ),
+    # 2: what the web UI filters and sorts by, as columns written with each row (the row's
+    # JSON stays the one source of the record), and the dependency edges, both ways indexed
+    2: (
+        "ALTER TABLE tasks ADD COLUMN status TEXT",  # NULL for a task nobody registered
+        "ALTER TABLE tasks ADD COLUMN family TEXT",
+        "ALTER TABLE tasks ADD COLUMN worker TEXT",  # running it, else the last to run it
+        "ALTER TABLE tasks ADD COLUMN changed REAL NOT NULL DEFAULT 0",  # time of last save
+        "ALTER TABLE tasks ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",  # change number
+        "UPDATE tasks SET seq = rowid",
+        "UPDATE tasks SET family = json_extract(data, '$.family'),"  # (unusable rows: later)
+        " worker = json_extract(data, '$.worker'), status = CASE"
+        " WHEN json_extract(data, '$.registered') THEN json_extract(data, '$.status') END"
+        " WHERE json_valid(data) AND json_type(data) = 'object'",
+        "CREATE INDEX tasks_by_seq ON tasks (seq)",
+        "CREATE INDEX tasks_by_status ON tasks (status, seq)",
+        "CREATE INDEX tasks_by_family ON tasks (family, seq)",
+        "CREATE INDEX tasks_by_worker ON tasks (worker, seq)",
+        "CREATE TABLE edges (task_id TEXT NOT NULL, dep_id TEXT NOT NULL,"
+        " PRIMARY KEY (task_id, dep_id)) WITHOUT ROWID",
+        "CREATE INDEX edges_by_dep ON edges (dep_id)",
+        "INSERT OR IGNORE INTO edges SELECT tasks.task_id, deps.value"
+        " FROM tasks, json_each(tasks.data, '$.deps') AS deps WHERE json_valid(tasks.data)"
+        " AND json_type(tasks.data, '$.deps') = 'array' AND deps.type = 'text'",
     ),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
@@ -196,6 +200,10 @@ class SqliteStore:
         self._path = context.state_path
         synchronous = str(context.settings.get("synchronous", "normal")).upper()
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
+        self._seq = 0
         try:
             self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
@@ -205,6 +213,9 @@ class SqliteStore:
             version = self._check_schema()
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._migrate(version)
+            self._seq = int(
+                self._db.execute("SELECT coalesce(max(seq), 0) FROM tasks").fetchone()[0]
+            )
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.Error):
@@ -263,6 +274,7 @@ class SqliteStore:
         for rowid, task_id, data in tasks:
             try:
                 rows.append(_task_row(task_id, data))
+                self._deps[task_id] = tuple(rows[-1]["deps"])
             except RowError as exc:
                 where = f"task row {rowid} (task_id {task_id!r})"
                 bad.append(BadRow(("tasks", rowid), where, str(exc)))
@@ -292,6 +304,12 @@ class SqliteStore:
                     f" SELECT ?, {key}, {data}, ?, ? FROM {table} WHERE rowid = ?",
                     (table, row.reason, now, rowid),
                 )
+                if table == "tasks":
+                    db.execute(
+                        "DELETE FROM edges WHERE task_id = (SELECT task_id FROM tasks"
+                        " WHERE rowid = ?)",
+                        (rowid,),
+                    )
                 db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
 
         self._transaction(move)
@@ -306,23 +324,86 @@ class SqliteStore:
         gone_workers: Collection[str] = (),
     ) -> None:
         """Upsert and delete in one committed transaction."""
-        task_data = [(r["task_id"], json.dumps(r, separators=(",", ":"))) for r in rows]
+        now = time.time()
+        task_data = []
+        edges: list[tuple[str, tuple[str, ...]]] = []
+        known = self._deps
+        for row in rows:
+            seq = self._seq = self._seq + 1
+            task_data.append(_columns_of(row, now, seq))
+            deps = tuple(row["deps"])
+            if known.get(row["task_id"]) != deps:
+                edges.append((row["task_id"], deps))
         worker_data = [(w, int(a)) for w, a in workers]
         if not (task_data or worker_data or gone_tasks or gone_workers):
             return
+        gone = [(t,) for t in gone_tasks]
 
         def write(db: sqlite3.Connection) -> None:
-            db.executemany("INSERT OR REPLACE INTO tasks VALUES (?, ?)", task_data)
+            db.executemany(_UPSERT_TASK, task_data)
             db.executemany("INSERT OR REPLACE INTO workers VALUES (?, ?)", worker_data)
-            db.executemany("DELETE FROM tasks WHERE task_id = ?", [(t,) for t in gone_tasks])
+            for task_id, deps in edges:
+                db.execute("DELETE FROM edges WHERE task_id = ?", (task_id,))
+                db.executemany(
+                    "INSERT OR IGNORE INTO edges VALUES (?, ?)", [(task_id, d) for d in deps]
+                )
+            db.executemany("DELETE FROM tasks WHERE task_id = ?", gone)
+            db.executemany("DELETE FROM edges WHERE task_id = ?", gone)
             db.executemany("DELETE FROM workers WHERE worker_id = ?", [(w,) for w in gone_workers])
 
         self._transaction(write)
+        for task_id, deps in edges:
+            known[task_id] = deps
+        for task_id in gone_tasks:
+            known.pop(task_id, None)
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` on a connection that sees what was committed; on a file, a
+        read-only connection of its own, so that reading never waits for (or holds up) a
+        write (WAL)."""
+        if self._path == ":memory:":
+            with self._lock:
+                return fn(self._db)
+        with self._read_lock:
+            if self._reader is None:
+                uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=ro"
+                self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            return fn(self._reader)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connections."""
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         with self._lock:
             self._db.close()
+
+
+_UPSERT_TASK = (
+    "INSERT OR REPLACE INTO tasks (task_id, data, status, family, worker, changed, seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _columns_of(row: Mapping[str, Any], now: float, seq: int) -> tuple[Any, ...]:
+    """The values of :data:`_UPSERT_TASK` for ``row``, saved at ``now`` as change ``seq``."""
+    attempts = row["attempts"]
+    worker = row["worker"] or (attempts[-1]["worker"] if attempts else None)
+    status = str(row["status"]) if row["registered"] else None
+    data = json.dumps(row, separators=(",", ":"))
+    return row["task_id"], data, status, row["family"], worker, now, seq
+
+
+class MemoryStore(SqliteStore):
+    """Keeps state in memory only (an SQLite database in memory): a restart starts empty.
+    For tests and throwaway servers; it takes no settings."""
+
+    settings_schema: ClassVar[dict[str, Field]] = {}
+
+    def __init__(self, context: StoreContext | None = None) -> None:
+        """Nothing is read from ``context``: the state lives in this object."""
+        super().__init__(StoreContext(":memory:"))
 
 
 def _apply(db: sqlite3.Connection, version: int) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..config import Config, SchedulerSettings
-from ..protocol import NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
+from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
 __all__ = ["SchedulerTransport", "TransportContext"]
 
@@ -64,9 +64,19 @@ class SchedulerTransport(Protocol):
         """
 
     def task_failed(
-        self, worker_id: str, task_id: str, explanation: str, attempt: int = 0
+        self,
+        worker_id: str,
+        task_id: str,
+        explanation: str,
+        attempt: int = 0,
+        outcome: AttemptEnd = AttemptEnd.FAILED,
     ) -> TaskStatus:
-        """Report a failed attempt; returns the new status (``attempt`` as for task_done)."""
+        """Report a failed attempt; returns the new status (``attempt`` as for task_done).
+
+        ``outcome`` says how it ended (failed, timed out, process died, interrupted), for the
+        scheduler's attempt history. A transport written before it existed may leave it out:
+        the worker then calls without it.
+        """
 
     def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
         """Store a status message, progress or tracking URL."""

@@ -27,6 +27,7 @@ from ..protocol import (
     ROUTES,
     AddTasks,
     Annotate,
+    AttemptEnd,
     Explanation,
     ExplanationAnswer,
     FieldError,
@@ -241,10 +242,16 @@ class HttpTransport:
         self._post(TaskDone(worker_id, task_id, attempt))
 
     def task_failed(
-        self, worker_id: str, task_id: str, explanation: str, attempt: int = 0
+        self,
+        worker_id: str,
+        task_id: str,
+        explanation: str,
+        attempt: int = 0,
+        outcome: AttemptEnd = AttemptEnd.FAILED,
     ) -> TaskStatus:
-        """Report a failure; the new status (StaleReport as for task_done)."""
-        answer: TaskFailedAnswer = self._post(TaskFailed(worker_id, task_id, explanation, attempt))
+        """Report a failure and how it ended; the new status (StaleReport as for task_done)."""
+        request = TaskFailed(worker_id, task_id, explanation, attempt, AttemptEnd(outcome))
+        answer: TaskFailedAnswer = self._post(request)
         return answer.status
 
     def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:

@@ -46,7 +46,7 @@ from ..executors.base import (
 from ..executors.channel import truncate
 from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
 from ..plugins import HookRelay, load_hook_plugins
-from ..protocol import NoteKind, TaskSpec, TaskStatus, Work
+from ..protocol import AttemptEnd, AttemptOutcome, NoteKind, TaskSpec, TaskStatus, Work
 from ..task import Task, load_task_class
 from ..transports.base import SchedulerTransport, TransportContext
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
@@ -376,7 +376,14 @@ class Worker:
             # the signal came while get_work was on its way: never start it; report it
             # failed like the attempts the interruption stopped
             explanation = f"not started: the worker was interrupted by {self._interrupted}"
-            self._outbox.send("task_failed", self.id, work.task_id, explanation, work.attempt)
+            self._outbox.send(
+                "task_failed",
+                self.id,
+                work.task_id,
+                explanation,
+                work.attempt,
+                AttemptEnd.INTERRUPTED,
+            )
             return
         node = self._graph.get(work.task_id)
         decision = on_hand_out(None if node is None else node.state)
@@ -538,7 +545,9 @@ class Worker:
             )
         node.error = truncate(outcome.error or outcome.kind)
         if not decision.reschedule:
-            self._outbox.send("task_failed", self.id, node.task_id, node.error, node.hand_out)
+            self._outbox.send(
+                "task_failed", self.id, node.task_id, node.error, node.hand_out, _ended(outcome)
+            )
         self._transit(node, trigger, **_failure_fields(trigger, node.error, outcome))
         if decision.reschedule:
             self._walker.walk([node.task], recheck=(node.task_id, *outcome.missing))
@@ -686,6 +695,15 @@ def fence_after(
     timeout, plus a second): fencing would then stop attempts of a worker that is fine."""
     at = lease - kill_grace - 1.0
     return at if at >= ping_interval + rpc_timeout + 1.0 else None
+
+
+def _ended(outcome: Outcome) -> AttemptEnd:
+    """How a failed attempt ended, for the scheduler's attempt history."""
+    if outcome.exception_type == "Interrupted":
+        return AttemptEnd.INTERRUPTED
+    if outcome.kind in (AttemptOutcome.TIMED_OUT, AttemptOutcome.PROCESS_DIED):
+        return AttemptEnd(str(outcome.kind))
+    return AttemptEnd.FAILED
 
 
 def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str, Any]:

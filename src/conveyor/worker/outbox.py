@@ -10,6 +10,7 @@ failures.
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from collections.abc import Callable
@@ -48,6 +49,12 @@ class Outbox:
         self._since = 0.0
         self._next = 0.0
         self._failures = 0
+        self._outcome_known = _takes_outcome(transport)
+
+    def _call(self, method: str, args: tuple[Any, ...]) -> None:
+        if method == "task_failed" and not self._outcome_known:
+            args = args[:4]  # a transport that predates the outcome of task_failed
+        getattr(self.transport, method)(*args)
 
     @property
     def pending(self) -> bool:
@@ -60,7 +67,7 @@ class Outbox:
             self._queue.append((method, args))
             return
         try:
-            getattr(self.transport, method)(*args)
+            self._call(method, args)
         except StaleReport as exc:
             _refused(exc)
         except SchedulerUnavailable as exc:
@@ -78,7 +85,7 @@ class Outbox:
         while self._queue:
             method, args = self._queue[0]
             try:
-                getattr(self.transport, method)(*args)
+                self._call(method, args)
             except StaleReport as exc:
                 _refused(exc)
             except SchedulerUnavailable:
@@ -104,6 +111,17 @@ class Outbox:
     def unreported(self) -> set[str]:
         """Task ids whose results never reached the scheduler."""
         return {args[1] for method, args in self._queue if method in _RESULTS}
+
+
+def _takes_outcome(transport: SchedulerTransport) -> bool:
+    """Whether ``transport.task_failed`` accepts the ``outcome`` argument."""
+    try:
+        parameters = inspect.signature(transport.task_failed).parameters
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters.values()):
+        return True
+    return "outcome" in parameters
 
 
 def _refused(exc: StaleReport) -> None:

@@ -1,0 +1,419 @@
+"""What the web UI reads, as queries on the state store's tables (see ``stores._MIGRATIONS``).
+
+Every function takes an SQLite connection that sees the committed state (a store's
+:meth:`~.stores.CanRead.read`), so the UI never takes the scheduler's lock and never lists
+every task to answer: counts are one ``GROUP BY`` over an index, the task list is a keyset page
+over the change number, and a graph walks the ``edges`` table outward from one task, O(V+E) in
+what it returns and capped at :data:`GRAPH_CAP` nodes. Values people see have secret-named
+parameters, and their appearances in texts, hidden (:mod:`conveyor.secrets`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import TaskStatus
+from ..secrets import REDACTED, hide_secret_params, is_secret_name
+
+__all__ = [
+    "DEPENDENTS_SHOWN",
+    "GRAPH_CAP",
+    "PAGE_MAX",
+    "Filters",
+    "detail",
+    "families",
+    "graph",
+    "latest",
+    "matching_ids",
+    "page",
+    "summary",
+]
+
+GRAPH_CAP = 10_000
+"""The most nodes a graph answer holds (the nearest to its task first); more → truncated."""
+PAGE_MAX = 500
+"""The largest page of the task list."""
+DEPENDENTS_SHOWN = 500
+"""The most dependents a task's detail lists (their total is given too)."""
+
+_STUCK = frozenset({TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN})
+_CHUNK = 900  # ids per IN (...) list: under SQLite's variable limit on any build
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The task list's filters; empty means any. ``text`` is matched case-insensitively
+    against the id and the (public) parameters, ``name=value``."""
+
+    state: str = ""
+    family: str = ""
+    worker: str = ""
+    text: str = ""
+
+    def where(self) -> tuple[str, list[Any]]:
+        """The SQL condition and its arguments (the text match there is a cheap superset,
+        checked exactly by :meth:`matches`)."""
+        clauses, args = ["status IS NOT NULL"], []
+        for column, value in (("status", self.state), ("family", self.family)):
+            if value:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if self.worker:
+            clauses.append("worker = ?")
+            args.append(self.worker)
+        needle = self.text.lower()
+        if needle:
+            clauses.append(
+                "(instr(lower(task_id), ?) > 0"
+                " OR instr(lower(json_extract(data, '$.params')), ?) > 0)"
+            )
+            args += [needle, needle]
+        return " AND ".join(clauses), args
+
+    def matches(self, task_id: str, params: Mapping[str, str]) -> bool:
+        """The exact text match: secret parameter values never match."""
+        needle = self.text.lower()
+        if not needle or needle in task_id.lower():
+            return True
+        return any(
+            needle in f"{name}={value}".lower()
+            for name, value in params.items()
+            if not is_secret_name(name)
+        )
+
+
+def latest(db: sqlite3.Connection) -> int:
+    """The number of the latest change saved (0 for none)."""
+    return int(db.execute("SELECT coalesce(max(seq), 0) FROM tasks").fetchone()[0])
+
+
+def summary(db: sqlite3.Connection) -> dict[str, Any]:
+    """The count of registered tasks in each state (all six), their total, and the latest
+    change number."""
+    counts = dict.fromkeys(TaskStatus, 0)
+    rows = db.execute("SELECT status, count(*) FROM tasks WHERE status IS NOT NULL GROUP BY status")
+    for status, count in rows:
+        if status in counts:
+            counts[TaskStatus(status)] = count
+    return {
+        "counts": {str(k): v for k, v in counts.items()},
+        "total": sum(counts.values()),
+        "seq": latest(db),
+    }
+
+
+def families(db: sqlite3.Connection) -> list[str]:
+    """Every family of a registered task, sorted."""
+    rows = db.execute(
+        "SELECT DISTINCT family FROM tasks WHERE status IS NOT NULL AND family != ''"
+        " ORDER BY family"
+    )
+    return [family for (family,) in rows]
+
+
+def page(
+    db: sqlite3.Connection, filters: Filters, cursor: int | None, limit: int
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the filtered task list, newest change first, and the cursor of the next
+    page (None on the last). ``cursor`` is the change number the page starts below."""
+    rows: list[dict[str, Any]] = []
+    for row in _filtered(db, filters, cursor):
+        if len(rows) == limit:
+            return rows, rows[-1]["seq"]
+        rows.append(row)
+    return rows, None
+
+
+def matching_ids(db: sqlite3.Connection, filters: Filters) -> list[str]:
+    """The id of every task the filters match (for an action on all of them)."""
+    return [row["task_id"] for row in _filtered(db, filters, None)]
+
+
+def _filtered(
+    db: sqlite3.Connection, filters: Filters, cursor: int | None
+) -> Iterator[dict[str, Any]]:
+    where, args = filters.where()
+    if cursor is not None:
+        where += " AND seq < ?"
+        args.append(cursor)
+    query = f"SELECT seq, changed, data FROM tasks WHERE {where} ORDER BY seq DESC"
+    for seq, changed, data in db.execute(query, args):  # (read lazily: stops with the page)
+        record = json.loads(data)
+        if filters.matches(record["task_id"], record["params"]):
+            yield _list_entry(record, seq, changed)
+
+
+def _list_entry(record: dict[str, Any], seq: int, changed: float) -> dict[str, Any]:
+    params = record["params"]
+    attempts = record.get("attempts") or ()
+    return {
+        "task_id": record["task_id"],
+        "family": record["family"],
+        "params": _public(params),
+        "status": record["status"],
+        "worker": record["worker"] or (attempts[-1]["worker"] if attempts else None),
+        "priority": record["priority"],
+        "status_message": hide_secret_params(record["status_message"], params),
+        "progress": record["progress"],
+        "changed": changed,
+        "seq": seq,
+    }
+
+
+def _public(params: Mapping[str, str]) -> dict[str, str]:
+    return {k: REDACTED if is_secret_name(k) and v else v for k, v in params.items()}
+
+
+def detail(db: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
+    """Everything the task detail shows, or None for a task the scheduler does not have."""
+    found = db.execute("SELECT data, changed FROM tasks WHERE task_id = ?", (task_id,))
+    row = found.fetchone()
+    if row is None:
+        return None
+    record, changed = json.loads(row[0]), row[1]
+    params = record["params"]
+    (total,) = db.execute("SELECT count(*) FROM edges WHERE dep_id = ?", (task_id,)).fetchone()
+    dependents = [
+        dependent
+        for (dependent,) in db.execute(
+            "SELECT task_id FROM edges WHERE dep_id = ? LIMIT ?", (task_id, DEPENDENTS_SHOWN)
+        )
+    ]
+    upstream = _walk(db, task_id, down=False, cap=GRAPH_CAP, through_done=False)
+    blocking, _ = _obstacles(upstream)
+    return {
+        "task_id": record["task_id"],
+        "family": record["family"],
+        "module": record["module"],
+        "params": _public(params),
+        "status": record["status"],
+        "worker": record["worker"],
+        "priority": record["priority"],
+        "resources": record["resources"],
+        "deps": _refs(db, record["deps"]),
+        "dependents": _refs(db, dependents),
+        "dependents_total": total,
+        "status_message": hide_secret_params(record["status_message"], params),
+        "progress": record["progress"],
+        "tracking_url": hide_secret_params(record["tracking_url"], params),
+        "explanation": hide_secret_params(record["explanation"], params),
+        "failures": len(record["failures"]),
+        "retry_count": record["retry_count"],
+        "attempts": record.get("attempts") or [],
+        "blocked_by": [
+            {"task_id": upstream.ids[i], "family": upstream.family[i], "status": s}
+            for i in blocking
+            for s in (upstream.status[i],)
+        ],
+        "changed": changed,
+    }
+
+
+def _refs(db: sqlite3.Connection, task_ids: Sequence[str]) -> list[dict[str, str]]:
+    """``{task_id, family, status}`` of each id, in the given order."""
+    known = {task_id: (family, status) for task_id, family, status, _ in _nodes(db, task_ids)}
+    refs = []
+    for task_id in task_ids:
+        family, status = known.get(task_id, ("", TaskStatus.UNKNOWN))
+        refs.append({"task_id": task_id, "family": family, "status": status})
+    return refs
+
+
+def _nodes(db: sqlite3.Connection, task_ids: Sequence[str]) -> Iterator[tuple[str, str, str, int]]:
+    """``(task_id, family, status, number of workers that may run it)`` of the known ids."""
+    for start in range(0, len(task_ids), _CHUNK):
+        chunk = task_ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        yield from db.execute(
+            "SELECT task_id, family, coalesce(status, json_extract(data, '$.status')),"
+            f" json_array_length(data, '$.runners') FROM tasks WHERE task_id IN ({marks})",
+            chunk,
+        )
+
+
+def _neighbours(
+    db: sqlite3.Connection, task_ids: Sequence[str], down: bool
+) -> Iterator[tuple[str, str]]:
+    """``(task, dependency)`` edges from the given tasks (``down``: to them)."""
+    column = "dep_id" if down else "task_id"
+    for start in range(0, len(task_ids), _CHUNK):
+        chunk = task_ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        yield from db.execute(
+            f"SELECT task_id, dep_id FROM edges WHERE {column} IN ({marks})", chunk
+        )
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Nodes found walking out from ``ids[0]``, each with its distance, and their edges."""
+
+    ids: list[str]
+    depth: list[int]
+    family: list[str]
+    status: list[str]
+    runners: list[int]
+    edges: list[tuple[int, int]]  # (task, dependency) indices
+    truncated: bool = False
+
+
+def _walk(
+    db: sqlite3.Connection, root: str, down: bool, cap: int, through_done: bool = True
+) -> _Walk:
+    """Breadth-first from ``root`` along dependencies (``down``: along dependents), at most
+    ``cap`` nodes, nearest first; without ``through_done``, DONE tasks are not passed
+    through (nor kept, but for the root)."""
+    walk = _Walk([], [], [], [], [], [])
+    index: dict[str, int] = {}
+    edges: set[tuple[str, str]] = set()
+    frontier = [root]
+    depth = 0
+    while frontier and not walk.truncated:
+        found = {t: (f, s, r) for t, f, s, r in _nodes(db, frontier)}
+        kept = []
+        for task_id in frontier:
+            family, status, runners = found.get(task_id, ("", "UNKNOWN", 0))
+            if depth and not through_done and status == TaskStatus.DONE:
+                continue
+            if len(walk.ids) == cap:
+                walk.truncated = True
+                break
+            index[task_id] = len(walk.ids)
+            walk.ids.append(task_id)
+            walk.depth.append(depth)
+            walk.family.append(family)
+            walk.status.append(status)
+            walk.runners.append(runners or 0)
+            kept.append(task_id)
+        nxt: dict[str, None] = {}
+        for task, dep in _neighbours(db, kept, down):
+            edges.add((task, dep))
+            other = task if down else dep
+            if other not in index:
+                nxt[other] = None
+        frontier = list(nxt)
+        depth += 1
+    walk.edges = [(index[t], index[d]) for t, d in edges if t in index and d in index]
+    return walk
+
+
+def _obstacles(walk: _Walk) -> tuple[list[int], list[int]]:
+    """What keeps ``walk.ids[0]`` from running, in an upstream walk: the tasks FAILED,
+    DISABLED or UNKNOWN, or PENDING with nobody able to run them (missing external data),
+    reached through tasks that are not DONE; and every node on a path from the root to one."""
+    deps: list[list[int]] = [[] for _ in walk.ids]
+    for task, dep in walk.edges:
+        deps[task].append(dep)
+    open_ = [s != TaskStatus.DONE for s in walk.status]
+    reach = [False] * len(walk.ids)
+    if not walk.ids or not open_[0]:
+        return [], []
+    reach[0] = True
+    queue = deque([0])
+    blocking = []
+    while queue:
+        node = queue.popleft()
+        status = walk.status[node]
+        stuck = status in _STUCK or (status == TaskStatus.PENDING and not walk.runners[node])
+        if node and stuck:
+            blocking.append(node)
+            continue  # an obstacle: what is behind it is its own story
+        for dep in deps[node]:
+            if open_[dep] and not reach[dep]:
+                reach[dep] = True
+                queue.append(dep)
+    # the nodes from which an obstacle can be reached, among those reached
+    dependents: list[list[int]] = [[] for _ in walk.ids]
+    for task, dep in walk.edges:
+        if reach[task] and reach[dep]:
+            dependents[dep].append(task)
+    on_path = [False] * len(walk.ids)
+    queue = deque(blocking)
+    for node in blocking:
+        on_path[node] = True
+    while queue:
+        node = queue.popleft()
+        for task in dependents[node]:
+            if not on_path[task]:
+                on_path[task] = True
+                queue.append(task)
+    return blocking, [i for i, on in enumerate(on_path) if on]
+
+
+def graph(
+    db: sqlite3.Connection, task_id: str, down: bool, cap: int = GRAPH_CAP
+) -> dict[str, Any] | None:
+    """The graph around ``task_id``: its upstream (and with ``down`` its downstream) tasks,
+    each with a layer (0 the task, 1, 2, … its dependencies outward, -1, -2, … its
+    dependents), the edges, and the failure path; None for an unknown task."""
+    if db.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
+        return None
+    up = _walk(db, task_id, down=False, cap=cap)
+    blocking, path = _obstacles(up)
+    nodes = [
+        {"id": up.ids[i], "family": up.family[i], "status": up.status[i], "layer": layer}
+        for i, layer in enumerate(_layers(len(up.ids), up.edges, up.depth))
+    ]
+    edges = [list(e) for e in up.edges]
+    truncated = up.truncated
+    if down and not truncated:
+        below = _walk(db, task_id, down=True, cap=cap - len(nodes) + 1)
+        truncated = below.truncated
+        offset = {0: 0}
+        flipped = [(d, t) for t, d in below.edges]  # layers grow along dependents here
+        layers = _layers(len(below.ids), flipped, below.depth)
+        known = {n["id"]: i for i, n in enumerate(nodes)}
+        for i in range(1, len(below.ids)):
+            if below.ids[i] in known:
+                offset[i] = known[below.ids[i]]
+                continue
+            offset[i] = len(nodes)
+            nodes.append(
+                {
+                    "id": below.ids[i],
+                    "family": below.family[i],
+                    "status": below.status[i],
+                    "layer": -layers[i],
+                }
+            )
+        seen = {tuple(e) for e in edges}
+        for task, dep in below.edges:
+            pair = (offset[task], offset[dep])
+            if pair not in seen:
+                seen.add(pair)
+                edges.append(list(pair))
+    return {
+        "root": 0,
+        "nodes": nodes,
+        "edges": edges,
+        "truncated": truncated,
+        "cap": cap,
+        "blocking": blocking,
+        "path": path,
+    }
+
+
+def _layers(count: int, edges: Iterable[tuple[int, int]], depth: Sequence[int]) -> list[int]:
+    """The longest-path layer of each node from node 0 along ``edges`` (a, b): b is at least
+    one layer beyond a; O(V+E). Nodes on a cycle keep their breadth-first depth."""
+    outgoing: list[list[int]] = [[] for _ in range(count)]
+    incoming = [0] * count
+    for a, b in edges:
+        if a != b:
+            outgoing[a].append(b)
+            incoming[b] += 1
+    layer = list(depth)
+    ready = deque(i for i in range(count) if incoming[i] == 0)
+    while ready:
+        node = ready.popleft()
+        for nxt in outgoing[node]:
+            layer[nxt] = max(layer[nxt], layer[node] + 1)
+            incoming[nxt] -= 1
+            if incoming[nxt] == 0:
+                ready.append(nxt)
+    return layer

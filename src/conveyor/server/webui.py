@@ -1,0 +1,397 @@
+"""The web UI (SPEC §9): its files under ``/ui/``, its reads under ``/ui/api/``, its actions.
+
+Theory of operation
+-------------------
+The page is static: hand-written ES modules and CSS shipped in the wheel
+(``conveyor/server/ui/``), read once when the app is built. It draws everything from JSON, with
+DOM text APIs only, so nothing a task or worker supplies is ever interpreted as HTML.
+
+- **Reads** (``GET /ui/api/...``) run in a worker thread on the state store's read connection
+  (:mod:`.reads`): they never take the scheduler's lock, so a busy UI cannot delay a worker's
+  call. Only the workers view asks the scheduler itself, for what only it knows (last contact,
+  resource use), which costs O(workers + running tasks).
+- **Live**: the page polls ``GET /ui/api/changes`` once a second; the answer is the latest
+  change number (one indexed ``max()``), and the page re-reads its view when it moved. Polling
+  needs no long-lived connection, so it survives a server restart and a buffering proxy, and
+  nothing keeps the server from stopping.
+- **Actions** (``POST /ui/api/retry``, ``reenable``, ``retry-failed``) go through the
+  scheduler's lock like a worker's call, are committed before the answer, and each is one audit
+  log line naming the action, the tasks and the session.
+- **Access**: without ``[server] token`` the UI is open (the server then listens on loopback
+  only). With one, ``POST /ui/login`` exchanges the token (compared in constant time) for a
+  random session id in an ``HttpOnly``, ``SameSite=Strict`` cookie; sessions live in memory
+  for :data:`SESSION_SECONDS` (a restart signs everybody out). Every ``/ui/api/`` route but
+  ``session`` answers 401 without a valid cookie.
+
+The :class:`~.guard.Guard` in front has already checked the Host and Origin, that every
+``POST`` is JSON, the body size, and it adds the security headers (CSP) to every answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import importlib.resources
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from . import reads
+from .reads import Filters
+
+if TYPE_CHECKING:
+    from .app import SchedulerService
+
+__all__ = ["SESSION_COOKIE", "SESSION_SECONDS", "Sessions", "ui_routes"]
+
+log = structlog.get_logger("conveyor.server.ui")
+
+SESSION_COOKIE = "conveyor_session"
+SESSION_SECONDS = 12 * 3600
+"""How long a sign-in lasts."""
+_MAX_SESSIONS = 10_000  # the oldest goes first beyond this: sign-ins cannot fill the memory
+_MAX_IDS = 10_000  # task ids one action may name
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
+_STATES = ("PENDING", "RUNNING", "DONE", "FAILED", "DISABLED", "UNKNOWN")
+
+
+class Sessions:
+    """Signed-in browsers: random ids, each valid for :data:`SESSION_SECONDS`."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """No sessions yet."""
+        self._clock = clock
+        self._until: dict[str, float] = {}  # (insertion order = age)
+        self._lock = threading.Lock()
+
+    def start(self) -> str:
+        """A new session's id."""
+        session = secrets.token_urlsafe(32)
+        with self._lock:
+            while len(self._until) >= _MAX_SESSIONS:
+                del self._until[next(iter(self._until))]
+            self._until[session] = self._clock() + SESSION_SECONDS
+        return session
+
+    def valid(self, session: str | None) -> bool:
+        """Whether ``session`` is a live session's id (an expired one is forgotten)."""
+        if not session:
+            return False
+        with self._lock:
+            until = self._until.get(session)
+            if until is None:
+                return False
+            if until < self._clock():
+                del self._until[session]
+                return False
+            return True
+
+    def end(self, session: str | None) -> None:
+        """Forget ``session``."""
+        with self._lock:
+            self._until.pop(session or "", None)
+
+
+def session_name(session: str | None) -> str:
+    """How logs name a session: a short hash of its id (never the id, which is a secret)."""
+    if not session:
+        return "none"
+    return "s-" + hashlib.sha256(session.encode()).hexdigest()[:12]
+
+
+def _files() -> dict[str, tuple[bytes, str]]:
+    """The page's files by name: bytes and content type."""
+    found = {}
+    for entry in importlib.resources.files("conveyor.server").joinpath("ui").iterdir():
+        suffix = "." + entry.name.rpartition(".")[2]
+        if entry.is_file() and suffix in _TYPES:
+            found[entry.name] = (entry.read_bytes(), _TYPES[suffix])
+    return found
+
+
+class _Problem(Exception):
+    """A request the UI refuses: status and message (and the field at fault)."""
+
+    def __init__(self, status: int, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+def _error(exc: _Problem) -> JSONResponse:
+    body = {"error": str(exc), **({"field": exc.field} if exc.field else {})}
+    return JSONResponse(body, status_code=exc.status, headers={"cache-control": "no-store"})
+
+
+def _json(body: Any) -> JSONResponse:
+    return JSONResponse(body, headers={"cache-control": "no-store"})
+
+
+def _filters(query: Mapping[str, str]) -> Filters:
+    state = query.get("state", "")
+    if state and state not in _STATES:
+        raise _Problem(
+            422,
+            f"state {state!r} is not a task state; expected one of " + ", ".join(_STATES),
+            "state",
+        )
+    return Filters(
+        state=state,
+        family=query.get("family", ""),
+        worker=query.get("worker", ""),
+        text=query.get("q", "").strip(),
+    )
+
+
+def _integer(
+    query: Mapping[str, str], name: str, default: int | None, low: int, high: int
+) -> int | None:
+    raw = query.get(name, "")
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _Problem(422, f"{name} {raw!r} is not an integer", name) from None
+    if not low <= value <= high:
+        raise _Problem(422, f"{name} {value} is out of range; expected {low} to {high}", name)
+    return value
+
+
+def _text_field(body: Mapping[str, Any], name: str) -> str:
+    value = body.get(name, "")
+    if not isinstance(value, str):
+        raise _Problem(422, f"{name} must be a string", name)
+    return value
+
+
+def _task_ids(body: Mapping[str, Any]) -> list[str]:
+    ids = body.get("task_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise _Problem(422, "task_ids must be a list of task id strings", "task_ids")
+    if not ids or len(ids) > _MAX_IDS:
+        raise _Problem(422, f"task_ids must name 1 to {_MAX_IDS} tasks", "task_ids")
+    return ids
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    from .app import load_json
+
+    try:
+        body = load_json(await request.body())
+    except ValueError as exc:
+        raise _Problem(400, str(exc)) from None
+    if not isinstance(body, dict):
+        raise _Problem(422, "the request body must be a JSON object")
+    return body
+
+
+def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
+    """The UI's routes for ``service``; ``token`` ("" for none) guards its data."""
+    files = _files()
+    sessions = Sessions()
+    core = service.core
+    expected = token.encode()
+
+    def session_of(request: Request) -> str | None:
+        return request.cookies.get(SESSION_COOKIE)
+
+    def check(request: Request) -> None:
+        if expected and not sessions.valid(session_of(request)):
+            raise _Problem(401, "sign in first: this scheduler needs its token")
+
+    def guarded(fn: Callable[[Request], Any], *, open_: bool = False) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                if not open_:
+                    check(request)
+                result = await fn(request)
+            except _Problem as exc:
+                return _error(exc)
+            return result if isinstance(result, Response) else _json(result)
+
+        return endpoint
+
+    def read(fn: Callable[..., Any], *args: Any) -> Any:
+        return asyncio.to_thread(service.read, fn, *args)
+
+    # --- the page ---------------------------------------------------------------------------
+
+    async def to_ui(request: Request) -> Response:
+        return RedirectResponse("ui/", 307)  # relative: right under a proxy's path prefix too
+
+    async def file(request: Request) -> Response:
+        name = request.path_params.get("name") or "index.html"
+        found = files.get(name)
+        if found is None:
+            return JSONResponse({"error": f"no UI file named {name!r}"}, status_code=404)
+        body, kind = found
+        return Response(body, media_type=kind, headers={"cache-control": "no-cache"})
+
+    # --- sign-in ------------------------------------------------------------------------------
+
+    async def session(request: Request) -> Any:
+        return {
+            "auth_required": bool(expected),
+            "signed_in": not expected or sessions.valid(session_of(request)),
+        }
+
+    async def login(request: Request) -> Response:
+        body = await _body(request)
+        given = body.get("token")
+        if not isinstance(given, str):
+            raise _Problem(422, "token must be a string", "token")
+        if not expected:
+            return _json({"signed_in": True})
+        if not hmac.compare_digest(given.encode(), expected):
+            client = request.client.host if request.client else "?"
+            log.warning("ui sign-in refused: wrong token", client=client)
+            raise _Problem(401, "wrong token")
+        new = sessions.start()
+        log.info("ui sign-in", session=session_name(new))
+        response = _json({"signed_in": True})
+        response.set_cookie(
+            SESSION_COOKIE,
+            new,
+            max_age=SESSION_SECONDS,
+            path=None,  # the browser's default: the UI's directory, under any proxy prefix
+            httponly=True,
+            samesite="strict",
+            secure=_https(request),
+        )
+        return response
+
+    async def logout(request: Request) -> Response:
+        await _body(request)
+        old = session_of(request)
+        if sessions.valid(old):
+            log.info("ui sign-out", session=session_name(old))
+        sessions.end(old)
+        response = _json({"signed_in": False})
+        response.set_cookie(
+            SESSION_COOKIE, "", max_age=0, path=None, httponly=True, samesite="strict"
+        )
+        return response
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def summary(request: Request) -> Any:
+        return await read(reads.summary)
+
+    async def changes(request: Request) -> Any:
+        return {"seq": await read(reads.latest)}
+
+    async def families(request: Request) -> Any:
+        return {"families": await read(reads.families)}
+
+    async def tasks(request: Request) -> Any:
+        query = request.query_params
+        filters = _filters(query)
+        limit = _integer(query, "limit", 50, 1, reads.PAGE_MAX)
+        cursor = _integer(query, "cursor", None, 0, 2**62)
+        rows, nxt = await read(reads.page, filters, cursor, limit)
+        latest = await read(reads.latest)
+        return {"tasks": rows, "next": None if nxt is None else str(nxt), "seq": latest}
+
+    def task_id_of(request: Request) -> str:
+        task_id = request.query_params.get("id", "")
+        if not task_id:
+            raise _Problem(422, "id (the task id) is required", "id")
+        return task_id
+
+    async def task(request: Request) -> Any:
+        task_id = task_id_of(request)
+        found = await read(reads.detail, task_id)
+        if found is None:
+            raise _Problem(404, f"the scheduler has no task {task_id!r}", "id")
+        return {"task": found, "seq": await read(reads.latest)}
+
+    async def graph(request: Request) -> Any:
+        task_id = task_id_of(request)
+        down = request.query_params.get("down", "0") not in ("", "0", "false")
+        found = await read(reads.graph, task_id, down)
+        if found is None:
+            raise _Problem(404, f"the scheduler has no task {task_id!r}", "id")
+        return found
+
+    async def workers(request: Request) -> Any:
+        listed = await asyncio.to_thread(core.worker_list)
+        used = await asyncio.to_thread(core.resource_list)
+        return {"workers": listed, "resources": used}
+
+    # --- actions ------------------------------------------------------------------------------
+
+    async def act(
+        request: Request, action: str, apply: Callable[[list[str]], list[str]], ids: list[str]
+    ) -> Any:
+        changed: list[str] = await asyncio.to_thread(service.call, apply, ids)
+        done = set(changed)
+        skipped = [t for t in dict.fromkeys(ids) if t not in done]
+        log.info(
+            "ui action",
+            action=action,
+            tasks=changed,
+            skipped=len(skipped),
+            session=session_name(session_of(request)) if expected else "open",
+        )
+        return {"changed": changed, "skipped": skipped}
+
+    async def retry(request: Request) -> Any:
+        return await act(request, "retry", core.retry_now, _task_ids(await _body(request)))
+
+    async def reenable(request: Request) -> Any:
+        return await act(request, "reenable", core.reenable, _task_ids(await _body(request)))
+
+    async def retry_failed(request: Request) -> Any:
+        body = await _body(request)
+        filters = Filters(
+            state="FAILED",
+            family=_text_field(body, "family"),
+            worker=_text_field(body, "worker"),
+            text=_text_field(body, "q").strip(),
+        )
+        ids = await read(reads.matching_ids, filters)
+        return await act(request, "retry all failed", core.retry_now, ids)
+
+    api = [
+        ("summary", summary, "GET"),
+        ("changes", changes, "GET"),
+        ("families", families, "GET"),
+        ("tasks", tasks, "GET"),
+        ("task", task, "GET"),
+        ("graph", graph, "GET"),
+        ("workers", workers, "GET"),
+        ("retry", retry, "POST"),
+        ("reenable", reenable, "POST"),
+        ("retry-failed", retry_failed, "POST"),
+    ]
+    return [
+        Route("/", to_ui, methods=["GET"]),
+        Route("/ui", to_ui, methods=["GET"]),
+        Route("/ui/", file, methods=["GET"]),
+        Route("/ui/api/session", guarded(session, open_=True), methods=["GET"]),
+        Route("/ui/login", guarded(login, open_=True), methods=["POST"]),
+        Route("/ui/logout", guarded(logout, open_=True), methods=["POST"]),
+        *(Route(f"/ui/api/{name}", guarded(fn), methods=[method]) for name, fn, method in api),
+        Route("/ui/{name:str}", file, methods=["GET"]),
+    ]
+
+
+def _https(request: Request) -> bool:
+    """Whether the browser reached the UI over HTTPS (directly, or says a proxy)."""
+    forwarded = request.headers.get("x-forwarded-proto", "")
+    return request.url.scheme == "https" or forwarded.split(",")[0].strip() == "https"
