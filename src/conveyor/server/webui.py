@@ -30,9 +30,11 @@ The :class:`~.guard.Guard` in front has already checked the Host and Origin, tha
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import hmac
 import importlib.resources
+import json
 import secrets
 import threading
 import time
@@ -132,13 +134,16 @@ class _Problem(Exception):
         self.field = field
 
 
+_NO_STORE = {"cache-control": "no-store"}
+
+
 def _error(exc: _Problem) -> JSONResponse:
     body = {"error": str(exc), **({"field": exc.field} if exc.field else {})}
-    return JSONResponse(body, status_code=exc.status, headers={"cache-control": "no-store"})
+    return JSONResponse(body, status_code=exc.status, headers=_NO_STORE)
 
 
 def _json(body: Any) -> JSONResponse:
-    return JSONResponse(body, headers={"cache-control": "no-store"})
+    return JSONResponse(body, headers=_NO_STORE)
 
 
 def _filters(query: Mapping[str, str]) -> Filters:
@@ -226,8 +231,20 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
         return endpoint
 
-    def read(fn: Callable[..., Any], *args: Any) -> Any:
-        return asyncio.to_thread(service.read, fn, *args)
+    # Reads run on one thread of their own, which also encodes their answers: however many
+    # pages are open, the UI takes at most that thread (and never the event loop, nor the
+    # threads the worker routes run on) for its queries and its JSON.
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="conveyor-ui")
+
+    async def answer(work: Callable[[], Any]) -> Response:
+        def encoded() -> bytes:
+            return json.dumps(work(), ensure_ascii=False, separators=(",", ":")).encode()
+
+        body = await asyncio.get_running_loop().run_in_executor(pool, encoded)
+        return Response(body, media_type="application/json", headers=_NO_STORE)
+
+    async def read(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, service.read, fn, *args)
 
     # --- the page ---------------------------------------------------------------------------
 
@@ -290,22 +307,26 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
     # --- reads --------------------------------------------------------------------------------
 
     async def summary(request: Request) -> Any:
-        return await read(reads.summary)
+        return await answer(lambda: service.read(reads.summary))
 
     async def changes(request: Request) -> Any:
-        return {"seq": await read(reads.latest)}
+        return await answer(lambda: {"seq": service.read(reads.latest)})
 
     async def families(request: Request) -> Any:
-        return {"families": await read(reads.families)}
+        return await answer(lambda: {"families": service.read(reads.families)})
 
     async def tasks(request: Request) -> Any:
         query = request.query_params
         filters = _filters(query)
         limit = _integer(query, "limit", 50, 1, reads.PAGE_MAX)
         cursor = _integer(query, "cursor", None, 0, 2**62)
-        rows, nxt = await read(reads.page, filters, cursor, limit)
-        latest = await read(reads.latest)
-        return {"tasks": rows, "next": None if nxt is None else str(nxt), "seq": latest}
+
+        def work() -> dict[str, Any]:
+            latest = service.read(reads.latest)  # (first: the page is at least this new)
+            rows, nxt = service.read(reads.page, filters, cursor, limit)
+            return {"tasks": rows, "next": None if nxt is None else str(nxt), "seq": latest}
+
+        return await answer(work)
 
     def task_id_of(request: Request) -> str:
         task_id = request.query_params.get("id", "")
@@ -313,20 +334,33 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             raise _Problem(422, "id (the task id) is required", "id")
         return task_id
 
+    def unknown(task_id: str) -> _Problem:
+        return _Problem(404, f"the scheduler has no task {task_id!r}", "id")
+
     async def task(request: Request) -> Any:
         task_id = task_id_of(request)
-        found = await read(reads.detail, task_id)
-        if found is None:
-            raise _Problem(404, f"the scheduler has no task {task_id!r}", "id")
-        return {"task": found, "seq": await read(reads.latest)}
+
+        def work() -> dict[str, Any]:
+            latest = service.read(reads.latest)
+            found = service.read(reads.detail, task_id)
+            if found is None:
+                raise unknown(task_id)
+            return {"task": found, "seq": latest}
+
+        return await answer(work)
 
     async def graph(request: Request) -> Any:
         task_id = task_id_of(request)
         down = request.query_params.get("down", "0") not in ("", "0", "false")
-        found = await read(reads.graph, task_id, down)
-        if found is None:
-            raise _Problem(404, f"the scheduler has no task {task_id!r}", "id")
-        return found
+
+        def work() -> dict[str, Any]:
+            latest = service.read(reads.latest)
+            found = service.read(reads.graph, task_id, down)
+            if found is None:
+                raise unknown(task_id)
+            return {**found, "seq": latest}
+
+        return await answer(work)
 
     async def workers(request: Request) -> Any:
         listed = await asyncio.to_thread(core.worker_list)
