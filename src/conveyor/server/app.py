@@ -47,7 +47,7 @@ from ..protocol import (
     decode,
     encode,
 )
-from ..scheduler.persist import to_row
+from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hosts import OwnAddress
@@ -78,7 +78,8 @@ class SchedulerService:
             self.reads: CanRead = store
         else:
             self.reads = self._mirror = MemoryStore()
-            self._mirror.save(*store.load())
+            rows, workers = store.load()  # (each as this conveyor writes it: fields added since)
+            self._mirror.save([to_row(from_row(row)) for row in rows], workers)
         core.track_changes()
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:

@@ -48,7 +48,8 @@ _CHUNK = 900  # ids per IN (...) list: under SQLite's variable limit on any buil
 @dataclass(frozen=True, slots=True)
 class Filters:
     """The task list's filters; empty means any. ``text`` is matched case-insensitively
-    against the id and the (public) parameters, ``name=value``."""
+    against the id and the public parameters, ``name=value`` (the store's ``search``
+    column; secret-named parameters are not in it)."""
 
     state: str = ""
     family: str = ""
@@ -56,8 +57,7 @@ class Filters:
     text: str = ""
 
     def where(self) -> tuple[str, list[Any]]:
-        """The SQL condition and its arguments (the text match there is a cheap superset,
-        checked exactly by :meth:`matches`)."""
+        """The SQL condition and its arguments."""
         clauses, args = ["status IS NOT NULL"], []
         for column, value in (("status", self.state), ("family", self.family)):
             if value:
@@ -66,25 +66,10 @@ class Filters:
         if self.worker:
             clauses.append("worker = ?")
             args.append(self.worker)
-        needle = self.text.lower()
-        if needle:
-            clauses.append(
-                "(instr(lower(task_id), ?) > 0"
-                " OR instr(lower(json_extract(data, '$.params')), ?) > 0)"
-            )
-            args += [needle, needle]
+        if self.text:
+            clauses.append("instr(search, ?) > 0")
+            args.append(self.text.lower())
         return " AND ".join(clauses), args
-
-    def matches(self, task_id: str, params: Mapping[str, str]) -> bool:
-        """The exact text match: secret parameter values never match."""
-        needle = self.text.lower()
-        if not needle or needle in task_id.lower():
-            return True
-        return any(
-            needle in f"{name}={value}".lower()
-            for name, value in params.items()
-            if not is_secret_name(name)
-        )
 
 
 def latest(db: sqlite3.Connection) -> int:
@@ -143,9 +128,7 @@ def _filtered(
         args.append(cursor)
     query = f"SELECT seq, changed, data FROM tasks WHERE {where} ORDER BY seq DESC"
     for seq, changed, data in db.execute(query, args):  # (read lazily: stops with the page)
-        record = json.loads(data)
-        if filters.matches(record["task_id"], record["params"]):
-            yield _list_entry(record, seq, changed)
+        yield _list_entry(json.loads(data), seq, changed)
 
 
 def _list_entry(record: dict[str, Any], seq: int, changed: float) -> dict[str, Any]:

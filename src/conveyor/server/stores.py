@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from ..errors import ConfigError
 from ..scheduler.persist import RowError, from_row
+from ..secrets import is_secret_name
 from ..settings import Field
 
 __all__ = [
@@ -147,11 +148,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE tasks ADD COLUMN worker TEXT",  # running it, else the last to run it
         "ALTER TABLE tasks ADD COLUMN changed REAL NOT NULL DEFAULT 0",  # time of last save
         "ALTER TABLE tasks ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",  # change number
-        "UPDATE tasks SET seq = rowid",
-        "UPDATE tasks SET family = json_extract(data, '$.family'),"  # (unusable rows: later)
-        " worker = json_extract(data, '$.worker'), status = CASE"
-        " WHEN json_extract(data, '$.registered') THEN json_extract(data, '$.status') END"
-        " WHERE json_valid(data) AND json_type(data) = 'object'",
+        "ALTER TABLE tasks ADD COLUMN search TEXT",  # lower-case id and public name=value
         "CREATE INDEX tasks_by_seq ON tasks (seq)",
         "CREATE INDEX tasks_by_status ON tasks (status, seq)",
         "CREATE INDEX tasks_by_family ON tasks (family, seq)",
@@ -159,9 +156,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE edges (task_id TEXT NOT NULL, dep_id TEXT NOT NULL,"
         " PRIMARY KEY (task_id, dep_id)) WITHOUT ROWID",
         "CREATE INDEX edges_by_dep ON edges (dep_id)",
-        "INSERT OR IGNORE INTO edges SELECT tasks.task_id, deps.value"
-        " FROM tasks, json_each(tasks.data, '$.deps') AS deps WHERE json_valid(tasks.data)"
-        " AND json_type(tasks.data, '$.deps') = 'array' AND deps.type = 'text'",
     ),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
@@ -210,12 +204,10 @@ class SqliteStore:
             raise self._unusable(exc) from None
         self._wal = False  # switched on by the first write: a refused file stays as it was
         try:
-            version = self._check_schema()
+            self._version = self._check_schema()
             self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._migrate(version)
-            self._seq = int(
-                self._db.execute("SELECT coalesce(max(seq), 0) FROM tasks").fetchone()[0]
-            )
+            if self._version == 0:  # a new file: nothing in it to keep as it was
+                self._upgrade()
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.Error):
@@ -245,9 +237,15 @@ class SqliteStore:
             )
         return version
 
-    def _migrate(self, version: int) -> None:
-        for target in range(version + 1, SCHEMA_VERSION + 1):
+    def _upgrade(self) -> None:
+        """Apply the missing migrations, each in its own transaction. A file with rows is
+        upgraded only once they were all read back (``load()``) or by the first write or read
+        after that, so a file refused for unusable rows is left exactly as it was."""
+        for target in range(self._version + 1, SCHEMA_VERSION + 1):
             self._transaction(functools.partial(_apply, version=target))
+            self._version = target
+        latest = self._db.execute("SELECT coalesce(max(seq), 0) FROM tasks").fetchone()
+        self._seq = int(latest[0])
 
     def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
         with self._lock:
@@ -287,6 +285,7 @@ class SqliteStore:
                 pairs.append((worker_id, bool(assistant)))
         if bad:
             raise CorruptState(f"state database {self._path!r}", bad)
+        self._upgrade()
         return rows, pairs
 
     def quarantine(self, bad: Sequence[BadRow]) -> str:
@@ -304,7 +303,7 @@ class SqliteStore:
                     f" SELECT ?, {key}, {data}, ?, ? FROM {table} WHERE rowid = ?",
                     (table, row.reason, now, rowid),
                 )
-                if table == "tasks":
+                if table == "tasks" and self._version >= 2:
                     db.execute(
                         "DELETE FROM edges WHERE task_id = (SELECT task_id FROM tasks"
                         " WHERE rowid = ?)",
@@ -324,6 +323,7 @@ class SqliteStore:
         gone_workers: Collection[str] = (),
     ) -> None:
         """Upsert and delete in one committed transaction."""
+        self._upgrade()
         now = time.time()
         task_data = []
         edges: list[tuple[str, tuple[str, ...]]] = []
@@ -361,6 +361,7 @@ class SqliteStore:
         """``fn(connection)`` on a connection that sees what was committed; on a file, a
         read-only connection of its own, so that reading never waits for (or holds up) a
         write (WAL)."""
+        self._upgrade()
         if self._path == ":memory:":
             with self._lock:
                 return fn(self._db)
@@ -381,18 +382,52 @@ class SqliteStore:
 
 
 _UPSERT_TASK = (
-    "INSERT OR REPLACE INTO tasks (task_id, data, status, family, worker, changed, seq)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO tasks"
+    " (task_id, data, status, family, worker, search, changed, seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
 def _columns_of(row: Mapping[str, Any], now: float, seq: int) -> tuple[Any, ...]:
     """The values of :data:`_UPSERT_TASK` for ``row``, saved at ``now`` as change ``seq``."""
-    attempts = row["attempts"]
+    data = json.dumps(row, separators=(",", ":"))
+    return row["task_id"], data, *_ui_columns(row), now, seq
+
+
+def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
+    """What the UI filters by: status (None for a task nobody registered), family, the worker
+    running it or else the last to run it, and the lower-case text its filter searches: the
+    id and each public parameter as ``name=value`` (secret-named ones left out)."""
+    attempts = row.get("attempts") or ()
     worker = row["worker"] or (attempts[-1]["worker"] if attempts else None)
     status = str(row["status"]) if row["registered"] else None
-    data = json.dumps(row, separators=(",", ":"))
-    return row["task_id"], data, status, row["family"], worker, now, seq
+    public = (f"{k}={v}" for k, v in row["params"].items() if not is_secret_name(k))
+    search = "\n".join((row["task_id"], *public)).lower()
+    return status, row["family"], worker, search
+
+
+def _fill_ui_columns(db: sqlite3.Connection) -> None:
+    """Migration 2's data: the new columns and the edges of every row there is. A row that is
+    not a task record is left alone here; ``load()`` reports it."""
+    found = db.execute("SELECT rowid, task_id, data FROM tasks ORDER BY rowid").fetchall()
+    now = time.time()
+    for rowid, task_id, data in found:
+        try:
+            row = _task_row(task_id, data)
+        except RowError:
+            continue
+        columns = _ui_columns(row)
+        db.execute(
+            "UPDATE tasks SET status = ?, family = ?, worker = ?, search = ?, changed = ?,"
+            " seq = ? WHERE rowid = ?",
+            (*columns, now, rowid, rowid),
+        )
+        pairs = [(task_id, dep) for dep in dict.fromkeys(row["deps"])]
+        db.executemany("INSERT OR IGNORE INTO edges VALUES (?, ?)", pairs)
+
+
+_BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _fill_ui_columns}
+"""Migrations whose data Python computes, run after their statements."""
 
 
 class MemoryStore(SqliteStore):
@@ -409,6 +444,9 @@ class MemoryStore(SqliteStore):
 def _apply(db: sqlite3.Connection, version: int) -> None:
     for statement in _MIGRATIONS[version]:
         db.execute(statement)
+    backfill = _BACKFILLS.get(version)
+    if backfill is not None:
+        backfill(db)
     db.execute(f"PRAGMA user_version={version}")
 
 

@@ -253,6 +253,12 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
     async def file(request: Request) -> Response:
         name = request.path_params.get("name") or "index.html"
+        if name in ("login", "logout"):  # (their POST routes did not match: another method)
+            return JSONResponse(
+                {"error": f"/ui/{name} takes POST with a JSON body"},
+                status_code=405,
+                headers={"allow": "POST"},
+            )
         found = files.get(name)
         if found is None:
             return JSONResponse({"error": f"no UI file named {name!r}"}, status_code=404)
