@@ -402,6 +402,7 @@ def test_the_history_keeps_only_the_latest_attempts() -> None:
     that still keeps the bound, and the history survives to_row / from_row."""
     clock = FakeClock()
     core = SchedulerCore(retry_delay=0, retry_count=1000, clock=clock)
+    core.keep_history = True  # (as the central server does)
     core.track_changes()
     core.add_tasks("w1", [TaskSpec("t", family="F")])
     handed: list[tuple[int, float]] = []
@@ -438,6 +439,7 @@ def test_core_records_the_outcome_task_failed_reports() -> None:
     hand-out still running has no end and no outcome."""
     clock = FakeClock()
     core = SchedulerCore(retry_delay=0, retry_count=1000, clock=clock)
+    core.keep_history = True  # (as the central server does)
     core.track_changes()
     core.add_tasks("w1", [TaskSpec("t", family="F")])
     kinds = [AttemptEnd.FAILED, AttemptEnd.TIMED_OUT, AttemptEnd.PROCESS_DIED]
@@ -519,8 +521,17 @@ MALFORMED_ATTEMPTS: list[Any] = [
     [_good_attempt(extra="field")],
     [{k: v for k, v in _good_attempt().items() if k != "worker"}],
     [{k: v for k, v in _good_attempt().items() if k != "ended"}],
-    [_good_attempt()] * (ATTEMPT_HISTORY + 1),
 ]
+
+
+def test_a_stored_history_longer_than_the_bound_keeps_its_latest() -> None:
+    """A row holding more than ATTEMPT_HISTORY attempts (saved when the bound was larger) is
+    usable: the latest ATTEMPT_HISTORY are kept."""
+    row = json.loads(json.dumps(to_row(_record_with_history())))
+    row["attempts"] = [_good_attempt(attempt=n + 1) for n in range(ATTEMPT_HISTORY + 5)]
+    history = from_row(row).attempts
+    assert history is not None
+    assert [a.attempt for a in history] == list(range(6, ATTEMPT_HISTORY + 6))
 
 
 @pytest.mark.parametrize("attempts", MALFORMED_ATTEMPTS, ids=range(len(MALFORMED_ATTEMPTS)))

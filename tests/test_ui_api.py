@@ -5,7 +5,7 @@ SQLite state, asked through the standard library's ``http.client``; what workers
 caused by real ``python -m conveyor run`` workers talking HTTP to it. Tasks that only need to
 exist are registered cheaply through ``POST /api/v1/add_tasks`` (and failed through
 ``get_work`` / ``task_failed``, as a worker would). Two things run in this process instead: a
-state store without :class:`~conveyor.server.stores.CanRead`, served by the real app on the
+state store that is not SQLite (mirrored for the UI), served by the real app on the
 real uvicorn on loopback, and the schema migration of a hand-made version-1 database opened
 with :class:`~conveyor.server.stores.SqliteStore`. Nothing is mocked; every wait polls with a
 deadline, and every process a test starts carries a marker and is killed afterwards.
@@ -38,7 +38,7 @@ from conveyor.protocol import TaskStatus
 from conveyor.scheduler.persist import from_row, to_row
 from conveyor.scheduler.policy import SchedulerCore, TaskRecord
 from conveyor.server import reads
-from conveyor.server.stores import CanRead, SqliteStore, StoreContext
+from conveyor.server.stores import SqliteStore, StoreContext
 from conveyor.server.webui import SESSION_COOKIE
 from conveyor.testing.processes import (
     Reply,
@@ -1653,7 +1653,7 @@ def served(build: Callable[[int], Any]) -> Iterator[int]:
 
 
 def test_a_store_without_sql_is_mirrored_for_the_ui() -> None:
-    """A state store without CanRead: the service mirrors it, so the UI reads (through the
+    """A state store that is not SQLite: the service mirrors it, so the UI reads (through the
     real app on uvicorn) see the rows it loaded and every change since, and actions reach the
     store itself."""
     from conveyor.server.app import SchedulerService, create_app
@@ -1681,7 +1681,7 @@ def test_a_store_without_sql_is_mirrored_for_the_ui() -> None:
         runners=("w0",),
     )
     store = DictStore([to_row(up), to_row(down)])
-    assert not isinstance(store, CanRead)
+    assert not isinstance(store, SqliteStore)
     core = SchedulerCore(retry_delay=3600)
     rows, workers = store.load()
     core.restore([from_row(r) for r in rows], workers)
@@ -1810,15 +1810,18 @@ def _old_rows() -> list[tuple[str, str]]:
 
 
 def test_a_version_1_database_is_migrated_and_the_ui_reads_it(tmp_path: Path) -> None:
-    """Opened by SqliteStore, a version-1 database (rows without attempts) becomes version 2;
-    its dependency edges are backfilled, so the UI's summary, list, detail (deps, dependents,
-    blocked_by) and graph read it; opening it again changes nothing more."""
+    """Opened by SqliteStore and loaded (its rows all read back), a version-1 database (rows
+    without attempts) becomes version 2; its dependency edges are backfilled, so the UI's
+    summary, list, detail (deps, dependents, blocked_by) and graph read it; opening it again
+    changes nothing more."""
     path = tmp_path / "old.db"
     make_v1_database(path, _old_rows())
     store = SqliteStore(StoreContext(str(path)))
     try:
-        assert store.read(lambda db: db.execute("PRAGMA user_version").fetchone()[0]) == 2
+        version = "PRAGMA user_version"
+        assert store.read(lambda db: db.execute(version).fetchone()[0]) == 1  # (not yet)
         rows, workers = store.load()
+        assert store.read(lambda db: db.execute(version).fetchone()[0]) == 2
         assert sorted(r["task_id"] for r in rows) == ["ghost", "mid", "side", "top", "up"]
         assert workers == [("w-old", False)]
         assert all(from_row(r).attempts == [] for r in rows)

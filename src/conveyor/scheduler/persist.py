@@ -175,17 +175,18 @@ def _failures(value: Any) -> deque[float] | None:
 
 _ATTEMPT_KEYS = ("attempt", "started", "ended", "outcome", "worker")
 _OUTCOMES = frozenset(AttemptEnd)
-_ATTEMPTS_EXPECTED = (
-    f"a list of at most {ATTEMPT_HISTORY} attempts, each an object with exactly the fields "
-    + ", ".join(_ATTEMPT_KEYS)
+_ATTEMPTS_EXPECTED = "a list of attempts, each an object with exactly the fields " + ", ".join(
+    _ATTEMPT_KEYS
 )
 
 
 def _attempts(value: Any) -> list[Attempt]:
-    if not isinstance(value, list) or len(value) > ATTEMPT_HISTORY:
+    """The history; only its latest :data:`ATTEMPT_HISTORY` entries are kept (a row saved when
+    the bound was larger stays usable)."""
+    if not isinstance(value, list):
         raise _Expected(_ATTEMPTS_EXPECTED)
     history = []
-    for item in value:
+    for item in value[-ATTEMPT_HISTORY:]:
         if not isinstance(item, dict) or sorted(item) != sorted(_ATTEMPT_KEYS):
             raise _Expected(_ATTEMPTS_EXPECTED)
         outcome = item["outcome"]

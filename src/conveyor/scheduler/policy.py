@@ -171,6 +171,9 @@ class SchedulerCore:
         self._dirty: set[str] | None = None  # changed task ids, when persistence is on
         self._dirty_workers: set[str] = set()
         self.stale_reports = 0  # reports refused because their attempt was not the latest
+        self.keep_history = False
+        """Whether to keep each task's :attr:`TaskRecord.attempts` (the central server does,
+        for its UI; the in-process scheduler has nobody to show them to)."""
         self._removals: list[tuple[float, str]] = []  # (when, task id) to consider removing
         self._departures: list[tuple[float, str]] = []  # (when, worker id) to forget
         self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
@@ -408,12 +411,13 @@ class SchedulerCore:
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
         rec.attempt = self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
-        history = rec.attempts
-        if history is None:
-            history = rec.attempts = []
-        elif len(history) >= ATTEMPT_HISTORY:
-            del history[0]
-        history.append(Attempt(rec.attempt, self.clock(), worker_id))
+        if self.keep_history:
+            history = rec.attempts
+            if history is None:
+                history = rec.attempts = []
+            elif len(history) >= ATTEMPT_HISTORY:
+                del history[0]
+            history.append(Attempt(rec.attempt, self.clock(), worker_id))
         _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING)
@@ -527,7 +531,7 @@ class SchedulerCore:
             if rec is None or not self._fresh(rec, attempt, worker_id):
                 return
             rec.failures = None
-            if attempt or rec.status == RUNNING:
+            if rec.attempts and (attempt or rec.status == RUNNING):
                 _end_attempt(rec, attempt, AttemptEnd.SUCCEEDED, self.clock())
             self._set_status(rec, DONE)
 
@@ -550,7 +554,14 @@ class SchedulerCore:
             rec = self._tasks.get(task_id)
             if rec is None:
                 return UNKNOWN
-            if not self._fresh(rec, attempt, worker_id) or (attempt and rec.status != RUNNING):
+            if not self._fresh(rec, attempt, worker_id):
+                return rec.status
+            if attempt and rec.status != RUNNING:
+                # taken back already (its worker seemed gone) and counted then: now that its
+                # report came after all, the history and explanation say what really happened
+                _end_attempt(rec, attempt, AttemptEnd(outcome), now)
+                if rec.status in (FAILED, DISABLED):
+                    rec.explanation = explanation
                 return rec.status
             return self._fail(rec, explanation, now, AttemptEnd(outcome))
 

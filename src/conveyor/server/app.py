@@ -52,7 +52,7 @@ from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hosts import OwnAddress
 from .schema import openapi_document
-from .stores import CanRead, MemoryStore, StateStore
+from .stores import CanRead, MemoryStore, SqliteStore, StateStore
 from .webui import ui_routes
 
 __all__ = ["SchedulerService", "create_app"]
@@ -67,20 +67,21 @@ class SchedulerService:
     def __init__(self, core: SchedulerCore, store: StateStore) -> None:
         """Serve ``core`` (already restored) and persist its changes to ``store``.
 
-        The web UI reads the store directly when it can (:class:`CanRead`); any other store
-        is mirrored, save for save, into a :class:`MemoryStore` that it reads instead.
+        The web UI reads the built-in stores directly (:class:`CanRead`); any other store is
+        mirrored, save for save, into a :class:`MemoryStore` that it reads instead.
         """
         self.core = core
         self.store = store
         self.lock = threading.Lock()
         self._mirror: MemoryStore | None = None
-        if isinstance(store, CanRead):
+        if isinstance(store, SqliteStore):  # (MemoryStore is one too)
             self.reads: CanRead = store
         else:
             self.reads = self._mirror = MemoryStore()
             rows, workers = store.load()  # (each as this conveyor writes it: fields added since)
             self._mirror.save([to_row(from_row(row)) for row in rows], workers)
         core.track_changes()
+        core.keep_history = True
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(connection, *args)`` on the store's read connection: no lock of the

@@ -73,8 +73,9 @@ class Filters:
 
 
 def latest(db: sqlite3.Connection) -> int:
-    """The number of the latest change saved (0 for none)."""
-    return int(db.execute("SELECT coalesce(max(seq), 0) FROM tasks").fetchone()[0])
+    """The number of the latest change saved (0 for none); it grows with every save,
+    removals included, and never goes back."""
+    return int(db.execute("SELECT seq FROM changes").fetchone()[0])
 
 
 def summary(db: sqlite3.Connection) -> dict[str, Any]:
@@ -116,7 +117,8 @@ def page(
 
 def matching_ids(db: sqlite3.Connection, filters: Filters) -> list[str]:
     """The id of every task the filters match (for an action on all of them)."""
-    return [row["task_id"] for row in _filtered(db, filters, None)]
+    where, args = filters.where()
+    return [t for (t,) in db.execute(f"SELECT task_id FROM tasks WHERE {where}", args)]
 
 
 def _filtered(

@@ -19,12 +19,16 @@ SQLite store: into its ``quarantine`` table, raw data and reason kept) so that t
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
@@ -114,11 +118,9 @@ class StateStore(Protocol):
         """Release the store."""
 
 
-@runtime_checkable
 class CanRead(Protocol):
-    """A store the web UI can query directly (both built-in stores): its tables as SQLite
-    has them (see ``_MIGRATIONS``). The server mirrors any other store into a
-    :class:`MemoryStore` for the UI."""
+    """What the web UI queries: the built-in stores' tables as SQLite has them (see
+    ``_MIGRATIONS``). The server mirrors any other store into a :class:`MemoryStore`."""
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` on a connection that sees every committed save; reading must
@@ -156,6 +158,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE edges (task_id TEXT NOT NULL, dep_id TEXT NOT NULL,"
         " PRIMARY KEY (task_id, dep_id)) WITHOUT ROWID",
         "CREATE INDEX edges_by_dep ON edges (dep_id)",
+        # the number of the latest change: grows with every save, deletions included, and
+        # survives restarts, so a page polling it never misses a change
+        "CREATE TABLE changes (seq INTEGER NOT NULL)",
+        "INSERT INTO changes VALUES (0)",
     ),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
@@ -194,10 +200,11 @@ class SqliteStore:
         self._path = context.state_path
         synchronous = str(context.settings.get("synchronous", "normal")).upper()
         self._lock = threading.Lock()
-        self._read_lock = threading.Lock()
-        self._reader: sqlite3.Connection | None = None
+        self._readers = threading.local()  # a read-only connection per reading thread
+        self._reader_list: list[sqlite3.Connection] = []
         self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
-        self._seq = 0
+        self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
+        self._seq = 0  # the latest change number (the changes table's)
         try:
             self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
@@ -208,6 +215,8 @@ class SqliteStore:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             if self._version == 0:  # a new file: nothing in it to keep as it was
                 self._upgrade()
+            elif self._version == SCHEMA_VERSION:
+                self._seq = _latest(self._db)
         except BaseException as exc:
             self._db.close()
             if isinstance(exc, sqlite3.Error):
@@ -241,11 +250,12 @@ class SqliteStore:
         """Apply the missing migrations, each in its own transaction. A file with rows is
         upgraded only once they were all read back (``load()``) or by the first write or read
         after that, so a file refused for unusable rows is left exactly as it was."""
+        if self._version == SCHEMA_VERSION:
+            return
         for target in range(self._version + 1, SCHEMA_VERSION + 1):
             self._transaction(functools.partial(_apply, version=target))
             self._version = target
-        latest = self._db.execute("SELECT coalesce(max(seq), 0) FROM tasks").fetchone()
-        self._seq = int(latest[0])
+        self._seq = _latest(self._db)
 
     def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
         with self._lock:
@@ -272,7 +282,8 @@ class SqliteStore:
         for rowid, task_id, data in tasks:
             try:
                 rows.append(_task_row(task_id, data))
-                self._deps[task_id] = tuple(rows[-1]["deps"])
+                self._deps[task_id] = tuple(dict.fromkeys(rows[-1]["deps"]))
+                self._digests[task_id] = _digest(data)
             except RowError as exc:
                 where = f"task row {rowid} (task_id {task_id!r})"
                 bad.append(BadRow(("tasks", rowid), where, str(exc)))
@@ -322,63 +333,102 @@ class SqliteStore:
         gone_tasks: Collection[str] = (),
         gone_workers: Collection[str] = (),
     ) -> None:
-        """Upsert and delete in one committed transaction."""
+        """Upsert and delete in one committed transaction; rows equal to what is stored are
+        left alone (a re-registration that changed nothing is not a change)."""
         self._upgrade()
         now = time.time()
-        task_data = []
-        edges: list[tuple[str, tuple[str, ...]]] = []
-        known = self._deps
+        changed: list[tuple[Any, ...]] = []  # (task_id, data, *ui columns, digest)
+        edges: list[tuple[str, tuple[str, ...], bool, Collection[str], Collection[str]]] = []
         for row in rows:
-            seq = self._seq = self._seq + 1
-            task_data.append(_columns_of(row, now, seq))
-            deps = tuple(row["deps"])
-            if known.get(row["task_id"]) != deps:
-                edges.append((row["task_id"], deps))
+            task_id = row["task_id"]
+            data = json.dumps(row, separators=(",", ":"))
+            digest = _digest(data)
+            if self._digests.get(task_id) == digest:
+                continue
+            changed.append((task_id, data, *_ui_columns(row), digest))
+            deps = tuple(dict.fromkeys(row["deps"]))
+            old = self._deps.get(task_id)
+            if old != deps:
+                edges.append((task_id, deps, *_edge_changes(old, deps)))
         worker_data = [(w, int(a)) for w, a in workers]
-        if not (task_data or worker_data or gone_tasks or gone_workers):
+        if not (changed or worker_data or gone_tasks or gone_workers):
             return
         gone = [(t,) for t in gone_tasks]
+        seq = self._seq + len(changed) + bool(gone)
 
         def write(db: sqlite3.Connection) -> None:
-            db.executemany(_UPSERT_TASK, task_data)
+            first = self._seq + 1
+            db.executemany(
+                _UPSERT_TASK,
+                [(*c[:-1], now, first + i) for i, c in enumerate(changed)],
+            )
             db.executemany("INSERT OR REPLACE INTO workers VALUES (?, ?)", worker_data)
-            for task_id, deps in edges:
-                db.execute("DELETE FROM edges WHERE task_id = ?", (task_id,))
+            for task_id, _deps, every, removed, added in edges:
+                if every:
+                    db.execute("DELETE FROM edges WHERE task_id = ?", (task_id,))
                 db.executemany(
-                    "INSERT OR IGNORE INTO edges VALUES (?, ?)", [(task_id, d) for d in deps]
+                    "DELETE FROM edges WHERE task_id = ? AND dep_id = ?",
+                    [(task_id, d) for d in removed],
+                )
+                db.executemany(
+                    "INSERT OR IGNORE INTO edges VALUES (?, ?)", [(task_id, d) for d in added]
                 )
             db.executemany("DELETE FROM tasks WHERE task_id = ?", gone)
             db.executemany("DELETE FROM edges WHERE task_id = ?", gone)
             db.executemany("DELETE FROM workers WHERE worker_id = ?", [(w,) for w in gone_workers])
+            db.execute("UPDATE changes SET seq = ?", (seq,))
 
         self._transaction(write)
-        for task_id, deps in edges:
-            known[task_id] = deps
+        self._seq = seq
+        for c in changed:
+            self._digests[c[0]] = c[-1]
+        for task_id, deps, *_ in edges:
+            self._deps[task_id] = deps
         for task_id in gone_tasks:
-            known.pop(task_id, None)
+            self._deps.pop(task_id, None)
+            self._digests.pop(task_id, None)
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(connection)`` on a connection that sees what was committed; on a file, a
-        read-only connection of its own, so that reading never waits for (or holds up) a
-        write (WAL)."""
-        self._upgrade()
-        if self._path == ":memory:":
+        """``fn(connection)`` on a read-only connection of the calling thread's own, which
+        sees what was committed: reading never waits for a write nor holds one up (WAL)."""
+        reader: sqlite3.Connection | None = getattr(self._readers, "db", None)
+        if reader is None:
+            uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=ro"
+            reader = self._readers.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             with self._lock:
-                return fn(self._db)
-        with self._read_lock:
-            if self._reader is None:
-                uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=ro"
-                self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            return fn(self._reader)
+                self._reader_list.append(reader)
+        return fn(reader)
 
     def close(self) -> None:
         """Close the connections."""
-        with self._read_lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
         with self._lock:
+            for reader in self._reader_list:
+                reader.close()
+            self._reader_list.clear()
             self._db.close()
+
+
+def _edge_changes(
+    old: tuple[str, ...] | None, new: tuple[str, ...]
+) -> tuple[bool, Collection[str], Collection[str]]:
+    """How to go from the stored edges ``old`` (None: not known) to ``new``: whether to delete
+    them all first, which to delete, which to insert; O(what changed) for the usual merge
+    (``new`` extends ``old``)."""
+    if old is None:
+        return True, (), new
+    if new[: len(old)] == old:
+        return False, (), new[len(old) :]
+    kept = set(new)
+    was = set(old)
+    return False, [d for d in old if d not in kept], [d for d in new if d not in was]
+
+
+def _digest(data: str) -> bytes:
+    return hashlib.blake2b(data.encode(), digest_size=16).digest()
+
+
+def _latest(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT seq FROM changes").fetchone()[0])
 
 
 _UPSERT_TASK = (
@@ -424,6 +474,7 @@ def _fill_ui_columns(db: sqlite3.Connection) -> None:
         )
         pairs = [(task_id, dep) for dep in dict.fromkeys(row["deps"])]
         db.executemany("INSERT OR IGNORE INTO edges VALUES (?, ?)", pairs)
+    db.execute("UPDATE changes SET seq = (SELECT coalesce(max(seq), 0) FROM tasks)")
 
 
 _BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _fill_ui_columns}
@@ -437,8 +488,21 @@ class MemoryStore(SqliteStore):
     settings_schema: ClassVar[dict[str, Field]] = {}
 
     def __init__(self, context: StoreContext | None = None) -> None:
-        """Nothing is read from ``context``: the state lives in this object."""
-        super().__init__(StoreContext(":memory:"))
+        """Nothing is read from ``context``: the state lives in this object, in a database
+        file of a temporary directory (in ``/dev/shm``, which is memory, where there is one)
+        that goes when the store is closed or collected. A file, not SQLite's ``:memory:``, so
+        that reads have their own connections as with ``sqlite``."""
+        shm = "/dev/shm"
+        where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+        directory = tempfile.mkdtemp(prefix="conveyor-memory-", dir=where)
+        self._remove = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        super().__init__(StoreContext(os.path.join(directory, "state.db")))
+        self._db.execute("PRAGMA synchronous=OFF")  # nothing here is meant to survive
+
+    def close(self) -> None:
+        """Close the connections and remove the database."""
+        super().close()
+        self._remove()
 
 
 def _apply(db: sqlite3.Connection, version: int) -> None:

@@ -61,6 +61,9 @@ SESSION_SECONDS = 12 * 3600
 """How long a sign-in lasts."""
 _MAX_SESSIONS = 10_000  # the oldest goes first beyond this: sign-ins cannot fill the memory
 _MAX_IDS = 10_000  # task ids one action may name
+_ACTION_CHUNK = 1_000  # tasks changed per turn of the scheduler's lock
+_WRONG_TOKEN_DELAY = 0.5  # seconds before a wrong token is answered
+_LOGGED_IDS = 100  # task ids an audit line names (it counts them all)
 _TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -283,6 +286,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         if not hmac.compare_digest(given.encode(), expected):
             client = request.client.host if request.client else "?"
             log.warning("ui sign-in refused: wrong token", client=client)
+            await asyncio.sleep(_WRONG_TOKEN_DELAY)  # guessing costs time
             raise _Problem(401, "wrong token")
         new = sessions.start()
         log.info("ui sign-in", session=session_name(new))
@@ -316,7 +320,9 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         return await answer(lambda: service.read(reads.summary))
 
     async def changes(request: Request) -> Any:
-        return await answer(lambda: {"seq": service.read(reads.latest)})
+        # not on the reads' thread: the one-second poll never waits behind a big graph
+        latest = await asyncio.to_thread(service.read, reads.latest)
+        return _json({"seq": latest})
 
     async def families(request: Request) -> Any:
         return await answer(lambda: {"families": service.read(reads.families)})
@@ -378,13 +384,17 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
     async def act(
         request: Request, action: str, apply: Callable[[list[str]], list[str]], ids: list[str]
     ) -> Any:
-        changed: list[str] = await asyncio.to_thread(service.call, apply, ids)
+        changed: list[str] = []
+        for start in range(0, len(ids), _ACTION_CHUNK):  # worker calls get their turn between
+            chunk = ids[start : start + _ACTION_CHUNK]
+            changed += await asyncio.to_thread(service.call, apply, chunk)
         done = set(changed)
         skipped = [t for t in dict.fromkeys(ids) if t not in done]
         log.info(
             "ui action",
             action=action,
-            tasks=changed,
+            tasks=changed[:_LOGGED_IDS],
+            changed=len(changed),
             skipped=len(skipped),
             session=session_name(session_of(request)) if expected else "open",
         )

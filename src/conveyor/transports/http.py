@@ -38,7 +38,6 @@ from ..protocol import (
     StatusesAnswer,
     TaskDone,
     TaskFailed,
-    TaskFailedAnswer,
     TaskInfo,
     TaskList,
     TaskSpec,
@@ -87,6 +86,7 @@ class HttpTransport:
         self._where = f"{parts.scheme}://{self._host}:{self._port}"
         self._local = threading.local()
         self._limit: int | None = None  # the server's max_request_bytes, once asked
+        self._no_outcome = False  # the server refused task_failed's outcome (it predates it)
         self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
         self.rand: Callable[[], float] = random.random
 
@@ -249,10 +249,26 @@ class HttpTransport:
         attempt: int = 0,
         outcome: AttemptEnd = AttemptEnd.FAILED,
     ) -> TaskStatus:
-        """Report a failure and how it ended; the new status (StaleReport as for task_done)."""
+        """Report a failure and how it ended; the new status (StaleReport as for task_done).
+
+        ``outcome`` is sent only when it is not ``failed`` (the default), and not again to a
+        server that refused the field (one older than the attempt history): the report
+        matters more than how it ended.
+        """
         request = TaskFailed(worker_id, task_id, explanation, attempt, AttemptEnd(outcome))
-        answer: TaskFailedAnswer = self._post(request)
-        return answer.status
+        body = encode(request)
+        if request.outcome is AttemptEnd.FAILED or self._no_outcome:
+            body.pop("outcome")
+        try:
+            answer = self._post_json("task_failed", _dumps(body))
+        except ConveyorError as exc:
+            if "outcome" not in body or "outcome" not in str(exc):
+                raise
+            self._no_outcome = True
+            body.pop("outcome")
+            answer = self._post_json("task_failed", _dumps(body))
+        status: TaskStatus = answer.status
+        return status
 
     def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
         """Store a status message, progress or tracking URL."""

@@ -1,0 +1,267 @@
+"""What the web UI needs from the state store, beyond what the API tests see: change numbers
+that are unique and never go back, reads that never wait for the writer (the memory store
+included), edges that follow every change of a task's dependencies, rows that did not change
+not being written again; and the attempt history corrected by a late report, and a worker that
+talks to a server older than the attempt history.
+
+Real SQLite files in tmp_path, a real HTTP server on loopback standing in for an older
+scheduler; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor.config import SchedulerSettings
+from conveyor.protocol import AttemptEnd, TaskSpec, TaskStatus
+from conveyor.scheduler.persist import to_row
+from conveyor.scheduler.policy import SchedulerCore, TaskRecord
+from conveyor.server import reads
+from conveyor.server.stores import MemoryStore, SqliteStore, StoreContext
+from conveyor.testing import FakeClock
+from conveyor.transports.base import TransportContext
+from conveyor.transports.http import HttpTransport
+
+
+def _row(task_id: str, deps: tuple[str, ...] = (), message: str = "") -> dict[str, Any]:
+    record = TaskRecord(task_id=task_id, seq=1, family="F", registered=True, deps=deps)
+    record.status_message = message
+    return to_row(record)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    """A loaded SQLite store in tmp_path."""
+    opened = SqliteStore(StoreContext(str(tmp_path / "state.db")))
+    opened.load()
+    yield opened
+    opened.close()
+
+
+def _latest(store: SqliteStore) -> int:
+    return store.read(reads.latest)
+
+
+def test_change_numbers_stay_unique_while_the_ui_reads(store: SqliteStore) -> None:
+    """Saves numbered while another thread reads all the time: every row has its own change
+    number, and paging the list visits every task once."""
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            store.read(reads.latest)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for batch in range(60):
+            store.save([_row(f"T{batch}-{i}") for i in range(50)], [])
+    finally:
+        stop.set()
+        thread.join(10)
+    rows, distinct = store.read(
+        lambda db: db.execute("SELECT count(*), count(DISTINCT seq) FROM tasks").fetchone()
+    )
+    assert rows == distinct == 3000
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page, cursor = store.read(lambda db, c=cursor: reads.page(db, reads.Filters(), c, 7))
+        seen += [r["task_id"] for r in page]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen)) == 3000
+
+
+def test_the_change_number_grows_with_removals_and_across_restarts(tmp_path: Path) -> None:
+    """Removing a task is a change the page must see; the highest task's removal does not
+    hand its number out again, and neither does a restart."""
+    path = str(tmp_path / "state.db")
+    store = SqliteStore(StoreContext(path))
+    store.load()
+    store.save([_row("a"), _row("b")], [])
+    before = _latest(store)
+    store.save([], [], gone_tasks=["b"])
+    after_removal = _latest(store)
+    assert after_removal > before
+    store.save([_row("c")], [])
+    assert _latest(store) > after_removal
+    last = _latest(store)
+    store.close()
+    again = SqliteStore(StoreContext(path))
+    again.load()
+    try:
+        assert _latest(again) == last
+        again.save([_row("d")], [])
+        numbers = again.read(lambda db: [s for (s,) in db.execute("SELECT seq FROM tasks")])
+        assert len(numbers) == len(set(numbers)) and max(numbers) > last
+    finally:
+        again.close()
+
+
+def test_a_row_that_did_not_change_is_not_written_again(store: SqliteStore) -> None:
+    """Saving the same row again is no change (a worker re-registering its graph); a row
+    that did change is a new change."""
+    store.save([_row("a", message="one")], [])
+    first = _latest(store)
+    store.save([_row("a", message="one")], [])
+    assert _latest(store) == first
+    store.save([_row("a", message="two")], [])
+    assert _latest(store) == first + 1
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"])
+def test_a_read_never_waits_for_the_writer(tmp_path: Path, store_kind: str) -> None:
+    """While a (slow) UI read is in progress on one thread, a save on another completes: the
+    two do not share a lock, with either built-in store."""
+    opened: SqliteStore = (
+        MemoryStore()
+        if store_kind == "memory"
+        else SqliteStore(StoreContext(str(tmp_path / "s.db")))
+    )
+    opened.load()
+    reading, release = threading.Event(), threading.Event()
+
+    def slow_read() -> None:
+        def hold(db: Any) -> None:
+            db.execute("SELECT count(*) FROM tasks").fetchone()
+            reading.set()
+            release.wait(30)
+
+        opened.read(hold)
+
+    thread = threading.Thread(target=slow_read)
+    thread.start()
+    try:
+        assert reading.wait(10)
+        saved = threading.Event()
+        writer = threading.Thread(target=lambda: (opened.save([_row("w")], []), saved.set()))
+        writer.start()
+        assert saved.wait(10), "a save waited for a read"
+        writer.join(10)
+    finally:
+        release.set()
+        thread.join(10)
+        opened.close()
+
+
+def test_the_memory_store_leaves_nothing_behind() -> None:
+    """Closing the memory store removes its database."""
+    memory = MemoryStore()
+    memory.load()
+    memory.save([_row("x")], [])
+    where = Path(memory._path).parent
+    assert where.exists()
+    memory.close()
+    assert not where.exists()
+
+
+def _edges(store: SqliteStore, task_id: str) -> set[str]:
+    return store.read(
+        lambda db: {
+            d for (d,) in db.execute("SELECT dep_id FROM edges WHERE task_id = ?", (task_id,))
+        }
+    )
+
+
+def test_edges_follow_every_change_of_the_dependencies(store: SqliteStore) -> None:
+    """Merged (appended), replaced, reordered and emptied dependencies, and a removed task:
+    the edges table always holds exactly the row's dependencies."""
+    for deps in [("a",), ("a", "b", "c"), ("c", "d"), ("d", "c"), (), ("e",)]:
+        store.save([_row("t", deps)], [])
+        assert _edges(store, "t") == set(deps), deps
+    store.save([], [], gone_tasks=["t"])
+    assert _edges(store, "t") == set()
+
+
+def test_edges_are_right_after_a_restart(tmp_path: Path) -> None:
+    """The store's memory of what the edges table holds is rebuilt by load(): a change of
+    dependencies after a restart replaces the stored edges."""
+    path = str(tmp_path / "state.db")
+    first = SqliteStore(StoreContext(path))
+    first.load()
+    first.save([_row("t", ("a", "b"))], [])
+    first.close()
+    second = SqliteStore(StoreContext(path))
+    second.load()
+    try:
+        second.save([_row("t", ("b", "c"))], [])
+        assert _edges(second, "t") == {"b", "c"}
+    finally:
+        second.close()
+
+
+def test_a_late_failure_report_corrects_the_history() -> None:
+    """A worker declared gone has its attempt recorded process_died; when its own report of
+    that attempt (timed out) arrives after all, history and explanation say so, and the
+    failure is not counted twice."""
+    clock = FakeClock(1000.0)
+    core = SchedulerCore(worker_disconnect_delay=10, retry_delay=3600, clock=clock.time)
+    core.keep_history = True  # (as the central server does)
+    core.add_tasks("w1", [TaskSpec("t", "F", "m")])
+    work = core.get_work("w1")
+    assert work is not None
+    clock.advance(30)
+    core.statuses(())  # the silent worker is declared gone
+    record = core._tasks["t"]
+    assert record.status == TaskStatus.FAILED
+    assert record.attempts is not None and record.attempts[-1].outcome == AttemptEnd.PROCESS_DIED
+    failures = len(record.failures or ())
+    status = core.task_failed("w1", "t", "timed out after 5 s", work.attempt, AttemptEnd.TIMED_OUT)
+    assert status == TaskStatus.FAILED
+    assert record.attempts[-1].outcome == AttemptEnd.TIMED_OUT
+    assert record.explanation == "timed out after 5 s"
+    assert len(record.failures or ()) == failures
+
+
+class _OldScheduler(BaseHTTPRequestHandler):
+    """An HTTP endpoint standing in for a scheduler older than the attempt history: it
+    refuses a task_failed that names an outcome, the way its strict decoding did."""
+
+    bodies: list[dict[str, Any]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        if "outcome" in body:
+            status, answer = 422, {"error": "outcome: unknown field", "field": "outcome"}
+        else:
+            status, answer = 200, {"status": "FAILED"}
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_a_worker_reports_failures_to_a_server_that_predates_outcomes() -> None:
+    """A plain failure is sent without an outcome; a timed-out one that the server refuses
+    for its outcome is sent again without it, and later ones go without it at once."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OldScheduler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _OldScheduler.bodies = []
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings = SchedulerSettings(transport="http", url=url, rpc_retries=1)
+        transport = HttpTransport(TransportContext(scheduler=settings))
+        assert transport.task_failed("w", "a", "boom", 1) == TaskStatus.FAILED
+        assert "outcome" not in _OldScheduler.bodies[-1]
+        assert transport.task_failed("w", "b", "slow", 2, AttemptEnd.TIMED_OUT) == TaskStatus.FAILED
+        assert [("outcome" in b) for b in _OldScheduler.bodies[1:]] == [True, False]
+        transport.task_failed("w", "c", "slow", 3, AttemptEnd.TIMED_OUT)
+        assert "outcome" not in _OldScheduler.bodies[-1] and len(_OldScheduler.bodies) == 4
+    finally:
+        server.shutdown()
+        server.server_close()
