@@ -24,7 +24,7 @@ from .log import configure_logging
 from .progress import ProgressPlugin, TerminalStream
 from .protocol import TaskInfo, TaskList, TaskStatus, encode
 from .secrets import REDACTED, hide_secret_params, is_secret_name
-from .task import Task, load_task_class
+from .task import Task, load_task_class, use_task_defaults
 from .worker.loop import Worker
 
 __all__ = ["main"]
@@ -259,8 +259,9 @@ def cmd_run(args: list[str]) -> int:
     merged = {**early, **{k: v for k, v in late.items() if v is not None}}
     options = {k: v for k, v in merged.items() if not k.startswith("param:")}
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
-    task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
     config = _run_config(options)
+    use_task_defaults(config.tasks, config.task_sources)  # [tasks.*] of this run's file
+    task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
     # on a terminal, log lines and the progress line share one stream that keeps them apart
     terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
     configure_logging(config.logging, terminal)

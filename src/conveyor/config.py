@@ -237,6 +237,8 @@ class _Draft:
     fallback: str
     origins: dict[str, tuple[int, str]] = field(default_factory=dict)
     counter: int = 0
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    task_sources: dict[str, str] = field(default_factory=dict)  # family -> where it was set
 
     @classmethod
     def defaults(cls, fallback: str) -> _Draft:
@@ -261,8 +263,34 @@ def _apply(draft: _Draft, path: tuple[str, ...], value: Any, source: str) -> Non
         _apply_section(draft, section, rest, value, source)
     elif section in BACKEND_GROUPS:
         _apply_backend(draft, section, rest, value, source)
+    elif section == "tasks":
+        _apply_tasks(draft, rest, value, source)
     else:
-        raise _unknown("section", section, sorted({*SCHEMA, *BACKEND_GROUPS}), source, section)
+        known = sorted({*SCHEMA, *BACKEND_GROUPS, "tasks"})
+        raise _unknown("section", section, known, source, section)
+
+
+def _apply_tasks(draft: _Draft, rest: tuple[str, ...], value: Any, source: str) -> None:
+    """``[tasks."module.Family"]``: parameter defaults, kept as given; each is checked against
+    the family's parameters when the family is used (the configuration does not import task
+    code), by :func:`conveyor.task.configured_defaults`."""
+    if not rest:
+        for family, table in _table("tasks", value, source).items():
+            _apply_tasks(draft, (family,), table, source)
+        return
+    family, keys = rest[0], rest[1:]
+    if not family:
+        raise _error(source, "[tasks] has a table without a family name", "tasks")
+    target = draft.tasks.setdefault(family, {})
+    if keys:
+        if len(keys) > 1:
+            full = ".".join(("tasks", *rest))
+            raise _error(source, f"{full}: a task parameter default is one key deep", full)
+        target[keys[0]] = _thaw(value)
+    else:
+        for key, item in _table(f'tasks."{family}"', value, source).items():
+            target[key] = _thaw(item)
+    draft.task_sources[family] = source
 
 
 def _table(label: str, value: Any, source: str) -> Mapping[str, Any]:
@@ -411,7 +439,13 @@ def _finish(
         name: cls(**{k: _freeze(v) for k, v in draft.values[name].items()})
         for name, cls in _SECTIONS.items()
     }
-    return Config(**settings, backends=_freeze(draft.backends), source=source)
+    return Config(
+        **settings,
+        backends=_freeze(draft.backends),
+        source=source,
+        tasks=_freeze(draft.tasks),
+        task_sources=MappingProxyType(dict(draft.task_sources)),
+    )
 
 
 def _draft_of(config: Config) -> _Draft:
@@ -423,6 +457,8 @@ def _draft_of(config: Config) -> _Draft:
         if draft.values[name].get("token_file"):
             draft.values[name]["token"] = ""
     draft.backends = _thaw(config.backends)
+    draft.tasks = _thaw(config.tasks)
+    draft.task_sources = dict(config.task_sources)
     return draft
 
 
@@ -496,6 +532,10 @@ class Config:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     backends: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=_no_backends)
     source: str | None = None
+    tasks: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    """``[tasks."module.Family"]`` (or the bare family): parameter defaults, as written."""
+    task_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Where each family's defaults were set (the file, or a ``CONVEYOR_TASKS__...`` variable)."""
 
     def with_overrides(self, **overrides: Any) -> Config:
         """A copy with ``build()`` / CLI overrides applied, validated like file values.
@@ -676,4 +716,6 @@ def _document(config: Config) -> dict[str, Any]:
     for group in ("executors", "schedulers", "state_stores"):
         if config.backends.get(group):
             document[group] = config.backends[group]
+    if config.tasks:
+        document["tasks"] = config.tasks
     return document

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from .errors import ParameterError, TaskDefinitionError, TaskLoadError
+from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
 from .parameters import Parameter
 from .secrets import REDACTED, is_secret_name, redact_text
@@ -183,6 +183,10 @@ class Task:
             if name not in self._param_names:
                 self._unknown(name, given[name])
         family = self._family
+        if len(given) < len(self._params):  # some come from a default: maybe configured
+            configured = configured_defaults(type(self))
+            if configured:
+                given = {**configured, **given}
         values = {name: _bind(family, name, param, given) for name, param in self._params}
         self._set_values(values)
         self._str_params = None
@@ -372,6 +376,103 @@ class WrapperTask(Task):
     def complete(self) -> bool:
         """True when every requirement is complete."""
         return all(task.complete() for task in self.deps())
+
+
+# --- parameter defaults from the configuration (SPEC §5 [tasks."module.Family"]) ----------------
+
+
+class _Configured:
+    """The ``[tasks]`` tables in use: family key -> {parameter: value}, and where each was set."""
+
+    def __init__(self, tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str]):
+        self.tables = tables
+        self.sources = sources
+        # CONVEYOR_TASKS__<family>__<param> variables arrive lower-cased
+        self.folded = {key.casefold(): key for key in tables}
+
+    def find(self, key: str) -> str | None:
+        """The table key for the family key ``key`` (exact, else without regard to case)."""
+        return key if key in self.tables else self.folded.get(key.casefold())
+
+
+_CONFIGURED: _Configured | None = None  # None: not set yet; the configuration is discovered
+_PER_CLASS: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
+
+
+def use_task_defaults(
+    tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str] | None = None
+) -> None:
+    """Take parameter defaults from ``tables`` (a Config's ``tasks``, keyed ``module.Family``
+    or ``Family``) for every task made from now on; ``sources`` names where each was set.
+
+    Called by the worker with its configuration (so ``conveyor run --config``, ``build()`` and
+    ``Worker`` set it); until then the configuration is discovered as SPEC §5 says the first
+    time a task is made with a parameter left out.
+    """
+    global _CONFIGURED
+    _CONFIGURED = _Configured(tables, sources or {})
+    _PER_CLASS.clear()
+    _BOUND.clear()  # (bindings made with other defaults)
+
+
+def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:
+    """The configured defaults of ``cls``'s parameters, normalized; ConfigError naming the
+    file, the section and the key for a key that is not a parameter or a bad value.
+
+    ``[tasks.Family]`` applies, and ``[tasks."module.Family"]`` over it.
+    """
+    found = _PER_CLASS.get(cls)
+    if found is not None:
+        return found
+    if _CONFIGURED is None:
+        from .config import load_config  # (the task API reads the configuration only here)
+
+        config = load_config()
+        use_task_defaults(config.tasks, config.task_sources)
+    assert _CONFIGURED is not None
+    family = cls.get_task_family()
+    merged: dict[str, Any] = {}
+    for wanted in (family, f"{cls.__module__}.{family}"):
+        key = _CONFIGURED.find(wanted)
+        if key is not None and _CONFIGURED.tables[key]:
+            source = _CONFIGURED.sources.get(key, "configuration")
+            merged.update(_checked(cls, key, _CONFIGURED.tables[key], source))
+    _PER_CLASS[cls] = merged
+    return merged
+
+
+def _checked(cls: type[Task], key: str, table: Mapping[str, Any], source: str) -> dict[str, Any]:
+    params = dict(cls._params)
+    section = f'tasks."{key}"' if "." in key else f"tasks.{key}"
+    checked = {}
+    for name, value in table.items():
+        param = params.get(name)
+        if param is None:
+            expected = ", ".join(sorted(params)) or "none"
+            raise ConfigError(
+                f"{source}: [{section}] sets {name!r}, which is not a parameter of "
+                f"{cls.get_task_family()}; expected one of: {expected}",
+                source=source,
+            )
+        try:
+            checked[name] = param.normalize(_plain(value))
+        except ValueError as exc:
+            secret = is_secret_name(name)  # (the parameter's message repeats the value)
+            shown = REDACTED if secret else repr(value)
+            detail = f"expected {param.type_name}" if secret else str(exc)
+            raise ConfigError(
+                f"{source}: [{section}] {name} = {shown}: {detail}", source=source
+            ) from None
+    return checked
+
+
+def _plain(value: Any) -> Any:
+    """A configuration value as a parameter takes it: tables as dicts, arrays as lists."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any]) -> Any:

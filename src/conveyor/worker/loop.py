@@ -47,7 +47,7 @@ from ..executors.channel import truncate
 from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
 from ..plugins import HookRelay, load_hook_plugins
 from ..protocol import AttemptEnd, AttemptOutcome, NoteKind, TaskSpec, TaskStatus, Work
-from ..task import Task, load_task_class
+from ..task import Task, load_task_class, use_task_defaults
 from ..transports.base import SchedulerTransport, TransportContext
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
@@ -91,6 +91,8 @@ class Worker:
         reads and waits by (``conveyor.testing.FakeClock`` makes a run deterministic).
         """
         self.config = resolve_config(config)
+        # the tasks this worker makes (dependencies, dynamic ones) take [tasks.*] from its file
+        use_task_defaults(self.config.tasks, self.config.task_sources)
         self.settings = self.config.worker
         self.host = socket.gethostname()
         self.id = worker_id or f"{self.host}-{os.getpid()}-{next(_ids)}"
