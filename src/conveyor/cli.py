@@ -21,6 +21,7 @@ from .config import Config, load_config, to_toml
 from .core.summary import first_line
 from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
 from .log import configure_logging
+from .parameters import allow_task_modules, task_modules_named
 from .progress import ProgressPlugin, TerminalStream
 from .protocol import TaskInfo, TaskList, TaskStatus, encode
 from .secrets import REDACTED, hide_secret_params, is_secret_name
@@ -261,7 +262,9 @@ def cmd_run(args: list[str]) -> int:
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
     config = _run_config(options)
     use_task_defaults(config.tasks, config.task_sources)  # [tasks.*] of this run's file
-    task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
+    # a task-class flag (--of mymod.Daily) may import the module it names: the user typed it
+    with allow_task_modules(task_modules_named(task_cls.parameters(), params)):
+        task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
     # on a terminal, log lines and the progress line share one stream that keeps them apart
     terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
     configure_logging(config.logging, terminal)

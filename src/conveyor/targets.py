@@ -6,6 +6,14 @@
 path only when the ``with`` block ends without an exception (or ``close()`` is called). On an
 exception -- or ``discard()`` -- the temporary file is removed and the path is left untouched, so
 a half-written output never makes a task look complete.
+
+:meth:`LocalTarget.temporary_path` serves tools that write files themselves (a compiler, a
+database dump, a subprocess): it yields a hidden temporary path in the same directory, renamed
+over the path on a clean exit and removed on an exception, with the same guarantee.
+
+:class:`StagedWriter` is what both :class:`AtomicWriter` and the writers of
+:class:`conveyor.fstargets.FileSystemTarget` are: data goes to a staging file and reaches its
+destination only on commit.
 """
 
 from __future__ import annotations
@@ -16,10 +24,11 @@ import contextlib
 import os
 import secrets
 import shutil
+from collections.abc import Iterator
 from types import TracebackType
 from typing import IO, Any, AnyStr, Generic, Literal, overload
 
-__all__ = ["AtomicWriter", "LocalTarget", "Target"]
+__all__ = ["AtomicWriter", "LocalTarget", "StagedWriter", "Target"]
 
 _READ_MODES = ("r", "rb")
 _WRITE_MODES = ("w", "wb")
@@ -34,29 +43,30 @@ class Target(abc.ABC):
         """True if the target has been produced."""
 
 
-class AtomicWriter(Generic[AnyStr]):
-    """A write-only file that replaces ``path`` on ``close()`` and never leaves it half-written.
+class StagedWriter(abc.ABC, Generic[AnyStr]):
+    """A write-only file whose data reaches its destination only when it is committed.
 
     Use it as a context manager: a clean exit commits, an exception discards. Calling
     :meth:`close` commits too; :meth:`discard` throws the written data away. Both are no-ops
-    once the writer is closed.
+    once the writer is closed. A writer garbage-collected without being closed is discarded.
+    Subclasses give the staging file and say how to commit it (:meth:`_commit`) and how to
+    remove it (:meth:`_cleanup`).
     """
 
-    def __init__(self, path: str, *, binary: bool = False, encoding: str | None = None) -> None:
-        self.path = path
-        directory, name = os.path.split(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, self.tmp_path = _create_temp(directory, f".{name}{_TMP_MARKER}")
-        try:
-            self._file: IO[Any] = os.fdopen(fd, "wb" if binary else "w", encoding=encoding)
-        except BaseException:
-            os.close(fd)
-            os.remove(self.tmp_path)
-            raise
+    def __init__(self, file: IO[Any]) -> None:
+        self._file = file
         self.closed = False
 
+    @abc.abstractmethod
+    def _commit(self) -> None:
+        """Move the closed staging file to the destination (may raise: then it is cleaned up)."""
+
+    @abc.abstractmethod
+    def _cleanup(self) -> None:
+        """Remove the staging file, ignoring one that is already gone."""
+
     def write(self, data: AnyStr) -> int:
-        """Write ``data`` to the temporary file; return the number of characters/bytes."""
+        """Write ``data`` to the staging file; return the number of characters/bytes."""
         return self._file.write(data)
 
     def writelines(self, lines: list[AnyStr]) -> None:
@@ -64,32 +74,32 @@ class AtomicWriter(Generic[AnyStr]):
         self._file.writelines(lines)
 
     def flush(self) -> None:
-        """Flush buffered data to the temporary file (the path is only replaced on close)."""
+        """Flush buffered data to the staging file (the destination only changes on close)."""
         self._file.flush()
 
     def close(self) -> None:
-        """Commit: close the temporary file and rename it over the path."""
+        """Commit: close the staging file and move it to the destination."""
         if self.closed:
             return
         self.closed = True
         try:
             self._file.close()
-            os.replace(self.tmp_path, self.path)
+            self._commit()
         except BaseException:
-            _remove_quietly(self.tmp_path)
+            self._cleanup()
             raise
 
     def discard(self) -> None:
-        """Throw the written data away: close and remove the temporary file; keep the path."""
+        """Throw the written data away: close and remove the staging file; keep the path."""
         if self.closed:
             return
         self.closed = True
         try:
             self._file.close()
         finally:
-            _remove_quietly(self.tmp_path)
+            self._cleanup()
 
-    def __enter__(self) -> AtomicWriter[AnyStr]:
+    def __enter__(self) -> StagedWriter[AnyStr]:
         return self
 
     def __exit__(
@@ -104,9 +114,40 @@ class AtomicWriter(Generic[AnyStr]):
             self.discard()
 
     def __del__(self) -> None:
-        # A writer dropped without close() is discarded: no temporary file is left behind.
+        # A writer dropped without close() is discarded: no staging file is left behind.
         if not getattr(self, "closed", True):
-            self.discard()
+            with contextlib.suppress(Exception):
+                self.discard()
+
+
+class AtomicWriter(StagedWriter[AnyStr]):
+    """A write-only file that replaces ``path`` on ``close()`` and never leaves it half-written.
+
+    The staging file is a hidden temporary file in the path's own directory, renamed over the
+    path with ``os.replace()`` on commit.
+    """
+
+    def __init__(self, path: str, *, binary: bool = False, encoding: str | None = None) -> None:
+        self.path = path
+        directory, name = os.path.split(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, self.tmp_path = _create_temp(directory, f".{name}{_TMP_MARKER}")
+        try:
+            file: IO[Any] = os.fdopen(fd, "wb" if binary else "w", encoding=encoding)
+        except BaseException:
+            os.close(fd)
+            os.remove(self.tmp_path)
+            raise
+        super().__init__(file)
+
+    def _commit(self) -> None:
+        os.replace(self.tmp_path, self.path)
+
+    def _cleanup(self) -> None:
+        _remove_quietly(self.tmp_path)
+
+    def __enter__(self) -> AtomicWriter[AnyStr]:
+        return self
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -157,6 +198,30 @@ class LocalTarget(Target):
             return AtomicWriter(self.path, binary=mode == "wb", encoding=encoding)
         return builtins.open(self.path, mode, encoding=encoding)
 
+    @contextlib.contextmanager
+    def temporary_path(self) -> Iterator[str]:
+        """Yield a temporary path beside the target for a tool that writes the file itself.
+
+        The path is absolute, in the target's directory (created now), hidden and unique:
+        ``.<name>.conveyor-tmp-<random><ext>``, keeping the target's extension for tools that
+        pick a format by it (and a trailing separator if the target has one). Nothing exists
+        there yet. On a clean exit whatever the tool made there -- a file or a directory -- is
+        renamed over the target (a directory only when the target does not exist yet); if it
+        made nothing, FileNotFoundError names the target. On an exception it is removed and
+        the target is left untouched.
+        """
+        final = os.path.abspath(self.path)
+        directory, name = os.path.split(final)
+        os.makedirs(directory, exist_ok=True)
+        tmp = _temp_name(directory, name)
+        trailing = os.sep if self.path.endswith(("/", os.sep)) else ""
+        try:
+            yield tmp + trailing
+        except BaseException:
+            _remove_tree_quietly(tmp)
+            raise
+        _rename_into_place(tmp, final, self)
+
     def __fspath__(self) -> str:
         return self.path
 
@@ -191,3 +256,39 @@ def _remove_quietly(path: str) -> None:
     """Remove a file, ignoring a missing one."""
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
+
+
+def _temp_name(directory: str, name: str) -> str:
+    """A hidden, unused temporary path in ``directory`` for the file ``name``; nothing is made."""
+    ext = os.path.splitext(name)[1]
+    while True:
+        path = os.path.join(directory, f".{name}{_TMP_MARKER}{secrets.token_hex(8)}{ext}")
+        if not os.path.lexists(path):
+            return path
+
+
+def _rename_into_place(tmp: str, final: str, target: Target) -> None:
+    """Commit what a tool wrote at ``tmp`` over ``final``; remove ``tmp`` if that fails."""
+    if not os.path.lexists(tmp):
+        raise FileNotFoundError(
+            f"{target!r}.temporary_path(): nothing was written at {tmp!r}; expected the tool "
+            "to create a file or directory there before the with block ended"
+        )
+    try:
+        if os.path.isdir(tmp) and not os.path.islink(tmp) and os.path.lexists(final):
+            raise FileExistsError(
+                f"{target!r}.temporary_path(): the tool made a directory but {final!r} already "
+                "exists; expected no output there (remove() it first)"
+            )
+        os.replace(tmp, final)
+    except BaseException:
+        _remove_tree_quietly(tmp)
+        raise
+
+
+def _remove_tree_quietly(path: str) -> None:
+    """Remove a file or a directory tree, ignoring a missing one."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        _remove_quietly(path)

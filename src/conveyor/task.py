@@ -14,12 +14,13 @@ import datetime
 import hashlib
 import importlib
 import re
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
-from .parameters import Parameter
+from .parameters import Parameter, allow_task_modules, task_modules_named
 from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
 
@@ -267,6 +268,13 @@ class Task:
                 {name: param.serialize(values[name]) for name, param in self._params}
             )
         return self._str_params
+
+    def clone(self, cls: type[Task] | None = None, **overrides: Any) -> Task:
+        """A task of ``cls`` (default: this task's class) made from this task's parameters that
+        ``cls`` also has, plus ``overrides`` (SPEC §2.6; see :func:`conveyor.util.clone`)."""
+        from .util import clone  # (the helpers build on this module)
+
+        return clone(self, cls, **overrides)
 
     @classmethod
     def from_str_params(cls, params: Mapping[str, str]) -> Task:
@@ -577,7 +585,7 @@ def load_task_class(module: str, family: str) -> type[Task]:
         raise TaskLoadError(
             f"cannot import task module {module!r}: {type(exc).__name__}: {exc}"
         ) from None
-    found = _REGISTRY.get((module, family))
+    found = _REGISTRY.get((module, family)) or _reexported(module, family)
     if found is None:
         known = sorted(fam for mod, fam in _REGISTRY if mod == module)
         hint = ", ".join(known) or "none"
@@ -585,3 +593,21 @@ def load_task_class(module: str, family: str) -> type[Task]:
             f"module {module!r} has no task family {family!r}; tasks defined there: {hint}"
         )
     return found
+
+
+def _reexported(module: str, family: str) -> type[Task] | None:
+    """The task class that ``module`` (imported) re-exports as ``family``, such as
+    ``conveyor.RangeDaily`` (defined in ``conveyor.ranges``); None if there is none."""
+    value = getattr(sys.modules.get(module), family, None)
+    if isinstance(value, type) and issubclass(value, Task) and value.get_task_family() == family:
+        return value
+    return None
+
+
+def rebuild_task(module: str, family: str, params: Mapping[str, str]) -> Task:
+    """The task a worker made, rebuilt in an attempt's process from what crossed over: its
+    module, family and string params. Its :class:`~conveyor.parameters.TaskParameter` values
+    may import their modules here: the worker made them from classes it had loaded."""
+    cls = load_task_class(module, family)
+    with allow_task_modules(task_modules_named(cls.parameters(), params)):
+        return cls.from_str_params(params)

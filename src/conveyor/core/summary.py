@@ -57,6 +57,9 @@ class SummaryFacts:
     unreachable: str = ""
     """Why the run stopped asking for work: the scheduler did not answer (or answered what
     does not fit the protocol) within its retries."""
+    notes: Mapping[str, str] = field(default_factory=dict)
+    """task_id → one line a task has to say about its run (its ``summary_note()``, e.g. how
+    many dates of a range were already complete)."""
 
 
 _INTERRUPT_CODES = {"SIGINT": 130, "SIGTERM": 143}
@@ -109,6 +112,9 @@ def render_summary(facts: SummaryFacts) -> str:
                 lines.extend(_failed_lines(ids, facts))
             else:
                 lines.extend(_family_lines(ids, facts))
+    if facts.notes:
+        lines.append("Notes:")
+        lines.extend(_note_lines(facts))
     if facts.interrupted:
         lines.append(f"The run was interrupted by {facts.interrupted}.")
     lines.append("")
@@ -175,4 +181,13 @@ def _family_lines(ids: Sequence[str], facts: SummaryFacts) -> list[str]:
         shown = ", ".join(facts.label(t) for t in members)
         more = f" ... and {count - _SHOWN_PER_FAMILY} more" if count > _SHOWN_PER_FAMILY else ""
         lines.append(f"    - {count} {family}: {shown}{more}")
+    return lines
+
+
+def _note_lines(facts: SummaryFacts) -> list[str]:
+    """One line per task note (in family, then id order): the task's label and its note."""
+    ordered = sorted(facts.notes, key=lambda t: (facts.families.get(t, ""), t))
+    lines = [f"    - {facts.label(t)}: {facts.notes[t]}" for t in ordered[:_SHOWN_FAILED]]
+    if len(ordered) > _SHOWN_FAILED:
+        lines.append(f"    ... and {len(ordered) - _SHOWN_FAILED} more")
     return lines

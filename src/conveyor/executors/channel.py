@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from ..protocol import AttemptOutcome, NoteKind
-from ..task import Task, load_task_class
+from ..task import Task, rebuild_task
 from .base import FAILED, Message, Note, Outcome
 
 __all__ = ["LineReader", "PipeSink", "decode", "encode", "truncate"]
@@ -78,7 +78,7 @@ def decode(line: bytes, task_id: str) -> Message:
 
 
 def _rebuild(module: str, family: str, params: dict[str, str]) -> Task:
-    return load_task_class(module, family).from_str_params(params)
+    return rebuild_task(module, family, params)
 
 
 class PipeSink:

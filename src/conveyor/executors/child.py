@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from ..errors import ConveyorError
-from ..task import Task, load_task_class
+from ..task import Task, rebuild_task
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, Outcome
 from .channel import PipeSink
@@ -115,8 +115,10 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
     """
     task_id = str(spec["task_id"])
     try:
-        task: Task = load_task_class(str(spec["module"]), str(spec["family"])).from_str_params(
-            spec["params"]  # type: ignore[arg-type]
+        task: Task = rebuild_task(
+            str(spec["module"]),
+            str(spec["family"]),
+            spec["params"],  # type: ignore[arg-type]
         )
         if task.task_id != task_id:
             raise ConveyorError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from ..core.states import TaskState
@@ -72,11 +72,36 @@ def build_report(
         stopped=sum(1 for node in graph.values() if _interrupted(node.last)),
         running=running_at_interrupt,
         unreachable=unreachable,
+        notes=_notes(graph),
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
     ok = all(states.get(t) == TaskStatus.DONE for t, node in graph.items() if node.attempts)
     return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
+
+
+def _notes(graph: Mapping[str, Node]) -> dict[str, str]:
+    """task_id → the first line of ``task.summary_note()`` for each task whose class defines
+    it and says something (a range: how many dates were already complete); secrets hidden.
+
+    A note that raises says so instead: it is the task author's text, not the run's outcome.
+    """
+    methods: dict[type, Callable[[object], object] | None] = {}
+    notes: dict[str, str] = {}
+    for task_id, node in graph.items():
+        cls = type(node.task)
+        if cls not in methods:  # looked up once per class: graphs may be large
+            methods[cls] = getattr(cls, "summary_note", None)
+        method = methods[cls]
+        if method is None:
+            continue
+        try:
+            note = method(node.task)
+        except Exception as exc:
+            note = f"summary_note() raised {type(exc).__name__}: {exc}"
+        if isinstance(note, str) and note.strip():
+            notes[task_id] = first_line(hide_secret_params(note, node.params))
+    return notes
 
 
 def _reason(node: Node, explanation: str) -> str:
