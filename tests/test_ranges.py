@@ -424,13 +424,22 @@ def test_a_limited_backfill_runs_its_batch_and_succeeds(tmp_path: Path) -> None:
     assert _required_days(second) == [D(2026, 1, 4), D(2026, 1, 6)]
 
 
-def test_a_limited_backfill_under_a_process_executor(tmp_path: Path) -> None:
-    """With the fork executor (attempts in other processes) a limited range still succeeds."""
+@pytest.mark.parametrize("executor", ["fork", "subprocess"])
+def test_a_limited_backfill_under_a_process_executor(tmp_path: Path, executor: str) -> None:
+    """With attempts in other processes a limited range succeeds, and its own attempt does
+    not fail on the next batch (the worker sends it the requirements it knows, so the range
+    is not scanned again there): no failed attempt, the range among the tasks that ran."""
+    from conveyor.testing import RecordingPlugin
+
     _prepare(tmp_path, COMPLETE)
-    result = conveyor.build(_daily(RgDaily, tmp_path, task_limit=2), executor="fork", workers=2)
-    assert result.ok, result.summary
-    assert result.exit_code == 0
+    recorder = RecordingPlugin()
+    config = conveyor.Config().with_overrides(executor=executor, workers=2)
+    with conveyor.Worker(config=config, plugins=[recorder]) as worker:
+        worker.add(_daily(RgDaily, tmp_path, task_limit=2))
+        assert worker.run()
     assert (tmp_path / "2026-01-03.txt").read_text() == "new\n"
+    failed = recorder.events("conveyor_task_failed")
+    assert failed == [], failed
 
 
 def test_a_range_under_the_subprocess_executor(tmp_path: Path) -> None:

@@ -244,3 +244,100 @@ def test_an_environment_variable_sets_a_default(task_module: WriteModule) -> Non
     config = load_config(env={"CONVEYOR_TASKS__REPORT__REGION": "sa"}, cwd=Path("/nonexistent"))
     use_task_defaults(config.tasks, config.task_sources)
     assert module.Report().region == "sa"
+
+
+PIPE = """
+    import conveyor
+
+    class Extract(conveyor.Task):
+        day = conveyor.DateParameter()
+        region = conveyor.Parameter(default="us")
+        root = conveyor.Parameter(default="")
+
+        def output(self):
+            return conveyor.LocalTarget(f"{self.root}/extract-{self.region}-{self.day}")
+
+        def run(self):
+            with self.output().open("w") as f:
+                f.write(f"from {self.region}")
+
+    class Report(conveyor.Task):
+        day = conveyor.DateParameter()
+        root = conveyor.Parameter(default="")
+
+        def requires(self):
+            return Extract(day=self.day, root=self.root)
+
+        def output(self):
+            return conveyor.LocalTarget(f"{self.root}/report-{self.day}")
+
+        def run(self):
+            with self.input().open("r") as src, self.output().open("w") as out:
+                out.write(src.read())
+"""
+
+
+@pytest.mark.parametrize("executor", ["subprocess", "fork"])
+def test_an_attempt_process_makes_its_requirements_with_the_configured_defaults(
+    task_module: WriteModule, tmp_path: Path, executor: str
+) -> None:
+    """Under a process executor the attempt rebuilds the task and calls input(): it takes
+    the worker's [tasks.*] defaults too, so it reads what the worker made, not the class
+    default's file (which exists here, to make the mistake visible)."""
+    name = task_module(PIPE)
+    module = __import__(name)
+    (tmp_path / "extract-us-2026-01-01").write_text("from us")
+    path = _config(tmp_path, '[tasks.Extract]\nregion = "eu"\n')
+    config = load_config(path).with_overrides(executor=executor, workers=2)
+    result = conveyor.build(module.Report(day="2026-01-01", root=str(tmp_path)), config=config)
+    assert result.ok, result.summary
+    assert (tmp_path / "report-2026-01-01").read_text() == "from eu"
+
+
+def test_a_variable_refines_the_files_table(task_module: WriteModule, tmp_path: Path) -> None:
+    """Environment over file, for [tasks.*] as for every section: the variable's (lower-case)
+    family refines the file's table of that family."""
+    name = task_module(TASKS)
+    module = __import__(name)
+    path = _config(tmp_path, '[tasks.Report]\nregion = "eu"\nshards = 2\n')
+    config = load_config(path, env={"CONVEYOR_TASKS__REPORT__REGION": "asia"})
+    assert list(config.tasks) == ["Report"]
+    use_task_defaults(config.tasks, config.task_sources)
+    report = module.Report()
+    assert (report.region, report.shards) == ("asia", 2)
+
+
+def test_a_worker_puts_back_the_defaults_it_replaced(
+    task_module: WriteModule, tmp_path: Path
+) -> None:
+    """A Worker uses its file's [tasks.*] while it lives and restores what was in use when it
+    closes, so tasks made afterwards are not changed by a worker that has gone."""
+    name = task_module(TASKS)
+    module = __import__(name)
+    path = _config(tmp_path, '[tasks.Report]\nregion = "eu"\n')
+    with conveyor.Worker(config=str(path)):
+        assert module.Report().region == "eu"
+    assert module.Report().region == "us"
+
+
+def test_a_bad_table_of_a_dependency_is_a_configuration_error(
+    task_module: WriteModule, tmp_path: Path, run_cli: Callable[..., object]
+) -> None:
+    """The family first made as a dependency (during the walk) has a key that is not its
+    parameter: exit code 2 and one line naming the file, not a broken task (exit 3)."""
+    name = task_module(PIPE)
+    path = _config(tmp_path, '[tasks.Extract]\nregoin = "eu"\n')
+    done = run_cli(
+        "run",
+        f"{name}.Report",
+        "--day",
+        "2026-01-01",
+        "--root",
+        str(tmp_path),
+        "--config",
+        str(path),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "regoin" in done.stderr and str(path) in done.stderr
+    assert "Traceback" not in done.stderr

@@ -281,6 +281,8 @@ def _apply_tasks(draft: _Draft, rest: tuple[str, ...], value: Any, source: str) 
     family, keys = rest[0], rest[1:]
     if not family:
         raise _error(source, "[tasks] has a table without a family name", "tasks")
+    # a variable's family arrives lower-case: it refines the file's table of that family
+    family = next((k for k in draft.tasks if k.casefold() == family.casefold()), family)
     target = draft.tasks.setdefault(family, {})
     if keys:
         if len(keys) > 1:

@@ -274,7 +274,8 @@ class FileSystemWriter(StagedWriter[AnyStr]):
 
     def __init__(self, target: FileSystemTarget, *, encoding: str | None = None) -> None:
         self.target = target
-        fd, self.tmp_path = tempfile.mkstemp(prefix="conveyor-", suffix="-" + target._name())
+        # (the end of the name only: with the prefix, a long one would not fit a file name)
+        fd, self.tmp_path = tempfile.mkstemp(prefix="conveyor-", suffix="-" + target._name()[-80:])
         try:
             raw: IO[Any] = os.fdopen(fd, "wb")
         except BaseException:
@@ -318,4 +319,4 @@ def _url_to_fs(url: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
 def _temp_basename(name: str) -> str:
     """A hidden, unique temporary name for the file ``name``, keeping its extension."""
     ext = posixpath.splitext(name)[1]
-    return f".{name}{_TMP_MARKER}{secrets.token_hex(8)}{ext}"
+    return f".{name[:80]}{_TMP_MARKER}{secrets.token_hex(8)}{ext[-20:]}"

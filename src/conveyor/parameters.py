@@ -248,9 +248,15 @@ class Parameter(Generic[T]):
 
     def normalize(self, value: object) -> T:
         """Turn a string form or an already typed value into this parameter's value type."""
-        if isinstance(value, str):
-            return self.parse(value)
-        return self._coerce(value)
+        try:
+            if isinstance(value, str):
+                return self.parse(value)
+            return self._coerce(value)
+        except RecursionError:  # (JSON nested thousands deep: not a value anyone means)
+            raise ParameterError(
+                "expected a value nested less deeply; this one is nested too deeply to read",
+                parameter=self.name,
+            ) from None
 
     def parse(self, text: str) -> T:
         """Parse the string form of a value."""

@@ -407,6 +407,24 @@ _CONFIGURED: _Configured | None = None  # None: not set yet; the configuration i
 _PER_CLASS: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
 
 
+def task_defaults_in_use() -> tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str]] | None:
+    """The tables and sources of :func:`use_task_defaults` in use (None: not set yet)."""
+    return None if _CONFIGURED is None else (_CONFIGURED.tables, _CONFIGURED.sources)
+
+
+def restore_task_defaults(
+    previous: tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str]] | None,
+) -> None:
+    """Put back what :func:`task_defaults_in_use` returned (a Worker does, when it closes)."""
+    global _CONFIGURED
+    if previous is None:
+        _CONFIGURED = None
+        _PER_CLASS.clear()
+        _BOUND.clear()
+    else:
+        use_task_defaults(*previous)
+
+
 def use_task_defaults(
     tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str] | None = None
 ) -> None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import datetime
 import gc
 import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConveyorError
-from ..task import Task, rebuild_task
+from ..task import Task, rebuild_task, task_defaults_in_use, use_task_defaults
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, Outcome
 from .channel import PipeSink
@@ -97,6 +99,8 @@ def attempt_spec(request: AttemptRequest) -> dict[str, Any]:
     """The attempt as it travels to another process: module, family, string parameters, task
     id, attempt number, whether to check completeness (no pickle; see rebuild_and_run)."""
     task = request.task
+    deps = request.deps
+    in_use = task_defaults_in_use()
     return {
         "module": task.task_module,
         "family": task.task_family,
@@ -104,7 +108,35 @@ def attempt_spec(request: AttemptRequest) -> dict[str, Any]:
         "task_id": request.task_id,
         "attempt": request.attempt,
         "check_complete": request.check_complete,
+        # the requirements the worker knows, so that the child checks those rather than
+        # calling requires() again (a range's would look at its dates again)
+        "deps": None
+        if deps is None or len(deps) > _DEPS_SENT
+        else [[d.task_module, d.task_family, d.to_str_params()] for d in deps],
+        # the [tasks.*] defaults in use, for the tasks the child makes (requires(), input())
+        "task_defaults": None if not in_use or not in_use[0] else _plain_tables(*in_use),
     }
+
+
+_DEPS_SENT = 1000  # more requirements than this: the child calls requires() itself
+
+
+def _plain_tables(
+    tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str]
+) -> dict[str, Any]:
+    """The defaults as JSON data (TOML dates and times as their ISO text, which parameters
+    read back)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, datetime.date | datetime.time):
+            return value.isoformat()
+        return value
+
+    return {"tables": plain(tables), "sources": dict(sources)}
 
 
 def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
@@ -114,12 +146,19 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
     attempt with the reason.
     """
     task_id = str(spec["task_id"])
+    defaults = spec.get("task_defaults")
+    if isinstance(defaults, dict):
+        use_task_defaults(defaults["tables"], defaults["sources"])
+    deps: tuple[Task, ...] | None = None
     try:
         task: Task = rebuild_task(
             str(spec["module"]),
             str(spec["family"]),
             spec["params"],  # type: ignore[arg-type]
         )
+        known = spec.get("deps")
+        if isinstance(known, list):
+            deps = tuple(rebuild_task(m, f, p) for m, f, p in known)
         if task.task_id != task_id:
             raise ConveyorError(
                 f"the task rebuilt in the attempt's process has id {task.task_id}, expected "
@@ -130,4 +169,5 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
         PipeSink(msg_fd)(failure)
         return
     attempt = int(spec["attempt"])  # type: ignore[call-overload]
-    run_in_child(AttemptRequest(task, task_id, attempt, 0.0, bool(spec["check_complete"])), msg_fd)
+    check = bool(spec["check_complete"])
+    run_in_child(AttemptRequest(task, task_id, attempt, 0.0, check, deps), msg_fd)

@@ -45,9 +45,16 @@ from ..executors.base import (
 )
 from ..executors.channel import truncate
 from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
+from ..parameters import allow_task_modules, task_modules_named
 from ..plugins import HookRelay, load_hook_plugins
 from ..protocol import AttemptEnd, AttemptOutcome, NoteKind, TaskSpec, TaskStatus, Work
-from ..task import Task, load_task_class, use_task_defaults
+from ..task import (
+    Task,
+    load_task_class,
+    restore_task_defaults,
+    task_defaults_in_use,
+    use_task_defaults,
+)
 from ..transports.base import SchedulerTransport, TransportContext
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
@@ -91,7 +98,9 @@ class Worker:
         reads and waits by (``conveyor.testing.FakeClock`` makes a run deterministic).
         """
         self.config = resolve_config(config)
-        # the tasks this worker makes (dependencies, dynamic ones) take [tasks.*] from its file
+        # the tasks this worker makes (dependencies, dynamic ones) take [tasks.*] from its file,
+        # until it closes (process-wide meanwhile, as in Luigi)
+        self._previous_defaults = task_defaults_in_use()
         use_task_defaults(self.config.tasks, self.config.task_sources)
         self.settings = self.config.worker
         self.host = socket.gethostname()
@@ -214,6 +223,7 @@ class Worker:
             self._dispatcher.close(self.config.notifiers.flush_timeout)
         while self._suspended:
             self._suspended.popitem()[1].close()
+        restore_task_defaults(self._previous_defaults)
 
     def add(self, task: Task) -> bool:
         """Walk ``task``'s graph and register it; False if any task in it is broken."""
@@ -486,14 +496,17 @@ class Worker:
 
     def _load_foreign(self, work: Work) -> Task:
         allowed = self.settings.task_modules
-        if not any(work.module == m or work.module.startswith(m + ".") for m in allowed):
+        if not _allowed(work.module, allowed):
             raise TaskLoadError(
                 f"task {work.task_id} is from module {work.module!r}, which is not in "
                 f"[worker] task_modules ({', '.join(allowed) or 'empty'}); refused without "
                 "importing it"
             )
         cls = load_task_class(work.module, work.family)
-        return cls.from_str_params(work.params)
+        # a task-class value (RangeDaily's `of`) may import its module if task_modules allows
+        named = task_modules_named(cls.parameters(), work.params)
+        with allow_task_modules(m for m in named if _allowed(m, allowed)):
+            return cls.from_str_params(work.params)
 
     # --- messages from executors ----------------------------------------------------------
 
@@ -697,6 +710,11 @@ def fence_after(
     timeout, plus a second): fencing would then stop attempts of a worker that is fine."""
     at = lease - kill_grace - 1.0
     return at if at >= ping_interval + rpc_timeout + 1.0 else None
+
+
+def _allowed(module: str, allowed: Sequence[str]) -> bool:
+    """Whether ``[worker] task_modules`` (``allowed``) lets this worker import ``module``."""
+    return any(module == m or module.startswith(m + ".") for m in allowed)
 
 
 def _ended(outcome: Outcome) -> AttemptEnd:

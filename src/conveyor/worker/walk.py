@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from ..config import WorkerSettings
 from ..core.machine import registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
-from ..errors import ConveyorError, DependencyCycle
+from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import TaskSpec, TaskStatus
 from ..task import Task
 from .checks import ParallelChecks, SequentialChecks
@@ -154,6 +154,8 @@ class GraphWalk:
             return [], decided.status, decided.runnable
         try:
             deps = task.deps()
+        except ConfigError:  # a [tasks.*] table the dependency's family refuses: the file's
+            raise  # mistake, not the task's (exit code 2, as for any configuration error)
         except Exception as exc:
             self._broken(node, requires_error(task, exc), "requires", specs)
             return None, TaskStatus.UNKNOWN, False
