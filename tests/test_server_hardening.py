@@ -30,11 +30,9 @@ from conveyor.scheduler.persist import ADDED_FIELDS, RowError, from_row, to_row
 from conveyor.scheduler.policy import TaskRecord
 from conveyor.server.stores import SqliteStore, StoreContext
 from conveyor.testing.processes import (
-    Reply,
     SchedulerProcess,
     child_env,
     free_port,
-    http_request,
     kill_marked,
 )
 
@@ -75,25 +73,6 @@ class Server(SchedulerProcess):
         env = child_env(directory, MARKER_VARIABLE, marker)
         super().__init__(directory, config, env, flags=flags)
         self.token = token
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        headers: dict[str, str | None] | None = None,
-    ) -> Reply:
-        """One request on a fresh connection: ``body`` sent as JSON with the token (if the
-        server has one); a header given as None is left out."""
-        sent: dict[str, str | None] = {}
-        if body is not None:
-            sent["Content-Type"] = "application/json"
-        if self.token:
-            sent["Authorization"] = f"Bearer {self.token}"
-        sent.update(headers or {})
-        data = None if body is None else body if isinstance(body, bytes) else json.dumps(body)
-        return http_request(self.port, method, path, data, sent, host=LOOPBACK)
 
     def worker_ids(self) -> set[str]:
         """The ids of the workers the server knows."""

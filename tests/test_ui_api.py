@@ -268,16 +268,12 @@ class UiServer(SchedulerProcess):
         cookie: str | None = None,
         headers: Mapping[str, str | None] | None = None,
     ) -> Reply:
-        """One request on a fresh connection: a non-bytes ``body`` is sent as JSON (declared
-        so), ``cookie`` as the session cookie; a header given as None is left out."""
+        """:meth:`SchedulerProcess.request`, with ``cookie`` sent as the session cookie."""
         sent: dict[str, str | None] = {}
-        if body is not None:
-            sent["Content-Type"] = "application/json"
         if cookie is not None:
             sent["Cookie"] = f"{SESSION_COOKIE}={cookie}"
         sent.update(headers or {})
-        data = body if body is None or isinstance(body, bytes | str) else json.dumps(body)
-        return http_request(self.port, method, path, data, sent, host=LOOPBACK)
+        return super().request(method, path, body, sent)
 
     def ui(self, path: str, cookie: str | None = None) -> Any:
         """GET a UI route; its JSON (asserting 200)."""

@@ -8,7 +8,6 @@ synchronise: everything polls with a deadline.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -20,10 +19,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from conveyor.testing.processes import (
-    Reply,
     SchedulerProcess,
     child_env,
-    http_request,
     kill_tree,
 )
 
@@ -229,25 +226,6 @@ class UiServer(SchedulerProcess):
         super().__init__(directory, path, child_env(directory, MARKER, marker))
         self.marker = marker
         self.token = token
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        headers: dict[str, str | None] | None = None,
-    ) -> Reply:
-        """One request; a body that is not bytes/str is sent as JSON; the bearer token is sent
-        on ``/api/v1/`` routes when the server has one."""
-        sent: dict[str, str | None] = {}
-        data: bytes | str | None = None
-        if body is not None:
-            data = body if isinstance(body, bytes | str) else json.dumps(body)
-            sent["Content-Type"] = "application/json"
-        if self.token and path.startswith("/api/v1/"):
-            sent["Authorization"] = f"Bearer {self.token}"
-        sent.update(headers or {})
-        return http_request(self.port, method, path, body=data, headers=sent)
 
     def json(self, method: str, path: str, body: Any = None) -> Any:
         """A request that must answer 200; its JSON."""

@@ -109,6 +109,9 @@ class SchedulerProcess:
     started again on the same port and state. Subclass it to add request helpers.
     """
 
+    token: str = ""
+    """The bearer token the server's configuration sets: :meth:`request` sends it to ``/api/``."""
+
     def __init__(
         self,
         directory: Path,
@@ -133,6 +136,26 @@ class SchedulerProcess:
     def url(self) -> str:
         """The server's base URL."""
         return f"http://127.0.0.1:{self.port}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: Mapping[str, str | None] | None = None,
+    ) -> Reply:
+        """One request on a fresh connection: a ``body`` that is not bytes or str is sent as
+        JSON, declared so; the bearer token goes to ``/api/`` routes when the server has one;
+        ``headers`` come last, and one given as None is left out."""
+        sent: dict[str, str | None] = {}
+        data: bytes | str | None = None
+        if body is not None:
+            data = body if isinstance(body, bytes | str) else json.dumps(body)
+            sent["Content-Type"] = "application/json"
+        if self.token and path.startswith("/api/"):
+            sent["Authorization"] = f"Bearer {self.token}"
+        sent.update(headers or {})
+        return http_request(self.port, method, path, data, sent)
 
     def start(self, timeout: float = 30) -> None:
         """Start the server and wait (bounded) until ``GET /health`` answers 200."""
