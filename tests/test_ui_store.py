@@ -265,3 +265,29 @@ def test_a_worker_reports_failures_to_a_server_that_predates_outcomes() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_memory_store_of_a_killed_process_is_swept() -> None:
+    """A server killed before it could close its memory store leaves its directory behind;
+    the next memory store made on the machine removes it (its process is gone)."""
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(30)
+    first = MemoryStore()
+    where = Path(first._path).parent.parent
+    first.close()
+    leftover = where / f"conveyor-memory-{gone.pid}-abc123"
+    leftover.mkdir()
+    (leftover / "state.db").write_text("x")
+    mine = where / f"conveyor-memory-{os.getpid()}-keep"
+    mine.mkdir()
+    try:
+        second = MemoryStore()
+        second.close()
+        assert not leftover.exists()
+        assert mine.exists()  # (a live process's store stays)
+    finally:
+        mine.rmdir()

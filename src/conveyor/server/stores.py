@@ -18,6 +18,7 @@ SQLite store: into its ``quarantine`` table, raw data and reason kept) so that t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -493,8 +494,9 @@ class MemoryStore(SqliteStore):
         that goes when the store is closed or collected. A file, not SQLite's ``:memory:``, so
         that reads have their own connections as with ``sqlite``."""
         shm = "/dev/shm"
-        where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-        directory = tempfile.mkdtemp(prefix="conveyor-memory-", dir=where)
+        where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+        _sweep(where)
+        directory = tempfile.mkdtemp(prefix=f"{_MEMORY_PREFIX}{os.getpid()}-", dir=where)
         self._remove = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
         super().__init__(StoreContext(os.path.join(directory, "state.db")))
         self._db.execute("PRAGMA synchronous=OFF")  # nothing here is meant to survive
@@ -503,6 +505,28 @@ class MemoryStore(SqliteStore):
         """Close the connections and remove the database."""
         super().close()
         self._remove()
+
+
+_MEMORY_PREFIX = "conveyor-memory-"
+
+
+def _sweep(where: str) -> None:
+    """Remove the memory stores of processes that are gone (killed before they could)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(where):
+            pid = name[len(_MEMORY_PREFIX) :].partition("-")[0]
+            if name.startswith(_MEMORY_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(where, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _apply(db: sqlite3.Connection, version: int) -> None:
