@@ -1214,8 +1214,9 @@ class OptionalKind(Parameter[T | None]):
     :attr:`inner`. Unlike the other kinds an optional one defaults to ``None`` (as in Luigi);
     pass ``default=NO_DEFAULT`` to make it required.
 
-    A subclass names the wrapped kind in :attr:`kind`; one whose kind takes options
-    (``choices=``...) builds it in its own ``__init__`` and hands it to :meth:`_wrap`. This is
+    A subclass names the wrapped kind in :attr:`kind`. Keyword options other than
+    ``significant`` and ``description`` (``choices=``, ``enum=``, ``var_type=``...) build the
+    wrapped kind, and its attributes (``.choices``...) read through this parameter. This is
     also how to make an optional variant of a kind of your own::
 
         class OptionalRegionParameter(OptionalKind[Region]):
@@ -1231,18 +1232,24 @@ class OptionalKind(Parameter[T | None]):
         cls.is_flag = cls.kind.is_flag
 
     def __init__(
-        self, default: object = None, *, significant: bool = True, description: str = ""
+        self,
+        default: object = None,
+        *,
+        significant: bool = True,
+        description: str = "",
+        **options: Any,
     ) -> None:
-        self._wrap(cast(Parameter[T], self.kind()), default, significant, description)
-
-    def _wrap(
-        self, inner: Parameter[T], default: object, significant: bool, description: str
-    ) -> None:
-        """Set the wrapped parameter, then initialise (and normalise the default) as usual."""
-        self.inner: Parameter[T] = inner
+        """Wrap ``kind(**options)``; then initialise (and normalise the default) as usual."""
+        self.inner: Parameter[T] = cast(Parameter[T], self.kind(**options))
         """The wrapped parameter, which parses and checks every value but ``None``."""
-        self.type_name = inner.type_name
+        self.type_name = self.inner.type_name
         super().__init__(default, significant=significant, description=description)
+
+    def __getattr__(self, name: str) -> Any:
+        """The wrapped kind's options (``.choices``, ``.enum``...) read through."""
+        if name == "inner":  # (not set yet: no wrapped kind to ask)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     def __set_name__(self, owner: type, name: str) -> None:
         """Remember the attribute name, for this parameter and the wrapped one."""
@@ -1336,35 +1343,11 @@ class OptionalChoiceParameter(OptionalKind[str]):
 
     kind = ChoiceParameter
 
-    def __init__(
-        self,
-        default: object = None,
-        *,
-        choices: Sequence[str],
-        significant: bool = True,
-        description: str = "",
-    ) -> None:
-        inner = ChoiceParameter(choices=choices)
-        self.choices = inner.choices
-        self._wrap(inner, default, significant, description)
-
 
 class OptionalEnumParameter(OptionalKind[E]):
     """An :class:`EnumParameter` value, or ``None`` (string form ``""``)."""
 
     kind = EnumParameter
-
-    def __init__(
-        self,
-        default: object = None,
-        *,
-        enum: type[E],
-        significant: bool = True,
-        description: str = "",
-    ) -> None:
-        inner = EnumParameter(enum=enum)
-        self.enum = inner.enum
-        self._wrap(inner, default, significant, description)
 
 
 class OptionalDateHourParameter(OptionalKind[datetime.datetime]):
@@ -1414,40 +1397,12 @@ class OptionalNumericalParameter(OptionalKind[N]):
 
     kind = NumericalParameter
 
-    def __init__(
-        self,
-        default: object = None,
-        *,
-        var_type: type[N],
-        min_value: N,
-        max_value: N,
-        significant: bool = True,
-        description: str = "",
-    ) -> None:
-        inner = NumericalParameter(var_type=var_type, min_value=min_value, max_value=max_value)
-        self.var_type: type[N] = inner.var_type
-        self.min_value: N = inner.min_value
-        self.max_value: N = inner.max_value
-        self._wrap(inner, default, significant, description)
-
 
 class OptionalChoiceListParameter(OptionalKind[tuple[str, ...]]):
     """A :class:`ChoiceListParameter` value, or ``None`` (string form ``""``; the empty tuple
     is written ``[]``)."""
 
     kind = ChoiceListParameter
-
-    def __init__(
-        self,
-        default: object = None,
-        *,
-        choices: Sequence[str],
-        significant: bool = True,
-        description: str = "",
-    ) -> None:
-        inner = ChoiceListParameter(choices=choices)
-        self.choices = inner.choices
-        self._wrap(inner, default, significant, description)
 
 
 class OptionalTaskParameter(OptionalKind["type[Task]"]):
