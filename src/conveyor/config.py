@@ -68,6 +68,7 @@ __all__ = [
     "WorkerSettings",
     "load_config",
     "resolve_config",
+    "thaw",
     "to_toml",
     "validate_backend_settings",
 ]
@@ -242,7 +243,7 @@ class _Draft:
 
     @classmethod
     def defaults(cls, fallback: str) -> _Draft:
-        values = {s: {k: _thaw(f.default) for k, f in keys.items()} for s, keys in SCHEMA.items()}
+        values = {s: {k: thaw(f.default) for k, f in keys.items()} for s, keys in SCHEMA.items()}
         return cls(values, {group: {} for group in BACKEND_GROUPS}, fallback)
 
     def put(self, section: str, key: str, value: Any, source: str) -> None:
@@ -288,10 +289,10 @@ def _apply_tasks(draft: _Draft, rest: tuple[str, ...], value: Any, source: str) 
         if len(keys) > 1:
             full = ".".join(("tasks", *rest))
             raise _error(source, f"{full}: a task parameter default is one key deep", full)
-        target[keys[0]] = _thaw(value)
+        target[keys[0]] = thaw(value)
     else:
         for key, item in _table(f'tasks."{family}"', value, source).items():
-            target[key] = _thaw(item)
+            target[key] = thaw(item)
     draft.task_sources[family] = source
 
 
@@ -345,7 +346,7 @@ def _apply_backend(
         )
     target = draft.backends.setdefault(group, {}).setdefault(name, {})
     if keys:
-        _deep_set(target, keys, _thaw(value))
+        _deep_set(target, keys, thaw(value))
     else:
         _deep_merge(target, _table(f"{group}.{name}", value, source))
 
@@ -363,15 +364,15 @@ def _deep_merge(target: dict[str, Any], table: Mapping[str, Any]) -> None:
         if isinstance(value, Mapping) and isinstance(target.get(key), dict):
             _deep_merge(target[key], value)
         else:
-            target[key] = _thaw(value)
+            target[key] = thaw(value)
 
 
-def _thaw(value: Any) -> Any:
-    """A mutable deep copy: mappings become dicts, tuples lists."""
+def thaw(value: Any) -> Any:
+    """A mutable deep copy of a configuration value: mappings become dicts, tuples lists."""
     if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
+        return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
@@ -455,11 +456,11 @@ def _draft_of(config: Config) -> _Draft:
     draft = _Draft.defaults(config.source or "configuration")
     for name in _SECTIONS:
         settings = getattr(config, name)
-        draft.values[name] = {f.name: _thaw(getattr(settings, f.name)) for f in fields(settings)}
+        draft.values[name] = {f.name: thaw(getattr(settings, f.name)) for f in fields(settings)}
         if draft.values[name].get("token_file"):
             draft.values[name]["token"] = ""
-    draft.backends = _thaw(config.backends)
-    draft.tasks = _thaw(config.tasks)
+    draft.backends = thaw(config.backends)
+    draft.tasks = thaw(config.tasks)
     draft.task_sources = dict(config.task_sources)
     return draft
 

@@ -468,6 +468,8 @@ def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:
 
 
 def _checked(cls: type[Task], key: str, table: Mapping[str, Any], source: str) -> dict[str, Any]:
+    from .config import thaw
+
     params = dict(cls._params)
     section = f'tasks."{key}"' if "." in key else f"tasks.{key}"
     checked = {}
@@ -481,7 +483,7 @@ def _checked(cls: type[Task], key: str, table: Mapping[str, Any], source: str) -
                 source=source,
             )
         try:
-            checked[name] = param.normalize(_plain(value))
+            checked[name] = param.normalize(thaw(value))  # (tables as dicts, arrays lists)
         except ValueError as exc:
             secret = is_secret_name(name)  # (the parameter's message repeats the value)
             shown = REDACTED if secret else repr(value)
@@ -490,15 +492,6 @@ def _checked(cls: type[Task], key: str, table: Mapping[str, Any], source: str) -
                 f"{source}: [{section}] {name} = {shown}: {detail}", source=source
             ) from None
     return checked
-
-
-def _plain(value: Any) -> Any:
-    """A configuration value as a parameter takes it: tables as dicts, arrays as lists."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any]) -> Any:
