@@ -104,6 +104,25 @@ def _answer(page: Any, choice: str) -> None:
     expect(dialog).to_be_hidden()
 
 
+def _cancel_then_confirm(
+    page: Any, server: UiServer, button: Any, task_id: str, posts: list[str]
+) -> tuple[list[tuple[Any, ...]], int]:
+    """Click ``button``: the dialog names the task, and Cancel changes and posts nothing;
+    click again and Confirm. Returns the state before, and the server's stderr size before
+    the confirmed action (for its audit line)."""
+    before = server.snapshot()
+    button.click()
+    expect(_dialog(page)).to_be_visible()
+    expect(_dialog(page)).to_contain_text(task_id)
+    _answer(page, "Cancel")
+    assert server.snapshot() == before
+    assert posts == []
+    since = stderr_size(server)
+    button.click()
+    _answer(page, "Confirm")
+    return before, since
+
+
 def test_retry_now(page: Any, targets: Targets) -> None:
     """Retry now on a FAILED task asks first; Cancel changes nothing and sends nothing;
     Confirm makes it PENDING at once with its failure count kept, and is audited."""
@@ -115,18 +134,7 @@ def test_retry_now(page: Any, targets: Targets) -> None:
     expect(page.locator('[data-testid="task-state"]')).to_have_text("FAILED")
     expect(page.get_by_role("button", name="Re-enable", exact=True)).to_have_count(0)
     button = page.get_by_role("button", name="Retry now", exact=True)
-    before = server.snapshot()
-
-    button.click()
-    expect(_dialog(page)).to_be_visible()
-    expect(_dialog(page)).to_contain_text(bad)
-    _answer(page, "Cancel")
-    assert server.snapshot() == before
-    assert posts == []
-
-    since = stderr_size(server)
-    button.click()
-    _answer(page, "Confirm")
+    before, since = _cancel_then_confirm(page, server, button, bad, posts)
     wait_for(lambda: server.states()[bad] == "PENDING", 5, "the retried task to be PENDING")
     expect(page.locator('[data-testid="task-state"]')).to_have_text("PENDING")
     expect(button).to_have_count(0)
@@ -157,17 +165,7 @@ def test_re_enable(page: Any, targets: Targets) -> None:
     expect(page.locator('[data-testid="task-state"]')).to_have_text("DISABLED")
     expect(page.get_by_role("button", name="Retry now", exact=True)).to_have_count(0)
     button = page.get_by_role("button", name="Re-enable", exact=True)
-    before = server.snapshot()
-
-    button.click()
-    expect(_dialog(page)).to_contain_text(fragile)
-    _answer(page, "Cancel")
-    assert server.snapshot() == before
-    assert posts == []
-
-    since = stderr_size(server)
-    button.click()
-    _answer(page, "Confirm")
+    before, since = _cancel_then_confirm(page, server, button, fragile, posts)
     wait_for(lambda: server.states()[fragile] == "PENDING", 5, "the task to be PENDING")
     expect(page.locator('[data-testid="task-state"]')).to_have_text("PENDING")
     assert server.ui_task(fragile)["failures"] == 0
