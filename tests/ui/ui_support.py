@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from conveyor.testing.processes import (
     SchedulerProcess,
     child_env,
     kill_tree,
+    wait_for,
 )
 
 MARKER = "UITEST_MARKER"  # not CONVEYOR_*: those are configuration overrides
@@ -408,15 +408,21 @@ def row_ids(page: Any) -> list[str]:
 
 
 def eventually(get: Callable[[], Any], want: Any, timeout: float, what: str) -> Any:
-    """Poll ``get()`` until it equals ``want``; on timeout, an AssertionError showing both."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = get()
-        if got == want:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: after {timeout} s got {got!r}, expected {want!r}")
-        time.sleep(0.05)
+    """Poll ``get()`` until it equals ``want`` (:func:`wait_for`); on timeout, an
+    AssertionError showing both."""
+    seen: list[Any] = []
+
+    def matches() -> bool:
+        seen[:] = [get()]
+        return bool(seen[0] == want)
+
+    try:
+        wait_for(matches, timeout, what)
+    except AssertionError:
+        raise AssertionError(
+            f"{what}: after {timeout} s got {seen[0]!r}, expected {want!r}"
+        ) from None
+    return seen[0]
 
 
 def rows_become(page: Any, want: Iterable[str], timeout: float = 10, what: str = "rows") -> None:
