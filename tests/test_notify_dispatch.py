@@ -251,7 +251,7 @@ def test_a_hanging_notifier_costs_at_most_flush_timeout_at_exit() -> None:
         dispatcher.close(flush_timeout=0.5)
         closed_in = time.monotonic() - started
     gate.release.set()
-    assert closed_in < 5  # the bound is flush_timeout, far below the 30 s the send would take
+    assert closed_in < 20  # the bound is flush_timeout; the send would never end
     assert dispatcher.delivered == 0
     assert [r["undelivered"] for r in logs if "undelivered" in r] == [1]  # T2, never tried
 

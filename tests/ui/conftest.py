@@ -53,9 +53,12 @@ def _unavailable(why: str) -> None:
 def browser() -> Iterator[Any]:
     """One headless Chromium for the whole session."""
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError as exc:
         _unavailable(f"playwright is not installed ({exc})")
+    # expect() waits 5 s by default; like every deadline here it only bounds a failure, so
+    # it is generous: a loaded 2-core machine can take longer to draw a view
+    expect.set_options(timeout=30_000)
     executable = shutil.which("chromium") or "/usr/bin/chromium"
     if not os.access(executable, os.X_OK):
         _unavailable(f"no chromium at {executable}")
@@ -74,7 +77,7 @@ def browser() -> Iterator[Any]:
 def context(browser: Any) -> Iterator[Any]:
     """A fresh browser context (no cookies, no cache) for one test."""
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    ctx.set_default_timeout(10_000)
+    ctx.set_default_timeout(30_000)  # a bound on failures only: generous for a loaded machine
     yield ctx
     ctx.close()
 

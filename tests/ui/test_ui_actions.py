@@ -135,7 +135,7 @@ def test_retry_now(page: Any, targets: Targets) -> None:
     expect(page.get_by_role("button", name="Re-enable", exact=True)).to_have_count(0)
     button = page.get_by_role("button", name="Retry now", exact=True)
     before, since = _cancel_then_confirm(page, server, button, bad, posts)
-    wait_for(lambda: server.states()[bad] == "PENDING", 5, "the retried task to be PENDING")
+    wait_for(lambda: server.states()[bad] == "PENDING", 30, "the retried task to be PENDING")
     expect(page.locator('[data-testid="task-state"]')).to_have_text("PENDING")
     expect(button).to_have_count(0)
     assert server.ui_task(bad)["failures"] == failures
@@ -144,7 +144,7 @@ def test_retry_now(page: Any, targets: Targets) -> None:
     assert [p for p in posts if p.endswith("/ui/api/retry")], posts
     wait_for(
         lambda: audit_lines(server, bad, re.compile("retry", re.I), since),
-        5,
+        30,
         "an audit line naming the retry and the task",
     )
     assert natives == []
@@ -166,14 +166,14 @@ def test_re_enable(page: Any, targets: Targets) -> None:
     expect(page.get_by_role("button", name="Retry now", exact=True)).to_have_count(0)
     button = page.get_by_role("button", name="Re-enable", exact=True)
     before, since = _cancel_then_confirm(page, server, button, fragile, posts)
-    wait_for(lambda: server.states()[fragile] == "PENDING", 5, "the task to be PENDING")
+    wait_for(lambda: server.states()[fragile] == "PENDING", 30, "the task to be PENDING")
     expect(page.locator('[data-testid="task-state"]')).to_have_text("PENDING")
     assert server.ui_task(fragile)["failures"] == 0
     changed = {t for t, s in server.states().items() if before_state(before, t) != s}
     assert changed == {fragile}
     wait_for(
         lambda: audit_lines(server, fragile, re.compile(r"re-?enable", re.I), since),
-        5,
+        30,
         "an audit line naming the re-enable and the task",
     )
     assert natives == []
@@ -204,7 +204,7 @@ def test_retry_all_failed_follows_the_lists_filter(page: Any, targets: Targets) 
         states = server.states()
         return states[ids["bada1"]] == states[ids["bada2"]] == "PENDING"
 
-    wait_for(retried, 5, "both BadA tasks to be PENDING")
+    wait_for(retried, 30, "both BadA tasks to be PENDING")
     states = server.states()
     changed = {t for t, s in states.items() if before_state(before, t) != s}
     assert changed == {ids["bada1"], ids["bada2"]}
@@ -212,7 +212,7 @@ def test_retry_all_failed_follows_the_lists_filter(page: Any, targets: Targets) 
     for name in ("bada1", "bada2"):
         wait_for(
             lambda name=name: audit_lines(server, ids[name], re.compile("retry", re.I), since),
-            5,
+            30,
             f"an audit line naming the retry of {name}",
         )
     page.goto(ui_url(server, list_route(state="PENDING", family="BadA")))

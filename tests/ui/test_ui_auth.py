@@ -107,7 +107,7 @@ def test_a_wrong_token_is_refused_and_logged_without_it(
     assert reply.status == 401, reply.status
     assert reply.error()
     assert COOKIE not in reply.headers.get("set-cookie", "")
-    wait_for(lambda: stderr_size(server) > since, 5, "a log line about the refused sign-in")
+    wait_for(lambda: stderr_size(server) > since, 30, "a log line about the refused sign-in")
     page.goto(ui_url(server, "/"))
     form = page.locator('[data-testid="signin-form"]')
     expect(form).to_be_visible()
@@ -193,7 +193,7 @@ def test_actions_in_a_session_are_audited_with_it_and_without_secrets(
             lambda task_id=task_id, since=since: audit_lines(
                 server, task_id, re.compile("retry", re.I), since
             ),
-            5,
+            30,
             f"an audit line naming the retry of {task_id}",
         )
         lines.append(line.replace(task_id, "<task>"))

@@ -121,7 +121,7 @@ def test_the_ui_works_under_a_path_prefix(
     dialog = page.locator('[data-testid="confirm-dialog"]')
     expect(dialog).to_be_visible()
     dialog.get_by_role("button", name="Confirm").click()
-    wait_for(lambda: server.states()["Behind-Proxy"] == "PENDING", 10, "the retry to apply")
+    wait_for(lambda: server.states()["Behind-Proxy"] == "PENDING", 30, "the retry to apply")
     assert "/ui/api/retry" in proxy.forwarded
     outside = [u for u in urls if not (u.startswith(proxy.url + "/") or u.startswith("data:"))]
     assert outside == [], outside

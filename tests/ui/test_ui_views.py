@@ -128,7 +128,7 @@ def test_a_deep_link_survives_a_reload(page: Any, populated: Population) -> None
         # a filter nothing matches is an empty list, not the unfiltered one
         with shared.expect_response(lambda r: "api/tasks" in r.url and "warehouse" in r.url):
             shared.goto(ui_url(populated.server, nothing))
-        eventually(lambda: row_ids(shared), [], 5, "rows of a filter nothing matches")
+        eventually(lambda: row_ids(shared), [], 30, "rows of a filter nothing matches")
     finally:
         other.close()
 
@@ -211,7 +211,7 @@ def test_detail_of_a_failed_task(page: Any, populated: Population) -> None:
     eventually(
         lambda: _attempts(page),
         [{"outcome": "failed", "worker": populated.pipeline_worker}],
-        5,
+        30,
         "the attempt rows",
     )
     dependent = page.locator(f'a[href$="#/task/{quote(populated.ids["pipeline"], safe="")}"]')
@@ -257,7 +257,7 @@ def test_attempt_outcomes(page: Any, populated: Population) -> None:
         eventually(
             lambda: _attempts(page),
             [{"outcome": outcome, "worker": worker}],
-            5,
+            30,
             f"the attempts of {name}",
         )
     expect(page.locator('[data-testid="task-error"]')).to_contain_text("exit code 4")

@@ -425,7 +425,7 @@ def eventually(get: Callable[[], Any], want: Any, timeout: float, what: str) -> 
     return seen[0]
 
 
-def rows_become(page: Any, want: Iterable[str], timeout: float = 10, what: str = "rows") -> None:
+def rows_become(page: Any, want: Iterable[str], timeout: float = 30, what: str = "rows") -> None:
     """Wait until the list shows exactly the tasks ``want`` (in any order)."""
     eventually(lambda: sorted(row_ids(page)), sorted(want), timeout, what)
 

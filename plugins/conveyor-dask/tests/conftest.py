@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 from conveyor.testing.processes import kill_marked
 
-from dask_cluster_for_tests import DaskCluster
+from dask_cluster_for_tests import MARKER_VARIABLE, DaskCluster
 
 HERE = Path(__file__).resolve().parent
-MARKER_VARIABLE = "DASKTEST_MARKER"  # not CONVEYOR_*: those are configuration overrides
 
 
 @pytest.fixture(scope="session", autouse=True)

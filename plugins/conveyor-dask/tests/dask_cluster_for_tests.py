@@ -18,6 +18,7 @@ from conveyor.testing.processes import free_port, kill_tree
 from distributed import Client
 
 DASK = str(Path(sys.executable).with_name("dask"))
+MARKER_VARIABLE = "DASKTEST_MARKER"  # the session marker (conftest.py); not CONVEYOR_*
 
 
 class DaskCluster:

@@ -108,14 +108,15 @@ class GatedJoin(Join):
 
 
 class Overtime(Base):
-    """Has a 1-second timeout; writes its pid, then sleeps far longer."""
+    """Has a 1-second timeout, which includes its interpreter's start-up: on a loaded machine
+    it may fire before run() begins. If run() begins, it records its run and then waits until
+    it is killed (bounded only so that a failed kill cannot leave it running for ever)."""
 
     worker_timeout = 1
 
     def run(self) -> None:
         self.side_effect()
-        put(self.path("overtime.pid"), str(os.getpid()))
-        time.sleep(60)
+        wait_file(self.path("never"), 600)
         self.finish("too late")
 
 
@@ -128,13 +129,13 @@ class Exits(Base):
 
 
 class Hangs(Base):
-    """Records its run, writes its pid to ``<tag>.pid`` and waits (bounded) for a file that the
-    test never creates."""
+    """Records its run, writes its pid to ``<tag>.pid`` and waits for a file that the test never
+    creates, until it is stopped (bounded: a failed stop cannot leave it running for ever)."""
 
     def run(self) -> None:
         self.side_effect()
         put(self.path(f"{self.tag}.pid"), str(os.getpid()))
-        wait_file(self.path("never"), 60)
+        wait_file(self.path("never"), 600)
         self.finish("woke up")
 
 

@@ -1,4 +1,4 @@
-"""The ``dask`` executor for conveyor: attempts run on a Dask cluster (SPEC §4.1).
+"""The ``dask`` executor for conveyor: attempts run on a Dask cluster (see docs/executors.md).
 
 Each attempt runs on a Dask worker inside a child process started by conveyor's own
 ``subprocess`` runner (module, family and string parameters; no pickle of tasks), so timeouts,

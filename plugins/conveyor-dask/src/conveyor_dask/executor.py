@@ -30,6 +30,7 @@ from distributed import Client, Event, Future, LocalCluster
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
+from .logs import follow_level, worker_process_level
 from .remote import LOST, STOPPED, claim_name, run_attempt, stop_attempts, stop_name
 
 __all__ = ["CLOSE_WAIT", "DaskExecutor"]
@@ -75,6 +76,7 @@ class DaskExecutor:
         self.map_resources = bool(settings["map_resources"])
         self._cluster: LocalCluster | None = None
         timeout = float(settings["connect_timeout"])
+        follow_level(self.context.log_level)  # Dask's loggers no chattier than conveyor's
         if settings["address"] and settings["scheduler_file"]:
             raise ConfigError(
                 "executors.dask: set address or scheduler_file, not both",
@@ -97,6 +99,7 @@ class DaskExecutor:
                     memory_limit=settings["memory_limit"],
                     processes=True,
                     dashboard_address="127.0.0.1:0",  # (None still opens one, on 8787)
+                    silence_logs=worker_process_level(self.context.log_level),
                 )
                 self._client = Client(self._cluster, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError) as exc:  # unreachable, refused, no scheduler file
