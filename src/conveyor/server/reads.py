@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import TaskStatus
+from ..reasons import failure_reason
+from ..scheduler.policy import ATTEMPT_HISTORY
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
 
 __all__ = [
@@ -144,10 +146,20 @@ def _list_entry(record: dict[str, Any], seq: int, changed: float) -> dict[str, A
         "worker": record["worker"] or (attempts[-1]["worker"] if attempts else None),
         "priority": record["priority"],
         "status_message": hide_secret_params(record["status_message"], params),
+        "reason": _reason(record),
         "progress": record["progress"],
         "changed": changed,
         "seq": seq,
     }
+
+
+def _reason(record: Mapping[str, Any]) -> str:
+    """Why a FAILED, DISABLED or UNKNOWN task is so, in one line ("" for another state, or
+    without an explanation), secrets hidden."""
+    explanation = record["explanation"]
+    if not explanation or record["status"] not in _STUCK:
+        return ""
+    return failure_reason(explanation, record["params"])
 
 
 def _public(params: Mapping[str, str]) -> dict[str, str]:
@@ -190,6 +202,7 @@ def detail(db: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
         "failures": len(record["failures"]),
         "retry_count": record["retry_count"],
         "attempts": record.get("attempts") or [],
+        "attempts_kept": ATTEMPT_HISTORY,
         "blocked_by": [
             {"task_id": upstream.ids[i], "family": upstream.family[i], "status": s}
             for i in blocking

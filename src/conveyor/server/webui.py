@@ -1,4 +1,4 @@
-"""The web UI (SPEC §9): its files under ``/ui/``, its reads under ``/ui/api/``, its actions.
+"""The web UI (docs/ui.md): its files under ``/ui/``, its reads under ``/ui/api/``, its actions.
 
 Theory of operation
 -------------------
@@ -20,8 +20,9 @@ DOM text APIs only, so nothing a task or worker supplies is ever interpreted as 
 - **Access**: without ``[server] token`` the UI is open (the server then listens on loopback
   only). With one, ``POST /ui/login`` exchanges the token (compared in constant time) for a
   random session id in an ``HttpOnly``, ``SameSite=Strict`` cookie; sessions live in memory
-  for :data:`SESSION_SECONDS` (a restart signs everybody out). Every ``/ui/api/`` route but
-  ``session`` answers 401 without a valid cookie.
+  for :data:`SESSION_SECONDS` (a restart signs everybody out). Without a valid cookie every
+  ``/ui/api/`` route answers 401, except ``GET /ui/api/session``: it answers 200 with
+  ``signed_in: false``, which tells the page to show its sign-in form.
 
 The :class:`~.guard.Guard` in front has already checked the Host and Origin, that every
 ``POST`` is JSON, the body size, and it adds the security headers (CSP) to every answer.

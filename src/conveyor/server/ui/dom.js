@@ -127,6 +127,19 @@ export function fmtParams(params) {
     .join(", ");
 }
 
+/**
+ * What a task's message cell shows: for a FAILED, DISABLED or UNKNOWN task with an explanation,
+ * why it failed in one line (the server's `reason`, `data-testid="task-reason"`); otherwise its
+ * status message, and its progress when it has one.
+ */
+export function messageCell(t) {
+  if (t.reason) {
+    return h("td", { class: "msg" }, h("span", { class: "reason", "data-testid": "task-reason" }, t.reason));
+  }
+  const pct = t.progress != null ? h("span", { class: "pct" }, ` ${fmtPercent(t.progress)}`) : null;
+  return h("td", { class: "msg" }, t.status_message, pct);
+}
+
 /** A <time> element showing local time, with the relative age as its tooltip. */
 export const timeEl = (t) => (t == null ? "" : h("time", { title: fmtAgo(t) }, fmtTime(t)));
 

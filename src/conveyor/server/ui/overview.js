@@ -1,7 +1,7 @@
 // Overview: the count of tasks in each state (each a link to the filtered list), the total,
 // and short lists of what is running and what failed most recently.
 import * as api from "./api.js";
-import { STATES, badge, fmtPercent, h, replace, stateClass, table, taskLink, tasksHref, timeEl } from "./dom.js";
+import { STATES, badge, h, messageCell, replace, stateClass, table, taskLink, tasksHref, timeEl } from "./dom.js";
 
 function countCard(state, n) {
   return h(
@@ -12,23 +12,25 @@ function countCard(state, n) {
   );
 }
 
-function shortList(title, rows, state, total) {
+// `testid` names the section; a failed task's row shows why it failed (`task-reason`), any
+// other its status message and progress.
+function shortList(title, testid, message, rows, state, total) {
   if (!rows || rows.length === 0) return null;
   const trs = rows.map((t) =>
     h(
       "tr",
-      null,
+      { "data-task-id": t.task_id },
       h("td", null, taskLink(t.task_id)),
       h("td", null, badge(t.status)),
-      h("td", { class: "msg" }, t.status_message, t.progress != null ? ` (${fmtPercent(t.progress)})` : ""),
+      messageCell(t),
       h("td", { class: "nowrap" }, timeEl(t.changed)),
     ),
   );
   return h(
     "section",
-    { class: "panel" },
+    { class: "panel", "data-testid": testid },
     h("h2", null, title),
-    table(["Task", "State", "Status message", "Changed"], trs),
+    table(["Task", "State", message, "Changed"], trs),
     total > rows.length ? h("p", null, h("a", { href: tasksHref({ state }) }, `All ${total} ${state} tasks →`)) : null,
   );
 }
@@ -68,8 +70,8 @@ export function create(ctx) {
         h("a", { href: "#/tasks", "data-testid": "count-total" }, String(summary.total ?? 0)),
         " tasks",
       ),
-      shortList("Running now", running?.tasks, "RUNNING", counts.RUNNING ?? 0),
-      shortList("Failed most recently", failed?.tasks, "FAILED", counts.FAILED ?? 0),
+      shortList("Running now", "running-now", "Status message", running?.tasks, "RUNNING", counts.RUNNING ?? 0),
+      shortList("Failed most recently", "failed-recently", "Reason", failed?.tasks, "FAILED", counts.FAILED ?? 0),
     );
     return summary.seq;
   }

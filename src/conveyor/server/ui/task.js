@@ -103,12 +103,19 @@ function progress(p) {
   );
 }
 
-function attemptRow(a) {
+// `number` counts the attempts kept, oldest = 1; the scheduler's attempt id (a 53-bit fencing
+// token) is the cell's tooltip and the row's data-attempt-id.
+function attemptRow(a, number) {
   const end = a.ended ?? now();
   return h(
     "tr",
-    { "data-testid": "attempt-row", "data-outcome": a.outcome ?? undefined, "data-worker": a.worker ?? "" },
-    h("td", { class: "num" }, String(a.attempt)),
+    {
+      "data-testid": "attempt-row",
+      "data-outcome": a.outcome ?? undefined,
+      "data-worker": a.worker ?? "",
+      "data-attempt-id": a.attempt != null ? String(a.attempt) : undefined,
+    },
+    h("td", { class: "num", "data-testid": "attempt-number", title: `attempt id ${a.attempt}` }, String(number)),
     h("td", { class: "nowrap" }, timeEl(a.started)),
     h("td", { class: "nowrap" }, a.ended != null ? timeEl(a.ended) : h("span", { class: "muted" }, "running")),
     h("td", { class: "nowrap num" }, fmtDuration(end - a.started)),
@@ -117,9 +124,14 @@ function attemptRow(a) {
   );
 }
 
-function attempts(list) {
+// The history is oldest first; once it holds `kept` attempts, older ones were let go, so "1" is
+// the oldest kept, and the page says so.
+function attempts(list, kept) {
   if (!list?.length) return h("p", { class: "muted" }, "No attempts yet.");
-  return table(["#", "Started", "Ended", "Duration", "Outcome", "Worker"], list.map(attemptRow), "attempts");
+  return [
+    table(["#", "Started", "Ended", "Duration", "Outcome", "Worker"], list.map((a, i) => attemptRow(a, i + 1)), "attempts"),
+    kept && list.length >= kept ? h("p", { class: "muted" }, `Only the latest ${kept} attempts are kept: #1 is the oldest of them.`) : null,
+  ];
 }
 
 function section(title, ...content) {
@@ -160,7 +172,7 @@ function render(task, ctx) {
     ),
     section("Parameters", paramsTable(task.params)),
     section("Last failure", h("pre", { "data-testid": "task-error", class: "explanation placeholder" }, task.explanation ?? "")),
-    section("Attempts", attempts(task.attempts)),
+    section("Attempts", attempts(task.attempts, task.attempts_kept)),
     section(`Dependencies (${task.deps?.length ?? 0})`, task.deps?.length ? refList(task.deps) : h("p", { class: "muted" }, "None.")),
     section(
       `Dependents (${task.dependents_total ?? task.dependents?.length ?? 0})`,

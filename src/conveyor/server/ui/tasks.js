@@ -2,7 +2,7 @@
 // server; keyset pagination ("Next page" passes the server's opaque cursor); newest change first.
 import * as api from "./api.js";
 import { confirmed } from "./dialog.js";
-import { STATES, badge, fmtParams, fmtPercent, h, plural, replace, table, taskLink, tasksHref, timeEl } from "./dom.js";
+import { STATES, badge, fmtParams, h, messageCell, plural, replace, table, taskLink, tasksHref, timeEl } from "./dom.js";
 
 const PAGE = 50;
 const FILTERS = ["state", "family", "worker", "q"];
@@ -20,12 +20,7 @@ function row(t) {
     h("td", null, badge(t.status)),
     h("td", { class: "mono" }, t.worker ?? ""),
     h("td", { class: "num" }, String(t.priority ?? 0)),
-    h(
-      "td",
-      { class: "msg" },
-      t.status_message,
-      t.progress != null ? h("span", { class: "pct" }, ` ${fmtPercent(t.progress)}`) : null,
-    ),
+    messageCell(t),
     h("td", { class: "nowrap" }, timeEl(t.changed)),
   );
 }
@@ -164,7 +159,7 @@ export function create(ctx) {
       replace(
         results,
         rows.length
-          ? table(["Task", "Family", "Parameters", "State", "Worker", "Priority", "Status", "Changed"], rows, "tasks")
+          ? table(["Task", "Family", "Parameters", "State", "Worker", "Priority", "Status or reason", "Changed"], rows, "tasks")
           : h("p", { class: "empty" }, "No tasks match these filters."),
       );
       const page = cursor() ? "Later page" : "Newest changes first";
