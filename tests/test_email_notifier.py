@@ -412,9 +412,12 @@ def test_a_blackhole_server_does_not_block_the_run(
     """Sending never blocks the worker's loop: with an SMTP server that accepts and never
     answers, 4 failing tasks, ``timeout = 5`` and ``flush_timeout = 1``, the CLI run exits 1
     with the same summary as with no notifier, its 4 failures come one right after another,
-    and it ends in far less than the 4 x 5 s that sending inline would take."""
+    and it takes far less than the 4 x 5 s longer than without a notifier that sending inline
+    would (compared with that run, not with a fixed time: start-up depends on the load)."""
     module = task_module(TASKS)
+    started = time.monotonic()
     baseline = run_cli("run", f"{module}.Four", "--log-format", "json", cwd=tmp_path)
+    baseline_took = time.monotonic() - started
     with blackhole() as port:
         config = write_config(tmp_path, email_settings(port, timeout=5), flush_timeout=1)
         started = time.monotonic()
@@ -430,7 +433,7 @@ def test_a_blackhole_server_does_not_block_the_run(
         elapsed = time.monotonic() - started
     assert baseline.returncode == 1, baseline.stderr
     assert result.returncode == 1, result.stderr
-    assert elapsed < 15, f"the run took {elapsed:.1f} s"
+    assert elapsed < baseline_took + 10, f"took {elapsed:.1f} s, {baseline_took:.1f} s alone"
     assert result.stdout == baseline.stdout  # the same execution summary
     failed_at = [
         datetime.fromisoformat(r["timestamp"]).timestamp()
@@ -439,7 +442,7 @@ def test_a_blackhole_server_does_not_block_the_run(
     ]
     assert len(failed_at) == 4, result.stderr
     # the loop went on to the next task without waiting for a send (each would take 5 s)
-    assert max(failed_at) - min(failed_at) < 4, failed_at
+    assert max(failed_at) - min(failed_at) < 10, failed_at
 
 
 @pytest.mark.timeout(90)
@@ -470,18 +473,21 @@ def test_notifications_lost_to_a_blackhole_are_reported_at_exit(
 def test_a_refused_connection_is_logged_once_and_does_not_block(
     tmp_path: Path, task_module: WriteModule, run_cli: RunCli
 ) -> None:
-    """With nothing listening on the SMTP port, 4 failing tasks still exit 1 quickly; the
-    failure is logged once for the notifier (not once per message) and the 4 undelivered
-    messages are reported at exit."""
+    """With nothing listening on the SMTP port, 4 failing tasks still exit 1 quickly (not much
+    later than without a notifier); the failure is logged once for the notifier (not once per
+    message) and the 4 undelivered messages are reported at exit."""
     module = task_module(TASKS)
     config = write_config(tmp_path, email_settings(free_port(), timeout=5), flush_timeout=1)
+    started = time.monotonic()
+    run_cli("run", f"{module}.Four", "--log-format", "json", cwd=tmp_path)
+    baseline_took = time.monotonic() - started
     started = time.monotonic()
     result = run_cli(
         "run", f"{module}.Four", "--config", str(config), "--log-format", "json", cwd=tmp_path
     )
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stderr
-    assert elapsed < 15, f"the run took {elapsed:.1f} s"
+    assert elapsed < baseline_took + 10, f"took {elapsed:.1f} s, {baseline_took:.1f} s alone"
     records = json_lines(result.stderr)
     failures = failure_lines(records)
     assert len(failures) == 1, result.stderr

@@ -138,19 +138,20 @@ def test_a_yielded_dependency_that_never_completes_is_given_up(
     assert runs.count("parent") == (1 if executor == "inline" else max_reschedules + 2)
 
 
-def test_a_local_plugin_raising_system_exit_at_import_is_skipped(
+def test_a_local_plugin_raising_system_exit_at_import_is_fatal_exit_2(
     task_module: WriteModule, run_cli: RunCli, tmp_path: Path
 ) -> None:
-    """A [plugins] local module that raises SystemExit at import is reported with its name and
-    skipped; the run goes on (it used to exit 3 with no output at all)."""
+    """A [plugins] local module that raises SystemExit at import stops the worker with exit 2
+    and one line naming it and the SystemExit (it used to exit 3 with no output at all, then
+    was skipped; a local entry is asked for by name, so it is fatal now)."""
     plugin = task_module("raise SystemExit(3)\n")
     tasks = task_module("import conveyor\n\n\nclass Hello(conveyor.Task):\n    pass\n")
     (tmp_path / "worker.toml").write_text(f'[plugins]\nlocal = ["{plugin}"]\n', encoding="utf-8")
     proc = run_cli("run", f"{tasks}.Hello", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    reports = [line for line in proc.stderr.splitlines() if "plugin failed to load" in line]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    reports = [line for line in proc.stderr.splitlines() if "failed to load" in line]
     assert len(reports) == 1 and plugin in reports[0] and "SystemExit: 3" in reports[0]
-    assert "Verdict: succeeded" in proc.stdout
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
 def test_a_required_plugin_raising_system_exit_is_fatal_exit_2(
@@ -250,7 +251,8 @@ def test_a_wrong_shaped_answer_is_retried_then_exit_2_naming_the_route(
         server.close()
     assert proc.returncode == 2, proc.stdout + proc.stderr
     verdict = proc.stdout.strip().splitlines()[-1]
-    assert verdict.startswith("Verdict: failed - the scheduler stopped answering")
+    assert verdict.startswith("Verdict: failed in ")  # (the run's duration follows)
+    assert " s - the scheduler stopped answering" in verdict
     assert "/api/v1/get_work" in verdict and "does not fit the protocol" in verdict
     assert server.asked.count("/api/v1/get_work") == 3
     assert "Traceback" not in proc.stderr
@@ -360,11 +362,14 @@ import conveyor
 
 
 class Escaper(conveyor.Task):
-    '''Starts a helper in a session of its own (outside the attempt's process group).'''
+    '''Starts a helper in a session of its own (outside the attempt's process group).
+
+    Its 10 s timeout, which includes the attempt's start-up (an interpreter start under
+    subprocess), must not fire before the helper is started, whatever the machine's load.'''
 
     pidfile = conveyor.Parameter()
     hang = conveyor.BoolParameter()
-    worker_timeout = 2
+    worker_timeout = 10
 
     def run(self):
         # a daemon: its own session, and its parent gone at once (so no longer a descendant)
@@ -395,7 +400,7 @@ def test_a_helper_that_escapes_with_setsid_is_killed_after_the_attempt(
     assert proc.returncode == (1 if hang else 0), proc.stdout + proc.stderr
     helper_pid = int(pidfile.read_text())
 
-    wait_for(lambda: not _pid_alive(helper_pid), 10, "the escaped helper to be killed")
+    wait_for(lambda: not _pid_alive(helper_pid), 30, "the escaped helper to be killed")
     leaks = [line for line in proc.stderr.splitlines() if "left a process behind" in line]
     assert len(leaks) == 1 and "sleep 600" in leaks[0] and str(helper_pid) in leaks[0]
 
@@ -576,8 +581,9 @@ def _pid_alive(pid: int) -> bool:
 def test_a_long_lived_server_forgets_what_gone_workers_finished(
     task_module: WriteModule, run_cli: RunCli, tmp_path: Path, start_server: StartServer
 ) -> None:
-    """remove_delay after a worker is gone, the tasks only it needed are removed from the
-    server and from its SQLite state: a restarted server does not bring them back."""
+    """remove_delay after a worker is gone (or its run ended and released them), the tasks only
+    it needed are removed from the server and from its SQLite state: a restarted server does
+    not bring them back."""
     server = start_server("[scheduler]\nworker_disconnect_delay = 1\nremove_delay = 1\n")
     module = task_module(
         "import conveyor\n\n\nclass Hello(conveyor.Task):\n    n = conveyor.IntParameter()\n"
@@ -587,7 +593,7 @@ def test_a_long_lived_server_forgets_what_gone_workers_finished(
             "run", f"{module}.Hello", "--n", str(n), "--scheduler-url", server.url, cwd=tmp_path
         )
         assert proc.returncode == 0, proc.stderr
-    assert len(_statuses(server)) == 3
+        assert "1 ran successfully" in proc.stdout, proc.stdout  # (registered at the server)
     wait_for(lambda: not _statuses(server), 30, "the finished tasks to be removed")
     server.kill()
     server.start()
@@ -690,7 +696,7 @@ def test_a_sweep_put_off_while_others_run_still_happens(
     try:
         wait_for((root / "daemon.pid").exists, 30, "the daemon to be started")
         daemon = int((root / "daemon.pid").read_text())
-        wait_for(lambda: not _pid_alive(daemon), 10, "the daemon to be killed while Long runs")
+        wait_for(lambda: not _pid_alive(daemon), 30, "the daemon to be killed while Long runs")
         assert not (root / "release").exists()
     finally:
         (root / "release").write_text("go")

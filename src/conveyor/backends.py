@@ -16,7 +16,7 @@ from stevedore.exception import NoMatches
 
 from .errors import BackendNotFound, PluginError
 from .plugins import entry_point_names, load_local_plugins
-from .settings import schema_of
+from .settings import check_backend_settings, schema_of
 
 if TYPE_CHECKING:
     from .config import Config
@@ -103,10 +103,11 @@ def build_backend(
     against the class's ``settings_schema`` (ConfigError naming the file and key otherwise),
     and the class is called with ``context(settings)`` — the kind's context object holding the
     validated settings and what the worker or server gives every backend of that kind — or,
-    without ``context``, with the settings alone (a notifier, SPEC §4.3).
+    without ``context``, with the settings alone (a notifier, see docs/notifiers.md).
     """
     cls = load_backend(group, name)
     settings = config.backend_settings(TABLES[group], name, schema_of(cls))
+    check_backend_settings(cls, settings, config.source or "")
     return cls(settings if context is None else context(settings))
 
 
@@ -119,7 +120,9 @@ def check_selected(config: Config) -> None:
         selected.append(("conveyor.executors", config.worker.executor))
     selected += [("conveyor.notifiers", name) for name in config.notifiers.enabled]
     for group, name in selected:
-        config.backend_settings(TABLES[group], name, schema_of(load_backend(group, name)))
+        cls = load_backend(group, name)
+        settings = config.backend_settings(TABLES[group], name, schema_of(cls))
+        check_backend_settings(cls, settings, config.source or "")
 
 
 def _import_failed(group: str, name: str, err: BaseException) -> PluginError:

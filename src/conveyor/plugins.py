@@ -7,8 +7,9 @@ a failing one with its plugin's name, and carries on.
 Plugins come from three places, in this order: the ``conveyor.plugins`` entry points (unless
 ``CONVEYOR_DISABLE_PLUGIN_AUTOLOAD=1``), ``[plugins] local`` modules, and objects handed to
 ``Worker(plugins=...)``. Names in ``[plugins] disable`` or ``CONVEYOR_DISABLE_PLUGINS`` are
-blocked before anything is imported. A plugin that fails to import is reported and skipped,
-unless it is named in ``[plugins] required``.
+blocked before anything is imported. An entry point that fails to import is reported and
+skipped, unless it is named in ``[plugins] required``; a ``[plugins] local`` entry that fails is
+fatal (PluginError), since it was asked for by name.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 GROUP = "conveyor.plugins"
+LOCAL = "(local)"  # the distribution of a [plugins] local entry, as reported
 log = structlog.get_logger("conveyor.plugins")
 
 _Impl = tuple[str, Callable[..., Any], bool]
@@ -164,7 +166,8 @@ def blocked_names(settings: PluginSettings, environ: Mapping[str, str]) -> set[s
 def load_hook_plugins(
     settings: PluginSettings, environ: Mapping[str, str] | None = None
 ) -> tuple[list[PluginSource], list[LoadFailure]]:
-    """Load entry-point and local hook plugins; PluginError if a required one is missing."""
+    """Load entry-point and local hook plugins; PluginError if a required one is missing or
+    a ``[plugins] local`` entry fails to load (a failing entry point is logged and skipped)."""
     env = os.environ if environ is None else environ
     blocked = blocked_names(settings, env)
     loaded: list[PluginSource] = []
@@ -181,12 +184,20 @@ def load_hook_plugins(
             _load_local(spec, loaded, failures)
     _check_required(settings.required, loaded, failures, blocked, autoload)
     for failure in failures:
-        log.warning(
-            "plugin failed to load; skipped",
-            plugin=failure.name,
-            distribution=failure.distribution,
-            error=failure.error,
-        )
+        if failure.distribution != LOCAL:
+            log.warning(
+                "plugin failed to load; skipped",
+                plugin=failure.name,
+                distribution=failure.distribution,
+                error=failure.error,
+            )
+    for failure in failures:
+        if failure.distribution == LOCAL:  # asked for by name: never skipped quietly
+            raise PluginError(
+                f"[plugins] local entry {failure.name!r} failed to load: {failure.error}; fix "
+                "it, or remove it from [plugins] local (or list it in [plugins] disable)",
+                plugin=failure.name,
+            )
     return loaded, failures
 
 
@@ -252,12 +263,12 @@ def _load_local(spec: str, loaded: list[PluginSource], failures: list[LoadFailur
     except _LET_THROUGH:
         raise
     except BaseException as exc:  # SystemExit at import included: reported, not an exit
-        failures.append(LoadFailure(spec, "(local)", _describe(exc)))
+        failures.append(LoadFailure(spec, LOCAL, _describe(exc)))
         return
     warning = "" if attr else _no_hooks_warning(spec, obj)
     if warning:
         log.warning(warning, plugin=spec)
-    loaded.append(PluginSource(spec, obj, "(local)", warning))
+    loaded.append(PluginSource(spec, obj, LOCAL, warning))
 
 
 def _is_hookimpl(value: object) -> bool:

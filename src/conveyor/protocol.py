@@ -39,6 +39,7 @@ __all__ = [
     "NoteKind",
     "Ok",
     "Ping",
+    "Release",
     "Route",
     "Statuses",
     "StatusesAnswer",
@@ -62,7 +63,7 @@ T = TypeVar("T")
 
 
 class TaskStatus(enum.StrEnum):
-    """A task's state as the scheduler keeps it (SPEC §7) and ``RunResult.states`` reports it."""
+    """A task's state as the scheduler keeps it and ``RunResult.states`` reports it."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -92,7 +93,7 @@ class AttemptOutcome(enum.StrEnum):
 
 
 class AttemptEnd(enum.StrEnum):
-    """How an attempt ended, as the scheduler's attempt history keeps it (SPEC §9)."""
+    """How an attempt ended, as the scheduler's attempt history keeps it (see docs/ui.md)."""
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -176,7 +177,7 @@ class WorkLeft:
 
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
-    """One entry of the scheduler's task list (``GET /api/v1/tasks``, SPEC §7)."""
+    """One entry of the scheduler's task list (``GET /api/v1/tasks``, see docs/server.md)."""
 
     task_id: str
     family: str
@@ -285,6 +286,14 @@ class Ping:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """A worker's run ended: it no longer needs the tasks it registered (finished ones may be
+    pruned ``remove_delay`` later while the worker id lives on). Sent by newer workers only."""
+
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Statuses:
     """Ask for the status of some tasks."""
 
@@ -361,6 +370,7 @@ ROUTES: dict[str, Route] = {
         Route("ping", Ping, Ok),
         Route("statuses", Statuses, StatusesAnswer),
         Route("explanation", Explanation, ExplanationAnswer),
+        Route("release", Release, Ok),
     )
 }
 

@@ -20,7 +20,7 @@ from . import secrets
 from .errors import ConfigError
 from .tomlwriter import toml_value
 
-__all__ = ["Field", "Kind", "schema_of", "validate_backend_settings"]
+__all__ = ["Field", "Kind", "check_backend_settings", "schema_of", "validate_backend_settings"]
 
 Kind = Literal["int", "float", "seconds", "bool", "str", "str_list", "int_map"]
 """What a setting holds: ``seconds`` is a float duration (ints accepted), ``str_list`` a list
@@ -293,6 +293,25 @@ def validate_backend_settings(
         else:
             out[key] = spec.default
     return out
+
+
+def check_backend_settings(backend_cls: Any, settings: Mapping[str, Any], source: str = "") -> None:
+    """Run the check across keys a backend class may declare, after its table passed the schema.
+
+    ``check_settings(settings)`` (a static or class method; optional) raises ConfigError when
+    keys that are each valid cannot work together — the ``email`` notifier without recipients,
+    say. Its message gets ``source`` (the file) in front, like every other configuration error,
+    so ``conveyor config`` and the worker's start-up report it the same way.
+    """
+    check = getattr(backend_cls, "check_settings", None)
+    if check is None:
+        return
+    try:
+        check(settings)
+    except ConfigError as exc:
+        if not source or exc.source:
+            raise
+        raise _error(source, str(exc), exc.key) from None
 
 
 def schema_of(backend_cls: Any) -> Mapping[str, Field]:

@@ -1,4 +1,4 @@
-"""Notifiers: what a notification is, and how a notifier asks to be retried (SPEC §4.3).
+"""Notifiers: what a notification is, and how a notifier asks to be retried (docs/notifiers.md).
 
 A notifier is a backend of the ``conveyor.notifiers`` entry-point group: a class with a
 ``settings_schema`` (its ``[notifiers.<name>]`` table, validated like every backend's), built

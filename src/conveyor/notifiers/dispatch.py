@@ -1,4 +1,4 @@
-"""Dispatching notifications: a hook plugin of the worker feeding one sender thread (SPEC §4.3).
+"""Dispatching notifications: a hook plugin of the worker feeding one sender thread.
 
 :class:`NotifyPlugin` is registered like any plugin and sees exactly the events every plugin
 sees. Its hooks only append ``(kind, event)`` to a bounded inbox — the worker's loop never waits
@@ -35,7 +35,7 @@ from ..backends import load_backend
 from ..backoff import Backoff
 from ..hookspecs import hookimpl
 from ..secrets import REDACTED, is_secret_setting, redact_argv, redact_text
-from ..settings import schema_of
+from ..settings import check_backend_settings, schema_of
 from . import Message, RetryAfter
 from .messages import MAX_HELD_EVENTS, Held, aggregate, compose
 
@@ -70,7 +70,7 @@ class _Target:
     dropped_logged_at: float = float("-inf")
     abandoned: tuple[threading.Thread, list[BaseException | None], _Delivery] | None = None
     """A send() that did not return in time and may still be running: no other send of this
-    notifier starts before it ends (one send per notifier at a time, as SPEC says)."""
+    notifier starts before it ends (one send per notifier at a time)."""
 
 
 @dataclass(order=True, slots=True)
@@ -106,8 +106,13 @@ class Dispatcher:
         self.rand = rand
         self.command = redact_argv(sys.argv) if sys.argv else ""
         self.dropped = 0
+        """Notifications pushed out of the full queue (the oldest first)."""
         self.delivered = 0
         self.given_up = 0
+        """Messages dropped after their last retry (per notifier)."""
+        self.undelivered = 0
+        """Messages still queued or held when the close deadline came."""
+        self._total_logged = False
         self._inbox: deque[tuple[str, ev.Event]] = deque()
         self._deliveries: list[_Delivery] = []
         self._seq = itertools.count()
@@ -145,18 +150,34 @@ class Dispatcher:
 
     def close(self, flush_timeout: float) -> None:
         """Deliver what is queued (held aggregates included) within ``flush_timeout`` seconds
-        in total, then stop; what is left is logged as undelivered."""
+        in total, then stop; what is left is logged as undelivered, and the total dropped
+        during the run (if any) once."""
         with self._cond:
             self._deadline = self.clock() + max(0.0, flush_timeout)
             if self._inbox or self._deliveries or self._held:
                 self._start_thread()
             thread = self._thread
             self._cond.notify_all()  # a send in flight stops being waited for at the deadline
-        if thread is None:
-            return
-        thread.join(max(0.0, flush_timeout) + 1.0)
-        if thread.is_alive():  # cannot happen unless the clock misleads: still, say so
-            self._report_leftovers(in_flight=1)
+        if thread is not None:
+            thread.join(max(0.0, flush_timeout) + 1.0)
+            if thread.is_alive():  # cannot happen unless the clock misleads: still, say so
+                self._report_leftovers(in_flight=1)
+        self._log_total_dropped()
+
+    def _log_total_dropped(self) -> None:
+        """One warning at exit with every notification lost during the run, by cause."""
+        with self._cond:
+            if self._total_logged:
+                return
+            self._total_logged = True
+            causes = {
+                "queue_full": self.dropped,
+                "after_retries": self.given_up,
+                "past_flush_timeout": self.undelivered,
+            }
+        total = sum(causes.values())
+        if total:
+            log.warning("notifications dropped during this run", total=total, **causes)
 
     def _start_thread(self) -> None:
         if self._thread is None:
@@ -364,6 +385,7 @@ class Dispatcher:
             self._deliveries.clear()
             self._inbox.clear()
             self._held = []
+            self.undelivered += left
         if left:
             log.warning(
                 "notifications not delivered before the worker exited (flush_timeout)",
@@ -450,6 +472,7 @@ def build_dispatcher(config: Config) -> Dispatcher | None:
     for name in dict.fromkeys(settings.enabled):
         cls = load_backend("conveyor.notifiers", name)
         table = config.backend_settings("notifiers", name, schema_of(cls))
+        check_backend_settings(cls, table, config.source or "")
         targets.append((name, cls(table), table))
     return Dispatcher(
         targets,

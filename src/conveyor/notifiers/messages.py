@@ -1,4 +1,4 @@
-"""Composing notification messages: subjects and texts, redacted and truncated (SPEC §4.3).
+"""Composing notification messages: subjects and texts, redacted and truncated (docs/notifiers.md).
 
 Pure functions of hook events: :func:`compose` makes the message of one notification,
 :func:`aggregate` the one message of a held burst. Secret-named parameter values, credentials

@@ -3,8 +3,9 @@
 ``[notifiers.email]``: ``smtp_host``, ``smtp_port`` (25), ``security`` (``none``, ``starttls`` or
 ``ssl``), ``ca_file`` (a CA bundle to trust, e.g. a private CA's; otherwise the system's),
 ``username`` / ``password`` (optional login), ``sender``, ``recipients`` (always addressed, besides
-the tasks' ``owner_email``), ``timeout`` and ``max_retries`` (used by the dispatcher; the timeout
-also bounds every socket operation here).
+the tasks' ``owner_email``), ``allow_owner_only`` (with no ``recipients``, rely on the tasks'
+``owner_email`` alone; without it an empty ``recipients`` is refused at start-up), ``timeout`` and
+``max_retries`` (used by the dispatcher; the timeout also bounds every socket operation here).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class EmailNotifier:
         "password": Field("str", ""),
         "sender": Field("str", "", check=_address, expect="an email address"),
         "recipients": Field("str_list", (), check=_addresses, expect="a list of email addresses"),
+        "allow_owner_only": Field(
+            "bool", False, doc="with no recipients, send to the tasks' owner_email alone"
+        ),
         "timeout": Field("seconds", 10.0, gt=0),
         "max_retries": Field("int", 3, ge=0),
     }
@@ -68,14 +72,10 @@ class EmailNotifier:
         self._password: str = settings["password"]
         self.sender: str = settings["sender"] or f"conveyor@{socket.gethostname()}"
         self.recipients: tuple[str, ...] = tuple(settings["recipients"])
+        self.owner_only: bool = settings.get("allow_owner_only", False)
         self.timeout: float = settings["timeout"]
         self._context: ssl.SSLContext | None = None
-        if self.username and self.security == "none":
-            raise ConfigError(
-                'notifiers.email.security = "none" with a username: the password would cross '
-                'the network in clear text; expected security = "starttls" or "ssl"',
-                key="notifiers.email.security",
-            )
+        self.check_settings(settings)
         if self.security != "none":
             try:
                 self._context = ssl.create_default_context(cafile=settings["ca_file"] or None)
@@ -84,6 +84,26 @@ class EmailNotifier:
                     f"notifiers.email.ca_file: cannot load {settings['ca_file']!r}: {exc}",
                     key="notifiers.email.ca_file",
                 ) from None
+
+    @staticmethod
+    def check_settings(settings: Mapping[str, Any]) -> None:
+        """ConfigError for keys that are valid one by one but cannot work together: a login
+        over a plain connection, or no ``recipients`` without ``allow_owner_only``."""
+        if settings.get("username") and settings.get("security") == "none":
+            raise ConfigError(
+                'notifiers.email.security = "none" with a username: the password would cross '
+                'the network in clear text; expected security = "starttls" or "ssl"',
+                key="notifiers.email.security",
+            )
+        if not settings.get("recipients") and not settings.get("allow_owner_only"):
+            raise ConfigError(
+                "notifiers.email.recipients = [] while the email notifier is enabled: only a "
+                "task's owner_email could receive its messages, and one without it (a task "
+                "without owner_email, a run_finished summary) would reach nobody; expected at "
+                "least one address in [notifiers.email] recipients, or allow_owner_only = true "
+                "in [notifiers.email] to rely on owner_email alone",
+                key="notifiers.email.recipients",
+            )
 
     def __repr__(self) -> str:
         """Where it sends (never the password)."""
@@ -96,6 +116,9 @@ class EmailNotifier:
             bad = [a for a in message.recipients if a not in owners]
             log.warning("owner_email addresses skipped", addresses=[repr(a)[:80] for a in bad])
         to = list(dict.fromkeys((*self.recipients, *owners)))
+        if not to and self.owner_only:  # as configured: nobody to tell, nothing to retry
+            log.info("email not sent: no owner_email to send it to", kind=message.kind)
+            return
         if not to:
             raise NotifierError(
                 "no recipients: set [notifiers.email] recipients or the tasks' owner_email"

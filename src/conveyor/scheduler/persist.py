@@ -5,11 +5,11 @@ rebuilt by :meth:`~conveyor.scheduler.policy.SchedulerCore.restore`. Rows are pl
 nothing is pickled.
 
 :func:`from_row` is the one place where a stored row is validated: every field of
-:func:`to_row` must be there with its type, nothing else may be, and the status must be one of
-SPEC §7's. A row that fails raises :class:`RowError` naming the field, so a store (or the
-server) can say which row is unusable and why instead of crashing or serving a state that does
-not exist. Fields added after rows were first written (:data:`ADDED_FIELDS`) may be missing:
-a row saved by an older conveyor gets their default.
+:func:`to_row` must be there with its type, nothing else may be, and the status must be a
+:class:`~conveyor.protocol.TaskStatus`. A row that fails raises :class:`RowError` naming the
+field, so a store (or the server) can say which row is unusable and why instead of crashing
+or serving a state that does not exist. Fields added after rows were first written
+(:data:`ADDED_FIELDS`) may be missing: a row saved by an older conveyor gets their default.
 """
 
 from __future__ import annotations

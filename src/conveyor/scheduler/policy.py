@@ -21,8 +21,11 @@ Nothing grows without bound (Luigi's pruning): ``remove_delay`` seconds after a 
 declared gone, every task it registered that no live worker registered too, that is not
 ``RUNNING`` and that no remaining task depends on is removed — then its dependencies are
 looked at the same way — and so is what is kept about the worker itself, unless it came back.
-The removals are reported to the state store like changes. Candidates wait in a heap keyed by
-when they may go, so this costs nothing while nobody leaves.
+A worker whose run ended says so (:meth:`SchedulerCore.release`): it stops being a stakeholder
+of its tasks at once, and they are looked at ``remove_delay`` later the same way, so a worker
+id that lives on through many runs does not keep every task it ever ran. The removals are
+reported to the state store like changes. Candidates wait in a heap keyed by when they may go,
+so this costs nothing while nobody leaves.
 
 The class is thread-safe (one lock) and does no I/O; the clock is injected.
 """
@@ -505,6 +508,9 @@ class SchedulerCore:
         rec.unmet = sum(1 for d in rec.deps if self._tasks[d].status != DONE)
         for worker_id in rec.stakeholders:
             self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
+        if rec.registered and not rec.stakeholders:  # released by every worker before a
+            # restart: nothing else would make it a candidate for removal again
+            heapq.heappush(self._removals, (self.clock() + self.remove_delay, rec.task_id))
         if rec.status == RUNNING:
             rec.held = rec.resources
             for name, amount in rec.held.items():
@@ -763,6 +769,29 @@ class SchedulerCore:
         """Record that ``worker_id`` is alive."""
         with self._lock:
             self._seen(worker_id)
+
+    def release(self, worker_id: str) -> None:
+        """``worker_id``'s run ended: it no longer needs the tasks it registered.
+
+        The worker stops being a stakeholder of each of them, so a task nobody else registered
+        is looked at ``remove_delay`` later and removed like a gone worker's (unless it runs, a
+        kept task depends on it, or a live assistant may run it). It stays among their runners,
+        as a gone worker does, so what blocks a task still reads the same. The worker itself
+        stays known and alive: registering again makes it a stakeholder again. Releasing twice,
+        or a worker that registered nothing, changes nothing.
+        """
+        with self._lock:
+            now = self._seen(worker_id)
+            self._heaps.pop(worker_id, None)  # its run is over: what is queued for it is stale
+            mine = self._by_worker.pop(worker_id, None)
+            later = now + self.remove_delay
+            for task_id in mine or ():
+                rec = self._tasks.get(task_id)
+                if rec is None or worker_id not in rec.stakeholders:
+                    continue
+                self._touch(rec)
+                rec.stakeholders = tuple(w for w in rec.stakeholders if w != worker_id)
+                heapq.heappush(self._removals, (later, task_id))
 
     def _seen(self, worker_id: str, assistant: bool = False) -> float:
         now = self.clock()

@@ -35,6 +35,7 @@ from ..protocol import (
     GetWork,
     Ok,
     Ping,
+    Release,
     Statuses,
     StatusesAnswer,
     TaskDone,
@@ -142,6 +143,10 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         call(core.ping, r.worker_id)
         return Ok()
 
+    def release(r: Release) -> Ok:
+        call(core.release, r.worker_id)
+        return Ok()
+
     def statuses(r: Statuses) -> StatusesAnswer:
         return StatusesAnswer(call(core.statuses, r.task_ids))
 
@@ -158,6 +163,7 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         "ping": ping,
         "statuses": statuses,
         "explanation": explanation,
+        "release": release,
     }
 
 

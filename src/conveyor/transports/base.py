@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..config import Config, SchedulerSettings
 from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
-__all__ = ["SchedulerTransport", "TransportContext"]
+__all__ = ["CanRelease", "SchedulerTransport", "TransportContext"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,4 +91,16 @@ class SchedulerTransport(Protocol):
         """The stored failure explanation of a task."""
 
     def task_list(self) -> list[TaskInfo]:
-        """Every registered task: the entries of SPEC §7's task list."""
+        """Every registered task: the entries of the server's ``GET /api/v1/tasks``."""
+
+
+@runtime_checkable
+class CanRelease(Protocol):
+    """A transport that can tell the scheduler a worker's run ended (optional: a transport
+    without ``release`` still satisfies :class:`SchedulerTransport`; the worker then simply
+    does not release, and the scheduler prunes the tasks once the worker is gone)."""
+
+    def release(self, worker_id: str) -> None:
+        """The run of ``worker_id`` ended: it no longer needs the tasks it registered, so
+        finished ones may be pruned ``remove_delay`` later while the worker id lives on. Best
+        effort: the worker logs a failure and carries on."""

@@ -34,6 +34,7 @@ from ..protocol import (
     GetWork,
     NoteKind,
     Ping,
+    Release,
     Statuses,
     StatusesAnswer,
     TaskDone,
@@ -62,6 +63,14 @@ class _Transient(Exception):
     """A failure worth retrying."""
 
 
+class _Refused(ConveyorError):
+    """A 4xx answer (not retried); ``status`` is its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class HttpTransport:
     """Talks to ``conveyor scheduler`` at ``[scheduler] url``."""
 
@@ -87,6 +96,7 @@ class HttpTransport:
         self._local = threading.local()
         self._limit: int | None = None  # the server's max_request_bytes, once asked
         self._no_outcome = False  # the server refused task_failed's outcome (it predates it)
+        self._no_release = False  # the server has no release route (it predates it)
         self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
         self.rand: Callable[[], float] = random.random
 
@@ -135,8 +145,8 @@ class HttpTransport:
             error = answer.get("error", "") if isinstance(answer, dict) else ""
             if status == 409:  # the report of an attempt that is no longer current: refused
                 raise StaleReport(str(error) or f"{route}: the attempt is no longer current")
-            raise ConveyorError(
-                f"the scheduler at {self._where} refused {route}: HTTP {status} {error}"
+            raise _Refused(
+                status, f"the scheduler at {self._where} refused {route}: HTTP {status} {error}"
             )
         return answer
 
@@ -277,6 +287,18 @@ class HttpTransport:
     def ping(self, worker_id: str) -> None:
         """Keep this worker alive."""
         self._post(Ping(worker_id))
+
+    def release(self, worker_id: str) -> None:
+        """Tell the server this worker's run ended (its tasks may be pruned). A server that
+        predates the route answers 404: that is no error, and it is not asked again."""
+        if self._no_release:
+            return
+        try:
+            self._post(Release(worker_id))
+        except _Refused as exc:
+            if exc.status not in (404, 405):
+                raise
+            self._no_release = True
 
     def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
         """Status of each task id (asked ``_BATCH`` * 10 ids per request)."""

@@ -1,0 +1,223 @@
+"""A long-lived worker id does not pin every task it ever ran: when ``Worker.run()`` ends the
+worker releases its tasks, so finished ones are pruned ``remove_delay`` later while the worker
+id lives on — with the in-process scheduler, and against a real ``conveyor scheduler``."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import conveyor
+from conveyor.scheduler import TaskSpec
+from conveyor.testing import FakeClock
+from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked, wait_for
+from conveyor.transports.http import HttpTransport
+
+MARKER = "RELEASETEST_MARKER"  # not CONVEYOR_*: those are configuration overrides
+WORKER = "long-lived"
+
+
+class Touch(conveyor.Task):
+    """Writes one file; complete once it exists."""
+
+    path = conveyor.Parameter()
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(self.path)
+
+    def run(self) -> None:
+        with self.output().open("w") as out:
+            out.write("x")
+
+
+class Batch(conveyor.WrapperTask):
+    """One run's work: ``n`` new files under ``root``."""
+
+    root = conveyor.Parameter()
+    n = conveyor.IntParameter(default=5)
+
+    def requires(self) -> list[Touch]:
+        return [Touch(path=f"{self.root}/t{i}") for i in range(self.n)]
+
+
+def _batch(tmp_path: Path, run: int) -> Batch:
+    root = tmp_path / f"run{run}"
+    root.mkdir()
+    return Batch(root=str(root))
+
+
+def _ids(batch: Batch) -> set[str]:
+    return {batch.task_id, *(dep.task_id for dep in batch.requires())}
+
+
+# --- the in-process scheduler -----------------------------------------------------------------
+
+
+def test_a_long_lived_worker_id_keeps_only_what_others_still_want(tmp_path: Path) -> None:
+    """Five runs of new tasks by one worker id, remove_delay = 1 and the worker never gone:
+    after each run and the delay only the task another live worker registered is left."""
+    clock = FakeClock()
+    scheduler = conveyor.Scheduler(
+        conveyor.Config(), clock=clock, remove_delay=1, worker_disconnect_delay=3600
+    )
+    shared = Touch(path=str(tmp_path / "shared"))
+    scheduler.add_tasks("other", [TaskSpec(shared.task_id)])
+    for run in range(5):
+        batch = _batch(tmp_path, run)
+        config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
+        with conveyor.Worker(scheduler, config=config, worker_id=WORKER) as worker:
+            assert worker.add(batch) and worker.add(shared)
+            assert worker.run() is True
+        clock.advance(2)
+        left = {t.task_id for t in scheduler.task_list()}
+        assert left == {shared.task_id}, f"run {run}: {len(left)} tasks kept"
+    assert WORKER in {w["worker_id"] for w in scheduler.worker_list()}
+
+
+def test_one_worker_object_run_again_and_again_stays_bounded_and_reports_success(
+    tmp_path: Path,
+) -> None:
+    """One Worker object adding and running a new task four times, remove_delay passing between
+    runs: each run() is True with exit code 0 though earlier runs' tasks were pruned meanwhile."""
+    clock = FakeClock()
+    scheduler = conveyor.Scheduler(
+        conveyor.Config(), clock=clock, remove_delay=1, worker_disconnect_delay=3600
+    )
+    config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
+    with conveyor.Worker(scheduler, config=config, worker_id=WORKER) as worker:
+        for run in range(4):
+            task = Touch(path=str(tmp_path / f"once-{run}"))
+            assert worker.add(task)
+            assert worker.run() is True
+            assert worker.report is not None and worker.report.exit_code == 0, worker.report
+            clock.advance(2)
+            assert [t.task_id for t in scheduler.task_list()] == []
+
+
+# --- a real central scheduler --------------------------------------------------------------------
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A marker for the processes of one test, all killed at its end."""
+    value = uuid.uuid4().hex
+    yield value
+    kill_marked(MARKER, value)
+
+
+def _server(tmp_path: Path, marker: str, remove_delay: float, port: int = 0) -> SchedulerProcess:
+    config = tmp_path / f"server-{remove_delay:g}.toml"
+    config.write_text(
+        f"[scheduler]\nremove_delay = {remove_delay}\nworker_disconnect_delay = 3600\n",
+        encoding="utf-8",
+    )
+    return SchedulerProcess(tmp_path, config, child_env(tmp_path, MARKER, marker), port)
+
+
+def _listed(server: SchedulerProcess) -> set[str]:
+    reply = server.request("GET", "/api/v1/tasks")
+    assert reply.status == 200, reply
+    return {task["task_id"] for task in reply.json()["tasks"]}
+
+
+def _none_listed(server: SchedulerProcess, ids: set[str]) -> Callable[[], bool]:
+    return lambda: not _listed(server) & ids
+
+
+def _http_run(server: SchedulerProcess, batch: Batch) -> None:
+    config = conveyor.Config().with_overrides(
+        executor="inline", log_level="warning", scheduler_url=server.url
+    )
+    with conveyor.Worker(config=config, worker_id=WORKER) as worker:
+        assert worker.add(batch)
+        assert worker.run() is True
+
+
+def test_the_server_forgets_each_run_of_a_live_worker_after_remove_delay(
+    tmp_path: Path, marker: str
+) -> None:
+    """Three runs by one worker id against `conveyor scheduler` with remove_delay = 1: after
+    each, GET /api/v1/tasks loses that run's tasks, and the worker is still listed."""
+    server = _server(tmp_path, marker, remove_delay=1)
+    server.start()
+    try:
+        for run in range(3):
+            batch = _batch(tmp_path, run)
+            _http_run(server, batch)
+            wait_for(_none_listed(server, _ids(batch)), 30, f"run {run} to be pruned")
+            workers = server.request("GET", "/api/v1/workers").json()["workers"]
+            assert WORKER in {w["worker_id"] for w in workers}
+    finally:
+        server.kill()
+
+
+def test_a_release_survives_a_server_restart(tmp_path: Path, marker: str) -> None:
+    """A release is committed like any transition: a server killed after it and started again
+    (remove_delay now 1) prunes the released tasks though the worker is still known."""
+    first = _server(tmp_path, marker, remove_delay=3600)
+    first.start()
+    batch = _batch(tmp_path, 0)
+    try:
+        _http_run(first, batch)
+        assert _ids(batch) <= _listed(first)  # not before remove_delay
+    finally:
+        first.kill()
+    second = _server(tmp_path, marker, remove_delay=1, port=first.port)
+    second.start()
+    try:
+        wait_for(_none_listed(second, _ids(batch)), 30, "the released tasks to go")
+    finally:
+        second.kill()
+
+
+class _OldServer:
+    """A real HTTP server that predates ``release``: it answers that route 404 with the JSON
+    error a conveyor server gives for any unknown route, and ``{"ok": true}`` to the rest."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        asked = self.asked
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                asked.append(self.path)
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                known = not self.path.endswith("/release")
+                out = json.dumps({"ok": True} if known else {"error": "Not Found"}).encode()
+                self.send_response(200 if known else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_release_to_a_server_that_predates_it_is_silent_and_asked_once() -> None:
+    """The http transport's release to a server answering 404 raises nothing, is not retried,
+    and is not sent again; other calls still work."""
+    old = _OldServer()
+    try:
+        config = conveyor.Config().with_overrides(scheduler_url=old.url)
+        transport = HttpTransport(config)
+        transport.release(WORKER)
+        transport.release(WORKER)
+        transport.ping(WORKER)
+    finally:
+        old.close()
+    assert old.asked == ["/api/v1/release", "/api/v1/ping"]
