@@ -58,7 +58,7 @@ def test_defaults_match_the_spec(tmp_path: Path) -> None:
     assert dict(config.scheduler.resources) == {}
     assert config.server.port == 8082
     assert config.notifiers.on == ("failed", "timed_out", "process_died", "broken")
-    assert config.logging.level == "info"
+    assert config.logging.level == "auto"
     assert set(config.backends) == {"executors", "schedulers", "notifiers", "state_stores"}
 
 
@@ -271,7 +271,7 @@ def test_wrong_type_names_key_value_and_expectation(
         (
             '[logging]\nlevel = "verbose"',
             'logging.level = "verbose" is not one of the allowed values; expected one of: '
-            '"debug", "info", "warning", "error", "critical"',
+            '"auto", "debug", "info", "warning", "error", "critical"',
         ),
         (
             '[scheduler]\nurl = "ftp://x"',

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import conveyor
 from conveyor.progress import ProgressPlugin
-from conveyor.testing import RecordingPlugin
+from conveyor.testing import FakeClock, RecordingPlugin
 
 
 class PgLeaf(conveyor.Task):
@@ -52,12 +52,12 @@ class PgAll(conveyor.WrapperTask):
 def test_progress_plugin_counts_from_the_hooks(tmp_path: Path) -> None:
     """The final line counts done, running, pending and failed tasks, then ends the line."""
     stream = io.StringIO()
-    progress = ProgressPlugin(stream, min_interval=0.0)
+    progress = ProgressPlugin(stream, min_interval=0.0, clock=FakeClock().monotonic)
     with conveyor.Worker(plugins=[progress, RecordingPlugin()]) as worker:
         worker.add(PgAll(root=str(tmp_path)))
         worker.run()
     last = stream.getvalue().rstrip("\n").split("\r\x1b[K")[-1]
-    assert last == "conveyor: 3 done / 0 running / 1 pending / 1 failed"
+    assert last == "conveyor: 3/5 done (60%) · 0 running · 1 pending · 1 failed · 0.0 s elapsed"
     assert stream.getvalue().endswith("\n")
 
 
@@ -110,10 +110,10 @@ def test_conveyor_run_shows_progress_only_on_a_terminal(tmp_path: Path) -> None:
     finally:
         os.close(primary)
     assert proc.returncode == 0
-    assert b"conveyor: 1 done / 0 running / 0 pending / 0 failed" in seen
+    assert "conveyor: 1/1 done (100%) · 0 running · 0 pending · 0 failed" in seen.decode()
     (tmp_path / "out").unlink()
     piped = subprocess.run(
         args, cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
     )
     assert piped.returncode == 0
-    assert b"done /" not in piped.stderr
+    assert b"done (" not in piped.stderr

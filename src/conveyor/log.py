@@ -1,4 +1,4 @@
-"""Logging set-up with structlog (SPEC §8).
+"""Logging set-up with structlog (see docs/configuration.md, ``[logging]``).
 
 conveyor's own code only calls ``structlog.get_logger(...)``; this module configures the
 processors once, for the CLI or ``build()``. Records that task code emits through the standard
@@ -18,7 +18,7 @@ from .config import LoggingSettings
 from .core.summary import first_line
 from .terminal import TerminalStream
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "resolve_level"]
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -29,18 +29,30 @@ _LEVELS = {
 }
 
 
+def resolve_level(level: str, progress_line: bool) -> str:
+    """The level to log at for the setting ``level``: itself, except ``"auto"``, which is
+    ``"warning"`` on a console that shows ``conveyor run``'s progress line (it shows what the
+    info events would: what runs, what is done) and ``"info"`` everywhere else (pipes, files,
+    ``conveyor worker``, ``build()``). ``--log-level info`` brings the info events back."""
+    if level != "auto":
+        return level
+    return "warning" if progress_line else "info"
+
+
 def configure_logging(
     settings: LoggingSettings, stream: TextIO | TerminalStream | None = None
 ) -> None:
     """Configure structlog and stdlib logging: level, console or JSON lines, to stderr.
 
     On a terminal, lines go through a :class:`~conveyor.terminal.TerminalStream` (pass the one
-    the progress line uses), so that they never share a line with the live status line.
+    the progress line uses), so that they never share a line with the live status line. Level
+    ``auto`` is info here: a caller that draws a progress line resolves it first
+    (:func:`resolve_level`), so that the attempts' processes log at the same level.
     """
     out: Any = stream or sys.stderr
     if _isatty(out) and not isinstance(out, TerminalStream):
         out = TerminalStream(out)
-    level = _LEVELS[settings.level]
+    level = _LEVELS[resolve_level(settings.level, progress_line=False)]
     renderer = _renderer(settings.format, out)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,

@@ -8,7 +8,7 @@ into hooks and scheduler updates on its own loop thread, in order.
 These messages are values: build new ones (``dataclasses.replace``) rather than changing
 them. They are plain slotted dataclasses, not frozen ones, because a few are made for every
 attempt and a frozen dataclass's ``__init__`` costs about six times as much. The hook events
-the worker builds from them are frozen (SPEC §3).
+the worker builds from them are frozen (see docs/hooks.md).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class Suspended:
     """A generator ``run()`` paused at a yield whose dependencies were not yet complete.
 
     Only the in-process executors (``inline``, ``thread``) keep one: the next attempt resumes it,
-    sending the outputs of ``yielded``, instead of calling ``run()`` again from the top (SPEC
-    §2.1). It never crosses a process boundary.
+    sending the outputs of ``yielded``, instead of calling ``run()`` again from the top (see
+    docs/tasks.md). It never crosses a process boundary.
     """
 
     generator: Generator[Any, Any, Any]
@@ -109,6 +109,14 @@ class Outcome:
     signal: int | None = None
     suspended: Suspended | None = None
     """With needs_deps from an in-process executor: the paused run(), to resume later."""
+    found_complete: bool = False
+    """With succeeded: ``run()`` was not called, because the task, which has outputs of its own,
+    was already complete when the attempt started (another worker, or another task's
+    ``run()``, made its outputs after this worker registered it)."""
+    before_run: str = ""
+    """With timed_out: what the attempt's process was still doing when its time ran out, if
+    ``run()`` had not started yet (``interpreter start-up``, ``process start-up``, ``checking
+    its dependencies``); "" once ``run()`` had started, or when that is unknown."""
 
 
 Message = Note | Outcome

@@ -70,7 +70,17 @@ class SubprocessExecutor(ProcessExecutor):
             os.close(msg_w)
             os.close(dog_r)
         task_id = str(spec["task_id"])
-        child = Child(proc.pid, task_id, sink, msg_r, dog_w, timeout, popen=proc, mark=mark)
+        child = Child(
+            proc.pid,
+            task_id,
+            sink,
+            msg_r,
+            dog_w,
+            timeout,
+            popen=proc,
+            mark=mark,
+            startup="interpreter start-up",
+        )
         self.supervisor.watch(child)
         assert proc.stdin is not None
         try:

@@ -6,6 +6,11 @@ It enforces deadlines (SIGTERM to the whole tree, SIGKILL ``kill_grace`` seconds
 every child, kills what is left of its process group, and reports exactly one outcome per
 attempt: the child's own, or TIMED_OUT, PROCESS_DIED, or an interruption.
 
+A child tells how far it got (:class:`~.channel.Stage`: its task loaded, its ``run()``
+starting); a timeout that fires before ``run()`` started says so, and what the process was
+still doing (its start-up, or checking the task's dependencies), since a timeout clock that
+includes interpreter start-up can run out before any of the task's code ran.
+
 Every attempt's environment carries a mark (:data:`~.proctree.MARK_VARIABLE`). After attempts
 end — at most every :data:`SWEEP_EVERY` seconds while others run, at once when none does, and
 when the executor closes — processes still carrying the mark of an ended attempt (a helper that
@@ -31,7 +36,7 @@ import psutil
 import structlog
 
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
-from .channel import LineReader, decode
+from .channel import AttemptStage, LineReader, Stage, decode
 from .proctree import MARK_VARIABLE, descendants, marked_leftovers, signal_tree
 
 if TYPE_CHECKING:
@@ -69,11 +74,24 @@ class Child:
     server: ForkServer | None = None
     """The fork server whose child this is (it signals the group and reports the exit);
     None for the executor's own children."""
+    startup: str = "process start-up"
+    """What the process does before it has loaded its task, as a timeout then explains it
+    (``interpreter start-up`` for a fresh interpreter)."""
+    stage: AttemptStage | None = None
+    """How far the process has said it got (None: nothing said yet)."""
 
     @property
     def deadline(self) -> float:
         """When the attempt times out (monotonic seconds), or infinity."""
         return self.started + self.timeout if self.timeout > 0 else float("inf")
+
+    def before_run(self) -> str:
+        """What the process was doing if ``run()`` has not started yet, else ""."""
+        if self.stage is AttemptStage.RUNNING:
+            return ""
+        if self.stage is AttemptStage.LOADED:
+            return "checking its dependencies"
+        return self.startup
 
 
 class Supervisor:
@@ -312,7 +330,9 @@ class Supervisor:
     def _deliver(self, child: Child, data: bytes) -> None:
         for line in child.reader.feed(data):
             message = decode(line, child.task_id)
-            if isinstance(message, Outcome):
+            if isinstance(message, Stage):
+                child.stage = message.stage
+            elif isinstance(message, Outcome):
                 child.outcome = message
                 if child.kill_at is None:  # it should exit now; if it lingers, end it
                     child.kill_at = time.monotonic() + self.kill_grace
@@ -421,13 +441,17 @@ class Supervisor:
     def _outcome_of(self, child: Child, status: int | None) -> Outcome:
         elapsed = time.monotonic() - child.started
         if child.reason == "timeout":
+            # (its last messages are read by now: the stage is the last one it sent)
+            before_run = child.before_run()
+            when = f", before run() started ({before_run})" if before_run else ""
             return Outcome(
                 child.task_id,
                 TIMED_OUT,
                 elapsed,
                 timeout=child.timeout,
-                error=f"timed out after {child.timeout:g} s; its process tree was killed",
+                error=f"timed out after {child.timeout:g} s{when}; its process tree was killed",
                 exception_type="Timeout",
+                before_run=before_run,
             )
         if child.outcome is not None:  # reported before it was stopped: the outcome stands
             return child.outcome

@@ -2,6 +2,12 @@
 
 A check yields ``(task, complete, error)``: ``error`` is "" when ``complete()`` returned a real
 bool, else the explanation (it raised, returned something else, or did not return in time).
+
+A plain :class:`~conveyor.task.WrapperTask` (one that keeps the inherited ``complete()``) is
+checked through its requirements instead, each answer vetted: when one of them raises or
+returns something that is not a bool, the wrapper counts as incomplete (not broken), so that
+the walk goes down to that requirement and names *it* as broken, while the wrappers above it
+stay pending because of it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ import time
 import traceback
 from collections import deque
 
-from ..task import Task
+from ..errors import ConveyorError
+from ..task import Task, WrapperTask
 
 __all__ = ["CheckResult", "ParallelChecks", "SequentialChecks", "check_complete"]
 
@@ -21,8 +28,12 @@ CheckResult = tuple[Task, bool, str]
 
 def check_complete(task: Task) -> CheckResult:
     """Call ``task.complete()`` and vet its answer."""
+    if _plain_wrapper(task):
+        return task, _wrapper_complete(task), ""
     try:
         value = task.complete()
+    except ConveyorError as exc:  # conveyor's own errors say what is wrong: no traceback
+        return task, False, str(exc)
     except Exception:
         return task, False, f"{task!r}.complete() raised:\n{traceback.format_exc()}"
     if type(value) is not bool:
@@ -33,6 +44,37 @@ def check_complete(task: Task) -> CheckResult:
             "expected a bool (True or False)",
         )
     return task, value, ""
+
+
+def _plain_wrapper(task: Task) -> bool:
+    return isinstance(task, WrapperTask) and type(task).complete is WrapperTask.complete
+
+
+def _wrapper_complete(root: Task) -> bool:
+    """What ``WrapperTask.complete()`` answers, but False (descend and find out) where it
+    would raise, or would take a requirement's non-bool answer for a bool: the walk then
+    checks each requirement itself and reports the one that is broken.
+
+    Nested plain wrappers are looked through the same way (iteratively, each task once, so a
+    cycle of wrappers ends here and is reported by the walk's cycle search).
+    """
+    stack: list[Task] = [root]
+    seen: set[str] = set()
+    while stack:
+        task = stack.pop()
+        if task.task_id in seen:
+            continue
+        seen.add(task.task_id)
+        try:
+            if _plain_wrapper(task):
+                stack.extend(reversed(task.deps()))  # in requires() order, as all() would
+                continue
+            value = task.complete()
+        except Exception:  # the walk calls it again below this wrapper and reports it there
+            return False
+        if value is not True:  # False, or not a bool at all
+            return False
+    return True
 
 
 class SequentialChecks:

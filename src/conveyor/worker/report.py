@@ -7,11 +7,18 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from ..core.states import TaskState
-from ..core.summary import Category, SummaryFacts, exit_code, first_line, render_summary
+from ..core.summary import (
+    Category,
+    SummaryFacts,
+    exit_code,
+    first_line,
+    render_summary,
+    shorten,
+)
 from ..errors import SchedulerUnavailable
 from ..executors.base import Outcome
 from ..protocol import AttemptOutcome, TaskStatus
-from ..secrets import hide_secret_params
+from ..secrets import hide_secret_params, is_secret_name, redact_text
 from ..transports.base import SchedulerTransport
 from .graph import Node, label
 
@@ -40,16 +47,22 @@ def build_report(
     running_at_interrupt: int = 0,
     *,
     unreachable: str = "",
+    duration: float | None = None,
 ) -> RunReport:
     """Ask the scheduler for final states and classify every task of the graph.
 
     When the scheduler cannot be reached, the worker's own view stands in; ``unreported`` tasks
-    (results the scheduler never received) count as failed.
+    (results the scheduler never received) count as failed. ``duration`` (seconds, from the
+    worker_started event to the worker_stopped one) is said in the verdict.
     """
     try:
         statuses = transport.statuses(graph)
     except SchedulerUnavailable:
         statuses = {t: _LOCAL.get(node.state, TaskStatus.PENDING) for t, node in graph.items()}
+    if len(statuses) < len(graph):  # pruned since an earlier run() of this worker released it
+        statuses = {
+            t: statuses.get(t) or _LOCAL.get(n.state, TaskStatus.PENDING) for t, n in graph.items()
+        }
     for task_id in unreported:
         statuses[task_id] = TaskStatus.FAILED
         graph[task_id].error = "its result could not be reported: the scheduler was unreachable"
@@ -61,18 +74,26 @@ def build_report(
         for t, node in graph.items()
         if states[t] in _BAD
     }
-    failed = [t for t, category in categories.items() if category is Category.FAILED]
+    reasons = {
+        t: _reason(graph[t], errors[t])
+        if category is Category.FAILED
+        else _broken_reason(graph[t], errors[t])
+        for t, category in categories.items()
+        if category in (Category.FAILED, Category.BROKEN)
+    }
     facts = SummaryFacts(
         categories=categories,
         families={t: node.task.task_family for t, node in graph.items()},
-        label=lambda t: label(graph[t].task),
+        label=lambda t: _summary_label(graph[t]),
         requested=list(dict.fromkeys(requested)),
         interrupted=interrupted,
-        reasons={t: _reason(graph[t], errors[t]) for t in failed},
+        reasons=reasons,
         stopped=sum(1 for node in graph.values() if _interrupted(node.last)),
         running=running_at_interrupt,
         unreachable=unreachable,
         notes=_notes(graph),
+        params={t: node.params for t, node in graph.items()},
+        duration=duration,
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
@@ -104,6 +125,53 @@ def _notes(graph: Mapping[str, Node]) -> dict[str, str]:
     return notes
 
 
+_VALUE_LIMIT = 40  # characters of a parameter value in a summary label
+
+
+def _summary_label(node: Node) -> str:
+    """The task's label (:func:`~conveyor.worker.graph.label`) with every parameter value
+    longer than 40 characters shortened to 40, ``…`` in the middle, and credentials in URLs
+    hidden.
+
+    Each value is redacted *before* it is cut (a cut could split the ``user:pass@`` that the
+    redaction recognises) and put back where the label shows it as ``name=value``.
+    """
+    text = label(node.task)
+    for name, value in node.params.items():
+        if is_secret_name(name):
+            continue  # the label shows *** already
+        shown = shorten(redact_text(value), _VALUE_LIMIT)
+        if shown != value:
+            text = text.replace(f"{name}={value}", f"{name}={shown}")
+    return redact_text(text)
+
+
+def _broken_reason(node: Node, explanation: str) -> str:
+    """Why a task is broken, in one line, without its own label (the summary line starts with
+    it): ``broken: complete() returned 'yes' (str); expected a bool (True or False)``,
+    ``broken: requires() raised ValueError: no way``, ``broken: dependency cycle: A -> B -> A``.
+
+    Secrets are hidden before the line is cut, as for a failure.
+    """
+    text = _without_own_label(hide_secret_params(explanation, node.params).strip(), node)
+    head, _, rest = text.partition("\n")
+    if head.endswith(" raised:") and rest.strip():  # "complete() raised:" + its traceback
+        line = f"{head.removesuffix(':')} {first_line(rest)}"
+    else:
+        line = first_line(text)  # (a traceback: its exception's line)
+    return f"broken: {first_line(line)}" if line else "broken"
+
+
+def _without_own_label(text: str, node: Node) -> str:
+    """``text`` without the task's own ``repr`` at its start (``Family(...).`` or
+    ``Family(...): ``), which the summary line already starts with."""
+    own = repr(node.task)
+    for prefix in (own + ".", own + ": "):
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    return text
+
+
 def _reason(node: Node, explanation: str) -> str:
     """How a failed task ended, in one line: ``failed: ValueError: boom``, ``timed out after
     N s``, ``process died with signal SIGKILL (9)``; from this worker's last attempt.
@@ -112,13 +180,16 @@ def _reason(node: Node, explanation: str) -> str:
     """
     last = node.last
     if last is not None and last.kind == AttemptOutcome.TIMED_OUT:
+        if last.before_run:
+            return f"timed out after {last.timeout:g} s, before run() started ({last.before_run})"
         return f"timed out after {last.timeout:g} s"
     if last is not None and last.kind == AttemptOutcome.PROCESS_DIED:
         if last.signal is not None:
             return f"process died with signal {_signal_name(last.signal)}"
         return f"process died with exit code {last.exitcode}"
     # the explanation of a timeout or a dead process says no more than the lines above
-    line = first_line(hide_secret_params(explanation, node.params))  # hide, then cut
+    hidden = hide_secret_params(explanation, node.params).strip()  # hide, then cut
+    line = first_line(_without_own_label(hidden, node))
     return f"failed: {line}" if line else "failed"
 
 
@@ -161,7 +232,7 @@ def _categorize(node: Node, state: TaskStatus, upstream: str) -> Category:
         return Category.BROKEN
     if state == TaskStatus.DONE:
         if node.succeeded:
-            return Category.COMPLETED
+            return Category.FOUND_COMPLETE if node.found_complete else Category.COMPLETED
         # found complete by its last check, before this worker ran it
         if node.state is TaskState.COMPLETE:
             return Category.ALREADY_DONE
