@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from .run import RunResult, build
     from .scheduler import Scheduler
     from .targets import LocalTarget, Target
-    from .task import ExternalTask, Task, WrapperTask, flatten
+    from .task import DynamicRequirements, ExternalTask, Settings, Task, WrapperTask, flatten
     from .util import inherits, requires
     from .worker.loop import Worker
 
@@ -163,7 +163,9 @@ _EXPORTS = {
     "inherits": ("conveyor.util", "inherits"),
     "requires": ("conveyor.util", "requires"),
     "Target": ("conveyor.targets", "Target"),
+    "DynamicRequirements": ("conveyor.task", "DynamicRequirements"),
     "ExternalTask": ("conveyor.task", "ExternalTask"),
+    "Settings": ("conveyor.task", "Settings"),
     "Task": ("conveyor.task", "Task"),
     "WrapperTask": ("conveyor.task", "WrapperTask"),
     "flatten": ("conveyor.task", "flatten"),
@@ -206,6 +208,7 @@ __all__ = [
     "DateTimeParameter",
     "DependencyCycle",
     "DictParameter",
+    "DynamicRequirements",
     "EnumParameter",
     "ExternalTask",
     "FileSystemTarget",
@@ -248,6 +251,7 @@ __all__ = [
     "RunResult",
     "Scheduler",
     "SchedulerUnavailable",
+    "Settings",
     "StaleReport",
     "Target",
     "Task",

@@ -1,4 +1,4 @@
-"""The ``conveyor`` command line: parse arguments, build settings, hand over (SPEC §6).
+"""The ``conveyor`` command line: parse arguments, build settings, hand over (see docs/cli.md).
 
 User mistakes (bad flags, bad configuration, unknown backends, tasks that cannot be imported)
 end with one ``conveyor: error: ...`` line on stderr and exit code 2, never a traceback.
@@ -20,7 +20,7 @@ from .backends import check_selected, describe_installed
 from .config import Config, load_config, to_toml
 from .core.summary import first_line
 from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
-from .log import configure_logging
+from .log import configure_logging, resolve_level
 from .parameters import allow_task_modules, task_modules_named
 from .progress import ProgressPlugin, TerminalStream
 from .protocol import TaskInfo, TaskList, TaskStatus, encode
@@ -55,7 +55,11 @@ _RUN_HELP: dict[str, tuple[str | None, str]] = {
     "--local-scheduler": (None, "use the in-process scheduler even if the config names a server"),
     "--config": ("PATH", "the worker.toml to read (default: $CONVEYOR_CONFIG, ./worker.toml)"),
     "--log-format": ("FORMAT", "auto (console on a terminal, else json), console or json"),
-    "--log-level": ("LEVEL", "debug, info, warning, error or critical (default info)"),
+    "--log-level": (
+        "LEVEL",
+        "auto, debug, info, warning, error or critical (default auto: warning on a terminal, "
+        "under the progress line; else info)",
+    ),
 }
 _RUN_EPILOG = (
     "conveyor's own options may come before or after TASK; after TASK, a task parameter of "
@@ -261,12 +265,16 @@ def cmd_run(args: list[str]) -> int:
     options = {k: v for k, v in merged.items() if not k.startswith("param:")}
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
     config = _run_config(options)
-    use_task_defaults(config.tasks, config.task_sources)  # [tasks.*] of this run's file
+    # [tasks.*] and the task id style of this run's file
+    use_task_defaults(config.tasks, config.task_sources, config.worker.task_id_style)
     # a task-class flag (--of mymod.Daily) may import the module it names: the user typed it
     with allow_task_modules(task_modules_named(task_cls.parameters(), params)):
         task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
     # on a terminal, log lines and the progress line share one stream that keeps them apart
     terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
+    # level "auto": warning under the progress line, else info (also for the attempts' logs)
+    level = resolve_level(config.logging.level, progress_line=terminal is not None)
+    config = config.with_overrides(log_level=level)
     configure_logging(config.logging, terminal)
     return _run_task(task, config, terminal)
 
@@ -489,7 +497,7 @@ def cmd_tasks(args: list[str]) -> int:
 def _select(
     tasks: list[TaskInfo], states: set[str], families: set[str], match: str | None
 ) -> list[TaskInfo]:
-    """The tasks that pass the filters, ordered by state (as in SPEC §7), family, then id."""
+    """The tasks that pass the filters, ordered by state (in TaskStatus order), family, then id."""
     needle = (match or "").lower()
 
     def wanted(task: TaskInfo) -> bool:

@@ -1,4 +1,4 @@
-"""worker.toml → one frozen :class:`Config` (SPEC §5).
+"""worker.toml → one frozen :class:`Config` (see docs/configuration.md).
 
 Theory of operation
 -------------------
@@ -102,13 +102,13 @@ def _is_http_url(value: Any) -> bool:
 _NAME: dict[str, Any] = {"check": _non_empty, "expect": "a non-empty string"}
 _URL: dict[str, Any] = {"check": _is_http_url, "expect": "an http:// or https:// URL"}
 _NOTIFY_ON = ("failed", "timed_out", "process_died", "broken", "succeeded", "run_finished")
-_LEVELS = ("debug", "info", "warning", "error", "critical")
+_LEVELS = ("auto", "debug", "info", "warning", "error", "critical")
 _FORMATS = ("auto", "console", "json")
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    """``[worker]``: how one worker runs tasks (SPEC §5)."""
+    """``[worker]``: how one worker runs tasks (see docs/configuration.md)."""
 
     workers: int = _setting(1, "int", "concurrent task slots", ge=1)
     executor: str = _setting("auto", "str", "auto | a conveyor.executors name", **_NAME)
@@ -125,18 +125,24 @@ class WorkerSettings:
     retry_external_tasks: bool = _setting(False, "bool")
     check_complete_on_run: bool = _setting(True, "bool", "after run(), incomplete = FAILED")
     parallel_scheduling: bool = _setting(False, "bool", "run complete() checks concurrently")
-    # Not in SPEC §5: under parallel_scheduling, how long one complete() check may take before
-    # the task is reported as failing its check (seconds; 0 = no limit).
+    # conveyor's own key (Luigi has none): under parallel_scheduling, how long one complete()
+    # check may take before the task is reported as failing its check (seconds; 0 = no limit).
     complete_check_timeout: float = _setting(
         60.0, "seconds", "limit on one complete() check under parallel_scheduling", ge=0
     )
     task_modules: tuple[str, ...] = _setting((), "str_list", "modules assistants may import")
     install_signal_handlers: bool = _setting(True, "bool")
+    task_id_style: str = _setting(
+        "conveyor",
+        "str",
+        "conveyor | luigi (Luigi's task ids, for classes that do not set task_id_style)",
+        choices=("conveyor", "luigi"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
-    """``[scheduler]``: the transport's client keys and the scheduling policy (SPEC §5, §7).
+    """``[scheduler]``: the transport's client keys and the scheduling policy.
 
     ``token`` is the effective token: the ``token`` key, or the stripped content of
     ``token_file`` (which is kept too).
@@ -164,7 +170,7 @@ class SchedulerSettings:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """``[server]``: the central scheduler server (SPEC §7); ``token`` as in SchedulerSettings."""
+    """``[server]``: the central scheduler server; ``token`` as in SchedulerSettings."""
 
     host: str = _setting("127.0.0.1", "str", **_NAME)
     port: int = _setting(8082, "int", ge=1, le=65535)
@@ -204,9 +210,19 @@ class PluginSettings:
 
 @dataclass(frozen=True, slots=True)
 class LoggingSettings:
-    """``[logging]``: level (stored lower-case) and format."""
+    """``[logging]``: level (stored lower-case) and format.
 
-    level: str = _setting("info", "str", choices=_LEVELS, casefold=True)
+    Level ``auto`` is decided where the logs go (:func:`conveyor.log.resolve_level`): warning
+    on a terminal that shows the progress line of ``conveyor run``, else info.
+    """
+
+    level: str = _setting(
+        "auto",
+        "str",
+        "warning where the progress line shows the rest, else info",
+        choices=_LEVELS,
+        casefold=True,
+    )
     format: str = _setting("auto", "str", "console on a TTY, else json", choices=_FORMATS)
 
 
@@ -583,7 +599,7 @@ def load_config(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> Config:
-    """Discover, read, layer and validate the configuration (SPEC §5).
+    """Discover, read, layer and validate the configuration (see docs/configuration.md).
 
     The file is ``path``, else ``$CONVEYOR_CONFIG``, else ``worker.toml`` in ``cwd`` if it
     exists, else none (defaults). ``CONVEYOR_<SECTION>__<KEY>`` variables of ``env`` (default
@@ -607,7 +623,7 @@ def load_config(
 
 
 def resolve_config(config: Config | str | os.PathLike[str] | None) -> Config:
-    """A Config as given, or loaded from a path, or discovered (SPEC §5) when None."""
+    """A Config as given, or loaded from a path, or discovered by :func:`load_config`."""
     if isinstance(config, Config):
         return config
     return load_config(config)

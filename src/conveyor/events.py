@@ -166,6 +166,9 @@ class TaskSucceeded(Event):
 
     hook: ClassVar[str] = "conveyor_task_succeeded"
     duration: float
+    skipped: bool = False
+    """``run()`` was not called: the task (one with outputs of its own) was already complete
+    when its attempt started, made by another worker or another task's ``run()`` meanwhile."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

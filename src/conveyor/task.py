@@ -13,19 +13,30 @@ from __future__ import annotations
 import datetime
 import hashlib
 import importlib
+import json
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
-from .parameters import Parameter, allow_task_modules, task_modules_named
+from .parameters import (
+    BoolParameter,
+    DictParameter,
+    ListParameter,
+    OptionalKind,
+    Parameter,
+    allow_task_modules,
+    task_modules_named,
+)
 from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
 
 __all__ = [
+    "DynamicRequirements",
     "ExternalTask",
+    "Settings",
     "Task",
     "WrapperTask",
     "flatten",
@@ -36,6 +47,7 @@ __all__ = [
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _ID_MAX = 128
 _HASH_LEN = 10
+_ID_STYLES = (None, "conveyor", "luigi")  # Task.task_id_style
 
 _REGISTRY: dict[tuple[str, str], type[Task]] = {}
 
@@ -87,9 +99,11 @@ Reporter = Callable[[str, object], None]
 
 
 def flatten(struct: object) -> list[Any]:
-    """Flatten any nesting of lists, tuples, sets and dict values into a flat list.
+    """Flatten any nesting of iterables (lists, tuples, sets, generators, ...) and dict values
+    into a flat list, as Luigi's ``flatten`` does.
 
-    ``None`` is dropped; a string or any other object is a leaf.
+    ``None`` is dropped; a task, a target, a string or any other non-iterable object is a leaf.
+    A generator is consumed.
     """
     out: list[Any] = []
     _flatten_into(struct, out)
@@ -101,16 +115,76 @@ def _flatten_into(struct: object, out: list[Any], keep_none: bool = False) -> No
         if keep_none:
             out.append(None)
         return
-    if isinstance(struct, Task):  # the common leaf, checked before the ABC below
+    if isinstance(struct, Task):  # the common leaf, checked before the ABCs below
         out.append(struct)
     elif isinstance(struct, Mapping):
         for value in struct.values():
             _flatten_into(value, out, keep_none)
-    elif isinstance(struct, list | tuple | set | frozenset):
-        for item in struct:
+    elif _is_nesting(struct):
+        for item in struct:  # type: ignore[attr-defined]
             _flatten_into(item, out, keep_none)
     else:
         out.append(struct)
+
+
+def _is_nesting(struct: object) -> bool:
+    """True for the iterables whose items ``flatten`` descends into: any iterable but a
+    string, bytes, a target or a mapping (whose values are taken instead)."""
+    if isinstance(struct, list | tuple | set | frozenset):
+        return True
+    return isinstance(struct, Iterable) and not isinstance(
+        struct, str | bytes | bytearray | Target | Mapping
+    )
+
+
+class DynamicRequirements:
+    """What a generator ``run()`` may yield instead of tasks: the ``requirements`` (a task or
+    any nesting of them) plus, optionally, a cheaper completeness check (Luigi 3's form).
+
+    ``custom_complete(complete_fn)`` is called with a function that tells whether one task is
+    complete, and returns whether all the requirements are (for instance by looking at one
+    directory instead of asking every task). When it returns ``True`` the ``yield`` evaluates
+    to the outputs of the requirements (``paths``) without asking each task; when it returns
+    ``False`` each requirement is asked and the incomplete ones are scheduled, as for a plain
+    ``yield``.
+    """
+
+    def __init__(
+        self,
+        requirements: Any,
+        custom_complete: Callable[[Callable[[Task], bool]], bool] | None = None,
+    ) -> None:
+        """Wrap ``requirements`` (a generator is read once, here)."""
+        if isinstance(requirements, Iterator):
+            requirements = list(requirements)
+        self.requirements = requirements
+        self.custom_complete = custom_complete
+
+    @property
+    def flat_requirements(self) -> list[Task]:
+        """The requirements, flattened."""
+        return flatten(self.requirements)
+
+    @property
+    def paths(self) -> Any:
+        """The outputs of the requirements, in the same nesting."""
+        return _outputs_of(self.requirements)
+
+    def complete(self, complete_fn: Callable[[Task], bool] | None = None) -> bool:
+        """Whether every requirement is complete: ``custom_complete(complete_fn)`` when given,
+        else ``complete_fn`` (default: each task's ``complete()``) on every requirement."""
+        check = complete_fn if complete_fn is not None else _task_complete
+        if self.custom_complete is not None:
+            return self.custom_complete(check)
+        return all(check(task) for task in self.flat_requirements)
+
+    def __repr__(self) -> str:
+        """``DynamicRequirements(<requirements>)``."""
+        return f"DynamicRequirements({self.requirements!r})"
+
+
+def _task_complete(task: Task) -> bool:
+    return task.complete()
 
 
 class Task:
@@ -128,6 +202,10 @@ class Task:
     retry_count: ClassVar[int | None] = None
     disabled: ClassVar[bool] = False
     owner_email: ClassVar[str | list[str] | None] = None
+    task_id_style: ClassVar[str | None] = None
+    """How task ids are made: ``"conveyor"`` (the default), ``"luigi"`` (exactly as Luigi 3.8
+    makes them, so outputs named after task ids keep their names across a port), or ``None``:
+    whatever ``[worker] task_id_style`` says."""
 
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
     _param_names: ClassVar[frozenset[str]] = frozenset()
@@ -137,6 +215,7 @@ class Task:
     _id_family: ClassVar[tuple[str, str]] = ("", "")
     _family: ClassVar[str] = "Task"
     _memoizable: ClassVar[bool] = False
+    _missing_hint: ClassVar[str] = ""  # added to a "missing required parameter" error
     _reporter: Reporter | None
     _hash: int | None
     _str_params: _Binding | None
@@ -147,6 +226,11 @@ class Task:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Collect the class's parameters (in declaration order) and register the class."""
         super().__init_subclass__(**kwargs)
+        if cls.task_id_style not in _ID_STYLES:
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}.task_id_style = {cls.task_id_style!r}; expected one of "
+                '"conveyor", "luigi" or None'
+            )
         params: dict[str, Parameter[Any]] = {}
         for klass in reversed(cls.__mro__):
             for name, value in vars(klass).items():
@@ -188,7 +272,10 @@ class Task:
             configured = configured_defaults(type(self))
             if configured:
                 given = {**configured, **given}
-        values = {name: _bind(family, name, param, given) for name, param in self._params}
+        values = {
+            name: _bind(family, name, param, given, self._missing_hint)
+            for name, param in self._params
+        }
         self._set_values(values)
         self._str_params = None
         self._task_id = None
@@ -253,7 +340,12 @@ class Task:
     def task_id(self) -> str:
         """A deterministic id from the family and the significant parameters."""
         if self._task_id is None:
-            self._task_id = _make_task_id(self._id_family, self._id_sorted, self._string_params())
+            if (self.task_id_style or _default_id_style()) == "luigi":
+                self._task_id = _luigi_task_id(self)
+            else:
+                self._task_id = _make_task_id(
+                    self._id_family, self._id_sorted, self._string_params()
+                )
         return self._task_id
 
     def to_str_params(self) -> dict[str, str]:
@@ -271,7 +363,7 @@ class Task:
 
     def clone(self, cls: type[Task] | None = None, **overrides: Any) -> Task:
         """A task of ``cls`` (default: this task's class) made from this task's parameters that
-        ``cls`` also has, plus ``overrides`` (SPEC §2.6; see :func:`conveyor.util.clone`)."""
+        ``cls`` also has, plus ``overrides`` (see docs/tasks.md and :func:`conveyor.util.clone`)."""
         from .util import clone  # (the helpers build on this module)
 
         return clone(self, cls, **overrides)
@@ -366,8 +458,10 @@ class Task:
 
     @classmethod
     def is_external(cls) -> bool:
-        """True for tasks whose data is made elsewhere (subclasses of ExternalTask)."""
-        return issubclass(cls, ExternalTask)
+        """True for tasks whose data is made elsewhere: those with no ``run()`` (``run = None``,
+        as :class:`ExternalTask` has), as in Luigi. A subclass of ``ExternalTask`` that defines
+        ``run()`` is an ordinary task."""
+        return cls.run is None
 
     def has_own_completion(self) -> bool:
         """True if the task has outputs or overrides complete() (check_complete_on_run)."""
@@ -375,7 +469,13 @@ class Task:
 
 
 class ExternalTask(Task):
-    """A task with no run(): its output is made elsewhere; incomplete means missing data."""
+    """A task with no run(): its output is made elsewhere; incomplete means missing data.
+
+    As in Luigi, what makes a task external is that it has no ``run()``: a subclass that
+    defines one is an ordinary task.
+    """
+
+    run = None  # type: ignore[assignment]
 
 
 class WrapperTask(Task):
@@ -386,15 +486,65 @@ class WrapperTask(Task):
         return all(task.complete() for task in self.deps())
 
 
-# --- parameter defaults from the configuration (SPEC §5 [tasks."module.Family"]) ----------------
+class Settings(Task):
+    """Settings read by tasks, with values from the configuration: conveyor's ``luigi.Config``.
+
+    Declare parameters as on a task; their values come from the parameter's default, then
+    ``[tasks."<Family>"]`` or ``[tasks."<module>.<Family>"]`` in ``worker.toml``, then the
+    environment (``CONVEYOR_TASKS__<Family>__<parameter>``), then keyword arguments. Tasks read
+    them where they need them, so a port from Luigi does not thread a setting through every
+    ``requires()``::
+
+        class paths(conveyor.Settings):
+            data_dir = conveyor.PathParameter(default="data")
+
+        class Report(conveyor.Task):
+            def output(self):
+                return conveyor.LocalTarget(paths().data_dir / "report.txt")
+
+    A settings class is never scheduled: required or yielded as a dependency, or given to a
+    worker, it is a :class:`~conveyor.TaskDefinitionError`.
+    """
+
+    _missing_hint = (
+        '; set it in worker.toml under [tasks."{family}"] ({{name}} = ...) or in the '
+        "environment as CONVEYOR_TASKS__{family}__{{name}}"
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the class like a task, with a hint saying where its values come from."""
+        super().__init_subclass__(**kwargs)
+        cls._missing_hint = Settings._missing_hint.format(family=cls.get_task_family())
+
+    def complete(self) -> bool:
+        """Never asked of settings: a worker given one refuses it (TaskDefinitionError)."""
+        raise TaskDefinitionError(_not_a_task(self), task_id=self.task_id)
+
+
+def _not_a_task(settings: Settings) -> str:
+    return (
+        f"{settings!r} is a settings class (conveyor.Settings), not a task: it is never "
+        f"scheduled; read its values where they are needed, e.g. "
+        f"{settings.task_family}().<parameter>"
+    )
+
+
+# --- parameter defaults from the configuration ([tasks."module.Family"] in worker.toml) ---------
 
 
 class _Configured:
-    """The ``[tasks]`` tables in use: family key -> {parameter: value}, and where each was set."""
+    """The ``[tasks]`` tables in use: family key -> {parameter: value}, and where each was set;
+    and the ``[worker] task_id_style`` of the same configuration."""
 
-    def __init__(self, tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str]):
+    def __init__(
+        self,
+        tables: Mapping[str, Mapping[str, Any]],
+        sources: Mapping[str, str],
+        id_style: str = "conveyor",
+    ):
         self.tables = tables
         self.sources = sources
+        self.id_style = id_style
         # CONVEYOR_TASKS__<family>__<param> variables arrive lower-cased
         self.folded = {key.casefold(): key for key in tables}
 
@@ -406,15 +556,19 @@ class _Configured:
 _CONFIGURED: _Configured | None = None  # None: not set yet; the configuration is discovered
 _PER_CLASS: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
 
-
-def task_defaults_in_use() -> tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str]] | None:
-    """The tables and sources of :func:`use_task_defaults` in use (None: not set yet)."""
-    return None if _CONFIGURED is None else (_CONFIGURED.tables, _CONFIGURED.sources)
+#: What :func:`task_defaults_in_use` returns: the tables, their sources and the id style.
+DefaultsInUse = tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str], str]
 
 
-def restore_task_defaults(
-    previous: tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str]] | None,
-) -> None:
+def task_defaults_in_use() -> DefaultsInUse | None:
+    """The tables, sources and task id style of :func:`use_task_defaults` in use (None: not
+    set yet)."""
+    if _CONFIGURED is None:
+        return None
+    return (_CONFIGURED.tables, _CONFIGURED.sources, _CONFIGURED.id_style)
+
+
+def restore_task_defaults(previous: DefaultsInUse | None) -> None:
     """Put back what :func:`task_defaults_in_use` returned (a Worker does, when it closes)."""
     global _CONFIGURED
     if previous is None:
@@ -426,19 +580,44 @@ def restore_task_defaults(
 
 
 def use_task_defaults(
-    tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str] | None = None
+    tables: Mapping[str, Mapping[str, Any]],
+    sources: Mapping[str, str] | None = None,
+    id_style: str = "conveyor",
 ) -> None:
     """Take parameter defaults from ``tables`` (a Config's ``tasks``, keyed ``module.Family``
-    or ``Family``) for every task made from now on; ``sources`` names where each was set.
+    or ``Family``) for every task made from now on; ``sources`` names where each was set;
+    ``id_style`` is ``[worker] task_id_style`` (for classes whose ``task_id_style`` is None).
 
     Called by the worker with its configuration (so ``conveyor run --config``, ``build()`` and
-    ``Worker`` set it); until then the configuration is discovered as SPEC §5 says the first
-    time a task is made with a parameter left out.
+    ``Worker`` set it); until then the configuration is discovered (``--config``,
+    ``$CONVEYOR_CONFIG``, ``./worker.toml``) the first time a task is made with a parameter
+    left out, or its id is made.
     """
     global _CONFIGURED
-    _CONFIGURED = _Configured(tables, sources or {})
+    _CONFIGURED = _Configured(tables, sources or {}, id_style)
     _PER_CLASS.clear()
     _BOUND.clear()  # (bindings made with other defaults)
+
+
+def _discover() -> None:
+    """Use the discovered configuration's ``[tasks]`` tables and id style."""
+    from .config import load_config  # (the task API reads the configuration only here)
+
+    config = load_config()
+    use_task_defaults(config.tasks, config.task_sources, config.worker.task_id_style)
+
+
+def _default_id_style() -> str:
+    """``[worker] task_id_style`` of the configuration in use (discovered if none is set; a
+    configuration that cannot be read gives the default here, and its error where it is
+    used)."""
+    if _CONFIGURED is None:
+        try:
+            _discover()
+        except ConfigError:
+            return "conveyor"
+    assert _CONFIGURED is not None
+    return _CONFIGURED.id_style
 
 
 def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:
@@ -451,10 +630,7 @@ def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:
     if found is not None:
         return found
     if _CONFIGURED is None:
-        from .config import load_config  # (the task API reads the configuration only here)
-
-        config = load_config()
-        use_task_defaults(config.tasks, config.task_sources)
+        _discover()
     assert _CONFIGURED is not None
     family = cls.get_task_family()
     merged: dict[str, Any] = {}
@@ -494,11 +670,15 @@ def _checked(cls: type[Task], key: str, table: Mapping[str, Any], source: str) -
     return checked
 
 
-def _bind(family: str, name: str, param: Parameter[Any], given: Mapping[str, Any]) -> Any:
+def _bind(
+    family: str, name: str, param: Parameter[Any], given: Mapping[str, Any], hint: str = ""
+) -> Any:
     if name not in given:
         if not param.has_default:
             raise ParameterError(
-                f"{family}: missing required parameter {name!r}", task=family, parameter=name
+                f"{family}: missing required parameter {name!r}{hint.format(name=name)}",
+                task=family,
+                parameter=name,
             )
         return param.default
     value = given[name]
@@ -551,16 +731,66 @@ def _make_task_id(
     return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"
 
 
+_LUIGI_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _luigi_task_id(task: Task) -> str:
+    """The id Luigi 3.8 gives a task of the same family and parameters
+    (``luigi.task.task_id_str``): ``Family_<first 16 characters of the first three parameter
+    values, by name>_<md5 of the parameters as JSON, 10 hex digits>``.
+
+    The parameters are the significant ones, in Luigi's string form (``True``, JSON with
+    Luigi's separators). One deliberate difference: the value of a secret-named parameter is
+    left out of the readable part (the hash covers it), where Luigi would show it.
+    """
+    strings = task._string_params()
+    values = task.param_kwargs
+    params = {
+        name: _luigi_text(param, values[name], strings[name])
+        for name, param in task._params
+        if param.significant
+    }
+    digest = hashlib.md5(
+        json.dumps(params, separators=(",", ":"), sort_keys=True).encode(), usedforsecurity=False
+    ).hexdigest()
+    shown = "_".join(
+        "" if is_secret_name(name) else params[name][:16] for name in sorted(params)[:3]
+    )
+    return f"{task.task_family}_{_LUIGI_UNSAFE.sub('_', shown)}_{digest[:_HASH_LEN]}"
+
+
+def _luigi_text(param: Parameter[Any], value: Any, text: str) -> str:
+    """``value``'s string form as Luigi writes it, where it differs from conveyor's: booleans
+    as ``True``/``False``, lists, tuples and dicts as JSON with ``", "`` and ``": "`` and the
+    keys in their own order."""
+    kind = param.inner if isinstance(param, OptionalKind) and value is not None else param
+    if isinstance(kind, BoolParameter):
+        return str(value)
+    if isinstance(kind, ListParameter | DictParameter):
+        return json.dumps(value, default=_plain_json)
+    return text
+
+
+def _plain_json(value: object) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     """Flatten ``struct`` and check every leaf is a Task, naming the owner and what it returned."""
-    if isinstance(struct, Task):
+    if isinstance(struct, Task) and not isinstance(struct, Settings):
         return [struct]
+    if isinstance(struct, Settings):
+        raise TaskDefinitionError(
+            f"{owner!r}.{what} returned {_not_a_task(struct)}", task_id=owner.task_id
+        )
     if struct is None:  # "nothing", as Luigi reads it; a None *inside* a list is an error
         return []
-    if isinstance(struct, str | bytes | int | float | Target):
+    if not (isinstance(struct, Mapping) or _is_nesting(struct)):
         raise TaskDefinitionError(
             f"{owner!r}.{what} returned {struct!r} ({type(struct).__name__}); "
-            "expected a Task or a list/tuple/dict of Tasks",
+            "expected a Task, or a list, tuple, dict, generator or other iterable of Tasks",
             task_id=owner.task_id,
         )
     out: list[Any] = []
@@ -572,16 +802,26 @@ def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
                 "expected only Tasks",
                 task_id=owner.task_id,
             )
+        if isinstance(item, Settings):
+            raise TaskDefinitionError(
+                f"{owner!r}.{what} returned {_not_a_task(item)}", task_id=owner.task_id
+            )
     return out
 
 
 def _outputs_of(struct: object) -> Any:
+    """The outputs of the tasks in ``struct``, in the same nesting (any other iterable, a
+    generator included, becomes a list, as in Luigi)."""
     if isinstance(struct, Task):
         return struct.output()
+    if isinstance(struct, DynamicRequirements):
+        return struct.paths
     if isinstance(struct, Mapping):
         return {key: _outputs_of(value) for key, value in struct.items()}
     if isinstance(struct, list | tuple):
         return type(struct)(_outputs_of(item) for item in struct)
+    if _is_nesting(struct):
+        return [_outputs_of(item) for item in struct]  # type: ignore[attr-defined]
     return struct
 
 

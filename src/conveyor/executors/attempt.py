@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import structlog
 
+from ..errors import TaskDefinitionError
 from ..protocol import NoteKind
-from ..task import Task, _outputs_of, checked_tasks
+from ..task import (
+    DynamicRequirements,
+    Task,
+    WrapperTask,
+    _outputs_of,
+    checked_tasks,
+    flatten,
+)
 from .base import (
     FAILED,
     NEEDS_DEPS,
@@ -42,12 +50,19 @@ class _Failure(Exception):
         self.missing = missing
 
 
-def run_attempt(request: AttemptRequest, sink: Sink, suspend: bool = False) -> Outcome:
+def run_attempt(
+    request: AttemptRequest,
+    sink: Sink,
+    suspend: bool = False,
+    on_run: Callable[[], None] | None = None,
+) -> Outcome:
     """Run one attempt of ``request.task`` here and return its outcome.
 
     With ``suspend`` (the in-process executors), a generator ``run()`` that yields incomplete
     dependencies is kept paused in the outcome instead of being closed, and an attempt whose
-    request carries a suspended generator resumes it.
+    request carries a suspended generator resumes it. ``on_run`` is called once the
+    dependencies are checked, just before ``run()`` is called or resumed (an attempt's process
+    tells its supervisor then).
     """
     task = request.task
     task_id = request.task_id
@@ -60,7 +75,7 @@ def run_attempt(request: AttemptRequest, sink: Sink, suspend: bool = False) -> O
     tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
     outcome: Outcome | None = None
     try:
-        outcome = _attempt(task, request, started, suspend)
+        outcome = _attempt(task, request, started, suspend, on_run)
         return outcome
     finally:
         if request.resume is not None and (outcome is None or outcome.suspended is None):
@@ -69,20 +84,26 @@ def run_attempt(request: AttemptRequest, sink: Sink, suspend: bool = False) -> O
         task._reporter = None
 
 
-def _attempt(task: Task, request: AttemptRequest, started: float, suspend: bool) -> Outcome:
+def _attempt(
+    task: Task,
+    request: AttemptRequest,
+    started: float,
+    suspend: bool,
+    on_run: Callable[[], None] | None,
+) -> Outcome:
     task_id = request.task_id
     resume = request.resume
     try:
-        if _already_complete(task):
-            # e.g. another worker finished it after this one registered it: do not run it again
-            if resume is not None:
-                resume.close()
-            return Outcome(task_id, SUCCEEDED, _since(started))
+        if resume is None and _found_complete(task):
+            return Outcome(task_id, SUCCEEDED, _since(started), found_complete=True)
         _check_dependencies(task, request.deps)
+        if on_run is not None:
+            on_run()
         if resume is not None:
             new_deps, paused = _drive(task, resume.generator, suspend, resume.yielded)
         else:
-            new_deps, paused = _drive(task, task.run(), suspend)
+            result = None if task.is_external() else task.run()  # (an external has no run())
+            new_deps, paused = _drive(task, result, suspend)
         if new_deps:
             return Outcome(
                 task_id, NEEDS_DEPS, _since(started), new_deps=new_deps, suspended=paused
@@ -122,9 +143,18 @@ def _attempt(task: Task, request: AttemptRequest, started: float, suspend: bool)
 _PASS_THROUGH = (KeyboardInterrupt, Interrupted)
 
 
-def _already_complete(task: Task) -> bool:
-    """True when a task with its own notion of completeness is complete before it runs."""
-    return not task.is_external() and task.has_own_completion() and task.complete() is True
+def _found_complete(task: Task) -> bool:
+    """True for a task with outputs of its own that is complete before its run(): another
+    worker (or another task's run()) made them after this worker registered it, so running it
+    again would redo finished work (the summary and ``conveyor_task_succeeded(skipped=True)``
+    say so). Never for a task without outputs, such as a WrapperTask, whose completeness
+    follows from its requirements: as in Luigi, its run() is always called."""
+    return (
+        not task.is_external()
+        and not isinstance(task, WrapperTask)
+        and bool(flatten(task.output()))
+        and task.complete() is True
+    )
 
 
 def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:
@@ -154,17 +184,41 @@ def _drive(
     try:
         while True:
             if yielded is not _NOT_RESUMED:
-                deps = checked_tasks(task, yielded, "run() yield")
-                incomplete = tuple(dep for dep in deps if not dep.complete())
+                incomplete = _incomplete(task, yielded)
                 if incomplete:
                     if suspend:
                         return incomplete, Suspended(result, yielded)
                     result.close()
                     return incomplete, None
                 value = _outputs_of(yielded)
-            yielded = result.send(value)
+            yielded = _materialized(result.send(value))
     except StopIteration:
         return (), None
+
+
+def _materialized(yielded: Any) -> Any:
+    """What ``run()`` yielded, with an iterator (a generator of tasks) read into a list, since
+    it is looked at twice: for the tasks, then for their outputs."""
+    return list(yielded) if isinstance(yielded, Iterator) else yielded
+
+
+def _incomplete(task: Task, yielded: Any) -> tuple[Task, ...]:
+    """The yielded tasks that are not complete (none when a DynamicRequirements' own check
+    says they all are)."""
+    if isinstance(yielded, DynamicRequirements):
+        deps = checked_tasks(task, yielded.requirements, "run() yield")
+        done = yielded.complete()
+        if done is not True and done is not False:
+            raise TaskDefinitionError(
+                f"{task!r}: the custom_complete of a yielded DynamicRequirements returned "
+                f"{done!r} ({type(done).__name__}); expected bool",
+                task_id=task.task_id,
+            )
+        if done:
+            return ()
+    else:
+        deps = checked_tasks(task, yielded, "run() yield")
+    return tuple(dep for dep in deps if not dep.complete())
 
 
 def _explain(task: Task, exc: BaseException) -> str:

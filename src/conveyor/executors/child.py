@@ -18,7 +18,7 @@ from ..errors import ConveyorError
 from ..task import Task, rebuild_task, task_defaults_in_use, use_task_defaults
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, Outcome
-from .channel import PipeSink
+from .channel import AttemptStage, PipeSink, Stage
 
 __all__ = [
     "arm_parent_death",
@@ -89,7 +89,8 @@ def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
     """Run the attempt and send its notes and outcome to the worker through ``msg_fd``."""
     gc.freeze()  # the child's collections then leave the worker's objects (and pages) alone
     sink = PipeSink(msg_fd)
-    sink(run_attempt(request, sink))
+    # the supervisor learns when run() starts: a timeout before it is explained differently
+    sink(run_attempt(request, sink, on_run=lambda: sink(Stage(AttemptStage.RUNNING))))
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -114,7 +115,9 @@ def attempt_spec(request: AttemptRequest) -> dict[str, Any]:
         if deps is None or len(deps) > _DEPS_SENT
         else [[d.task_module, d.task_family, d.to_str_params()] for d in deps],
         # the [tasks.*] defaults in use, for the tasks the child makes (requires(), input())
-        "task_defaults": None if not in_use or not in_use[0] else _plain_tables(*in_use),
+        "task_defaults": None if not in_use or not in_use[0] else _plain_tables(*in_use[:2]),
+        # and [worker] task_id_style, so that the child's task ids are the worker's
+        "task_id_style": in_use[2] if in_use else "conveyor",
     }
 
 
@@ -147,8 +150,11 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
     """
     task_id = str(spec["task_id"])
     defaults = spec.get("task_defaults")
+    style = str(spec.get("task_id_style") or "conveyor")
     if isinstance(defaults, dict):
-        use_task_defaults(defaults["tables"], defaults["sources"])
+        use_task_defaults(defaults["tables"], defaults["sources"], style)
+    else:
+        use_task_defaults({}, {}, style)
     deps: tuple[Task, ...] | None = None
     try:
         task: Task = rebuild_task(
@@ -168,6 +174,7 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
         failure = Outcome(task_id, FAILED, error=str(exc), exception_type=type(exc).__name__)
         PipeSink(msg_fd)(failure)
         return
+    PipeSink(msg_fd)(Stage(AttemptStage.LOADED))  # start-up is over: dependencies next
     attempt = int(spec["attempt"])  # type: ignore[call-overload]
     check = bool(spec["check_complete"])
     run_in_child(AttemptRequest(task, task_id, attempt, 0.0, check, deps), msg_fd)

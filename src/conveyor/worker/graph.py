@@ -29,6 +29,8 @@ class Node:
     """The scheduler's id of the current attempt (``Work.attempt``), named in its report."""
     succeeded: bool = False
     """An attempt of this worker succeeded (the summary's "completed")."""
+    found_complete: bool = False
+    """That attempt found the task complete and did not call run() (the summary says so)."""
     last: Outcome | None = None
     """How this worker's last attempt ended, unless it succeeded (the summary says it for a
     failed task)."""

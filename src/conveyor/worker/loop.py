@@ -55,7 +55,7 @@ from ..task import (
     task_defaults_in_use,
     use_task_defaults,
 )
-from ..transports.base import SchedulerTransport, TransportContext
+from ..transports.base import CanRelease, SchedulerTransport, TransportContext
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
 from .outbox import Outbox
@@ -101,7 +101,9 @@ class Worker:
         # the tasks this worker makes (dependencies, dynamic ones) take [tasks.*] from its file,
         # until it closes (process-wide meanwhile, as in Luigi)
         self._previous_defaults = task_defaults_in_use()
-        use_task_defaults(self.config.tasks, self.config.task_sources)
+        use_task_defaults(
+            self.config.tasks, self.config.task_sources, self.config.worker.task_id_style
+        )
         self.settings = self.config.worker
         self.host = socket.gethostname()
         self.id = worker_id or f"{self.host}-{os.getpid()}-{next(_ids)}"
@@ -255,9 +257,8 @@ class Worker:
         self._running_at_interrupt = 0
         self._interrupt_log = {}
         self._contact = self.clock.monotonic()
-        self.hooks.fire(
-            ev.WorkerStarted(worker_id=self.id, timestamp=self.clock.time(), host=self.host)
-        )
+        started = self.clock.time()  # the run's duration in the summary: stopped - started
+        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=started, host=self.host))
         self._prepare_isolator()
         if self._dispatcher is not None:  # its threads start after the fork server's fork
             self._dispatcher.start()
@@ -271,6 +272,7 @@ class Worker:
             if restore is not None:
                 restore()
             stop_ping.set()
+        stopped = self.clock.time()  # the worker_stopped event's timestamp too
         self.report = build_report(
             self._graph,
             self._requested,
@@ -279,17 +281,31 @@ class Worker:
             self._outbox.unreported(),
             self._running_at_interrupt,
             unreachable=self._unreachable,
+            duration=max(0.0, stopped - started),
         )
+        self._release()
         self.hooks.fire(
             ev.WorkerStopped(
                 worker_id=self.id,
-                timestamp=self.clock.time(),
+                timestamp=stopped,
                 host=self.host,
                 ok=self.report.ok,
                 summary=self.report.summary,
             )
         )
         return self.report.ok
+
+    def _release(self) -> None:
+        """Tell the scheduler this run no longer needs its tasks, so that a worker id living
+        on through many runs does not keep them all (best effort: a transport without
+        ``release``, or a scheduler out of reach, leaves them to be pruned when it is gone)."""
+        transport = self._transport
+        if not isinstance(transport, CanRelease) or self._unreachable or self._outbox.pending:
+            return
+        try:
+            transport.release(self.id)
+        except ConveyorError as exc:
+            log.info("could not release this run's tasks at the scheduler", error=str(exc))
 
     def _loop(self) -> None:
         slots = max(1, self.settings.workers)
@@ -543,8 +559,12 @@ class Worker:
         trigger = decision.trigger
         if trigger is Trigger.SUCCEEDED:
             node.succeeded = True
+            node.found_complete = outcome.found_complete
             self._outbox.send("task_done", self.id, node.task_id, node.hand_out)
-            self._transit(node, trigger, duration=outcome.duration)
+            if outcome.found_complete:
+                self._transit(node, trigger, duration=outcome.duration, skipped=True)
+            else:
+                self._transit(node, trigger, duration=outcome.duration)
             return
         if missing:
             node.reschedules = dict(decision.reschedules)
