@@ -2,7 +2,8 @@
 "blackhole" (a server that accepts connections and never answers) against the same run
 without notifiers.
 
-    .venv/bin/python benchmarks/bench_notify.py [--n 1000] [--flush-timeout 10] [--smtp-timeout 10]
+    .venv-test/bin/python benchmarks/bench_notify.py [--n 1000] [--flush-timeout 10] \\
+        [--smtp-timeout 10]
 
 The promise (SPEC §4.3): sending never blocks the worker's loop, so the run with notifiers takes
 no longer than the run without them plus ``flush_timeout`` (spent at exit on what is still

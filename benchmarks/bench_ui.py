@@ -21,8 +21,8 @@ Prints the machine, the command line, and per run and route the number of calls,
 and the p50, p90, p99 and max latency in milliseconds; the UI requests served with their p50
 and p99; and the p99 ratio with UI / without. Examples::
 
-    .venv/bin/python benchmarks/bench_ui.py
-    .venv/bin/python benchmarks/bench_ui.py --ui-rate=max --seconds 30
+    .venv-test/bin/python benchmarks/bench_ui.py
+    .venv-test/bin/python benchmarks/bench_ui.py --ui-rate=max --seconds 30
 
 On a small machine the scheduler, the worker threads and the UI clients share the cores, so
 the numbers are rough; compare the two runs of one invocation rather than across machines.

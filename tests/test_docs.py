@@ -26,3 +26,20 @@ def test_hook_reference_documents_every_hook() -> None:
     text = (DOCS / "hooks.md").read_text(encoding="utf-8")
     missing = [name for name in hook_names() if name not in text]
     assert missing == []
+
+
+def test_user_docs_do_not_cite_a_spec_users_do_not_have() -> None:
+    """No user-facing page (README, docs/, plugin READMEs) refers to a "SPEC" document."""
+    root = DOCS.parent
+    pages = [
+        root / "README.md",
+        *sorted(DOCS.glob("*.md")),
+        *sorted(root.glob("plugins/*/README.md")),
+    ]
+    found = [
+        f"{page.relative_to(root)}:{number}: {line.strip()}"
+        for page in pages
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\bSPEC\b", line)
+    ]
+    assert found == []

@@ -736,7 +736,7 @@ def test_a_wrong_token_is_refused_and_logged_without_the_token(token_server: UiS
         def logged(count: int = already + n) -> bool:
             return len(refusals()) >= count
 
-        wait_for(logged, 10, "the refusal's log line")
+        wait_for(logged, 30, "the refusal's log line")
     stderr = token_server.stderr_text()
     for token in wrong:
         assert token not in stderr, token
@@ -1410,7 +1410,7 @@ def test_the_graph_is_capped_at_10000_nodes(start: Callable[..., UiServer]) -> N
 
 def _one_new_audit(server: UiServer, before: int) -> dict[str, Any]:
     """The single audit line written since there were ``before``."""
-    wait_for(lambda: len(server.audits()) > before, 10, "the action's audit line")
+    wait_for(lambda: len(server.audits()) > before, 30, "the action's audit line")
     audits = server.audits()
     assert len(audits) == before + 1, audits[before:]
     return audits[-1]
@@ -1512,7 +1512,7 @@ def test_with_a_token_an_action_is_audited_under_a_session_name(token_server: Ui
     cookie = token_server.login()
     wait_for(
         lambda: any(e.get("event") == "ui sign-in" for e in token_server.events()),
-        10,
+        30,
         "the sign-in's log line",
     )
     signed_in = [e for e in token_server.events() if e.get("event") == "ui sign-in"][-1]
@@ -1571,7 +1571,7 @@ def test_the_workers_view_shows_running_tasks_and_resource_holders(
         assert (detail["status"], detail["worker"]) == ("RUNNING", worker["worker_id"])
         wait_for(
             lambda: server.ui("/ui/api/workers")["workers"][0]["last_seen"] > worker["last_seen"],
-            10,
+            30,
             "the worker's last contact to advance",
         )
         put(root / "gate", "open")
@@ -1640,7 +1640,7 @@ def served(build: Callable[[int], Any]) -> Iterator[int]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: server.started, 15, "uvicorn to start")
+        wait_for(lambda: server.started, 30, "uvicorn to start")
         yield port
     finally:
         server.should_exit = True

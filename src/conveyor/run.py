@@ -21,7 +21,7 @@ __all__ = ["RunResult", "build"]
 class RunResult:
     """What ``build()`` returns.
 
-    ``ok``: every requested task is complete at the end. ``exit_code``: SPEC §6.
+    ``ok``: every requested task is complete at the end. ``exit_code``: see docs/cli.md.
     ``summary``: the execution summary text. ``states``: task_id → final state for every task
     of the graph. ``errors``: task_id → failure explanation. ``tasks``: task_id → task.
     """

@@ -3,20 +3,48 @@
 * :class:`RecordingPlugin` — a hook plugin that records every event it receives, in order.
 * :class:`FakeClock` — a manual clock to inject into :class:`conveyor.Scheduler`.
 * :func:`hook_names` — every hook conveyor defines.
+* :func:`check_executor`, :func:`check_transport`, :func:`check_state_store`,
+  :func:`check_notifier` — the conformance checks a backend of each kind runs against itself,
+  each imported from its submodule (``executors``, ``transports``, ``stores``, ``notifiers``)
+  the first time it is used.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import hookspecs
 from ..events import Event
 
-__all__ = ["FakeClock", "Recorded", "RecordingPlugin", "check_notifier", "hook_names"]
+if TYPE_CHECKING:
+    from .executors import check_executor
+    from .notifiers import check_notifier
+    from .stores import check_state_store
+    from .transports import check_transport
+
+__all__ = [
+    "FakeClock",
+    "Recorded",
+    "RecordingPlugin",
+    "check_executor",
+    "check_notifier",
+    "check_state_store",
+    "check_transport",
+    "hook_names",
+]
+
+_CHECKS = {
+    "check_executor": "executors",
+    "check_notifier": "notifiers",
+    "check_state_store": "stores",
+    "check_transport": "transports",
+}
+"""Each conformance check and the submodule that defines it."""
 
 
 _recorder_ids = itertools.count(1)
@@ -122,9 +150,11 @@ class FakeClock:
 
 
 def __getattr__(name: str) -> Any:
-    """``check_notifier`` is imported on first use (it pulls in the notifier protocol)."""
-    if name == "check_notifier":
-        from .notifiers import check_notifier
-
-        return check_notifier
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A conformance check, imported from its submodule on first use (each pulls in the
+    protocol it checks, which a test using only the recorder or the clock does not need)."""
+    submodule = _CHECKS.get(name)
+    if submodule is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    check = getattr(importlib.import_module(f".{submodule}", __name__), name)
+    globals()[name] = check
+    return check

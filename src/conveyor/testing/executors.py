@@ -5,7 +5,7 @@
 that start fresh interpreters can load them) and raises ``AssertionError`` naming the first
 broken promise. It returns the names of the scenarios it ran::
 
-    from conveyor.testing.executors import check_executor
+    from conveyor.testing import check_executor
 
     def test_my_executor_conforms(tmp_path):
         check_executor(MyExecutor, workdir=tmp_path)

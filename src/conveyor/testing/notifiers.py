@@ -1,4 +1,4 @@
-"""The conformance check every notifier passes: :func:`check_notifier` (SPEC §4.3).
+"""The conformance check every notifier passes: :func:`check_notifier` (docs/notifiers.md).
 
 It builds the notifier exactly as the worker does (its table validated against the class's
 ``settings_schema``, then ``cls(settings)``), sends a single and an aggregate

@@ -6,7 +6,7 @@ writes (:func:`conveyor.scheduler.persist.to_row`) through a store, and raises
 than once when ``durable``: a store reopened on the same place must load what was saved)::
 
     from conveyor.server.stores import StoreContext
-    from conveyor.testing.stores import check_state_store
+    from conveyor.testing import check_state_store
 
     def test_my_store_conforms(tmp_path):
         check_state_store(lambda: MyStore(StoreContext(str(tmp_path / "state"))))

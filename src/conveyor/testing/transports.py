@@ -6,7 +6,7 @@
 naming the first broken promise. Task ids are unique per call, so it can run against a
 scheduler that holds other tasks. It returns the names of the calls it checked::
 
-    from conveyor.testing.transports import check_transport
+    from conveyor.testing import check_transport
     from conveyor.transports.base import TransportContext
 
     def test_my_transport_conforms():

@@ -19,7 +19,7 @@ __all__ = ["FailureLogPlugin", "TransitionLogPlugin"]
 
 class _LogPlugin:
     """Logs transitions as one structlog event each, at ``level``, with task_id, family,
-    worker_id and state (SPEC §8).
+    worker_id and state.
 
     ``enabled`` is False when the configured level filters out ``level``; the worker then does
     not register the plugin at all, which keeps the per-task cost low when nobody would read

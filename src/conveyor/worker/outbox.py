@@ -1,4 +1,4 @@
-"""Reports the scheduler must not lose, kept in order while it is unreachable (SPEC §4.2).
+"""Reports the scheduler must not lose, kept in order while it is unreachable (see docs/server.md).
 
 When a transport call raises :class:`~conveyor.errors.SchedulerUnavailable` (the transport has
 already spent its own retries), the call is queued. The worker stops asking for new work,

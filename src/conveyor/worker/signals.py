@@ -1,4 +1,4 @@
-"""The worker's signal handlers (SPEC §4.1), installed only around ``Worker.run()``.
+"""The worker's signal handlers (see docs/executors.md), installed only around ``Worker.run()``.
 
 SIGUSR1 drains: no new work, running attempts finish. SIGTERM and SIGINT interrupt: no new
 work, running attempt trees get SIGTERM then SIGKILL after ``kill_grace``; a second SIGINT

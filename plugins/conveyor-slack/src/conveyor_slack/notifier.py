@@ -4,7 +4,7 @@ Theory of operation. The worker builds :class:`SlackNotifier` once from its vali
 ``[notifiers.slack]`` table and calls :meth:`SlackNotifier.send` from the dispatcher's sender
 thread. ``send`` makes one POST through slack_sdk's :class:`~slack_sdk.webhook.WebhookClient`
 with ``timeout`` on the connection and on every read, and turns the answer into the notifier
-protocol of SPEC §4.3: 2xx returns; 429 raises :class:`~conveyor.notifiers.RetryAfter` with
+protocol (docs/notifiers.md): 2xx returns; 429 raises :class:`~conveyor.notifiers.RetryAfter` with
 the ``Retry-After`` delay; anything else, and any failure to get an answer, raises
 :class:`SlackWebhookError`. It never retries or sleeps itself: retries, backoff and the overall
 time limit are the dispatcher's (which reads ``timeout`` and ``max_retries`` from the table).
