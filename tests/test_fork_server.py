@@ -140,11 +140,11 @@ def _python312() -> str | None:
 @pytest.fixture(scope="session")
 def python312() -> Iterator[str]:
     """A Python 3.12 virtual environment with conveyor installed from this clone (made once,
-    in .venv/py312, and reused)."""
+    in py312 inside the environment running the tests, and reused)."""
     interpreter = _python312()
     if interpreter is None:
         pytest.skip("no Python 3.12 on this machine (looked for python3.12 and pyenv's)")
-    venv = ROOT / ".venv" / "py312"
+    venv = Path(sys.prefix) / "py312"
     python = venv / "bin" / "python"
     probe = [str(python), "-c", "import conveyor, psutil, structlog, pluggy, stevedore"]
     if not python.exists() or subprocess.run(probe, capture_output=True, check=False).returncode:

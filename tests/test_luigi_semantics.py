@@ -666,3 +666,124 @@ def test_task_id_style_is_a_validated_worker_key(tmp_path: Path) -> None:
     with pytest.raises(conveyor.ConfigError, match="task_id_style") as caught:
         conveyor.load_config(path)
     assert "luigi" in str(caught.value)
+
+
+NESTED = """
+import os
+
+import conveyor
+
+
+class Leaf(conveyor.Task):
+    root = conveyor.Parameter()
+    n = conveyor.IntParameter()
+
+    def output(self):
+        return conveyor.LocalTarget(f"{self.root}/leaf-{self.n}.txt")
+
+    def run(self):
+        with self.output().open("w") as out:
+            out.write(str(self.n))
+
+
+class Nested(conveyor.Task):
+    root = conveyor.Parameter()
+
+    def output(self):
+        return conveyor.LocalTarget(f"{self.root}/nested.txt")
+
+    def run(self):
+        [targets] = yield [(Leaf(root=self.root, n=n) for n in (1, 2))]
+        with self.output().open("w") as out:
+            out.write(",".join(os.path.basename(t.path) for t in targets))
+
+
+class LoopA(conveyor.WrapperTask):
+    def requires(self):
+        return LoopB()
+
+
+class LoopB(conveyor.WrapperTask):
+    def requires(self):
+        return LoopA()
+"""
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_generator_nested_in_a_yield_gives_its_outputs(
+    task_module: WriteModule, tmp_path: Path, executor: str
+) -> None:
+    """A generator inside a yielded list is read once: the yield gives a list of its outputs."""
+    mod = _load(task_module, NESTED)
+    result = conveyor.build(mod.Nested(root=str(tmp_path)), **_on(executor))
+    assert result.exit_code == 0, result.summary
+    assert (tmp_path / "nested.txt").read_text() == "leaf-1.txt,leaf-2.txt"
+
+
+def test_a_cycle_of_wrapper_tasks_is_a_scheduling_error(task_module: WriteModule) -> None:
+    """Two WrapperTasks requiring each other are a cycle (exit 3), not a complete graph."""
+    mod = _load(task_module, NESTED)
+    result = conveyor.build(mod.LoopA())
+    assert result.exit_code == 3, result.summary
+    assert "cycle" in result.errors[mod.LoopA().task_id]
+
+
+def test_a_task_made_before_the_worker_set_the_id_style_takes_the_workers(
+    task_module: WriteModule, tmp_path: Path
+) -> None:
+    """A root made before build(config=...) switched to luigi ids is run under its new id."""
+    mod = _load(task_module, LUIGI_IDS)
+    out = tmp_path / "out"
+    task = mod.Named(day="2024-03-01", root=str(out))
+    conveyor_id = task.task_id
+    config = tmp_path / "luigi-ids.toml"
+    config.write_text('[worker]\ntask_id_style = "luigi"\nexecutor = "fork"\nworkers = 2\n')
+    result = conveyor.build(task, config=str(config))
+    assert result.exit_code == 0, result.summary
+    assert task.task_id != conveyor_id and task.task_id in result.states
+    assert [p.name for p in out.iterdir()] == [f"{task.task_id}.out"]
+
+
+def test_use_task_defaults_without_a_style_keeps_the_one_in_use() -> None:
+    """Setting [tasks] tables by hand does not reset the task id style."""
+    from conveyor.task import restore_task_defaults, task_defaults_in_use, use_task_defaults
+
+    before = task_defaults_in_use()
+    try:
+        use_task_defaults({}, {}, "luigi")
+        use_task_defaults({"X": {"a": 1}}, {})
+        in_use = task_defaults_in_use()
+        assert in_use is not None and in_use[2] == "luigi"
+    finally:
+        restore_task_defaults(before)
+
+
+def test_an_unreadable_configuration_is_read_once_for_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken ./worker.toml is tried once for task ids, not again for every new id."""
+    import conveyor.config
+    from conveyor.task import restore_task_defaults, task_defaults_in_use
+
+    (tmp_path / "worker.toml").write_text("[worker\n")
+    monkeypatch.chdir(tmp_path)
+    reads: list[object] = []
+    real = conveyor.config.load_config
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conveyor.config, "load_config", counting)
+    before = task_defaults_in_use()
+    restore_task_defaults(None)
+    try:
+
+        class Many(conveyor.Task):
+            n = conveyor.IntParameter()
+
+        ids = {Many(n=n).task_id for n in range(50)}
+        assert len(ids) == 50
+        assert len(reads) == 1
+    finally:
+        restore_task_defaults(before)

@@ -146,7 +146,8 @@ def test_a_timeout_says_whether_run_had_started_or_dependencies_were_being_check
     tmp_path: Path, task_module: WriteModule
 ) -> None:
     """Under ``fork``, a task whose dependency check hangs times out 'before run() started
-    (checking its dependencies)'; one whose run() hangs just 'timed out after 5 s'."""
+    (checking completeness and dependencies)'; one whose run() hangs just 'timed out after
+    5 s'."""
     module = __import__(task_module(BLOCKING))
     result = _build(module.Both(), "fork", 2)
     never = Path(module.NEVER)
@@ -154,8 +155,8 @@ def test_a_timeout_says_whether_run_had_started_or_dependencies_were_being_check
     assert result.exit_code == 1
     assert _failed_lines(result.summary) == {
         "HangsInRun": "timed out after 5 s",
-        "NeedsHangingCheck": "timed out after 5 s, before run() started (checking its "
-        "dependencies)",
+        "NeedsHangingCheck": "timed out after 5 s, before run() started (checking "
+        "completeness and dependencies)",
     }
     assert result.errors[module.HangsInRun().task_id] == (
         "timed out after 5 s; its process tree was killed"

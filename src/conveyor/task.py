@@ -154,10 +154,8 @@ class DynamicRequirements:
         requirements: Any,
         custom_complete: Callable[[Callable[[Task], bool]], bool] | None = None,
     ) -> None:
-        """Wrap ``requirements`` (a generator is read once, here)."""
-        if isinstance(requirements, Iterator):
-            requirements = list(requirements)
-        self.requirements = requirements
+        """Wrap ``requirements`` (a generator, at any depth, is read once, here)."""
+        self.requirements = settled(requirements)
         self.custom_complete = custom_complete
 
     @property
@@ -187,6 +185,27 @@ def _task_complete(task: Task) -> bool:
     return task.complete()
 
 
+def settled(struct: Any) -> Any:
+    """``struct`` with every iterator in it (a generator, at any depth) read into a list, so
+    that it can be looked at more than once: for its tasks, then for their outputs. Lists,
+    tuples and dicts that hold none are returned as they are."""
+    if isinstance(struct, Task) or struct is None:
+        return struct
+    if isinstance(struct, Iterator):
+        return [settled(item) for item in struct]
+    if isinstance(struct, list | tuple):
+        items = [settled(item) for item in struct]
+        if all(new is old for new, old in zip(items, struct, strict=True)):
+            return struct
+        return items if isinstance(struct, list) else tuple(items)
+    if isinstance(struct, dict):
+        values = {key: settled(value) for key, value in struct.items()}
+        if all(values[key] is value for key, value in struct.items()):
+            return struct
+        return values
+    return struct
+
+
 class Task:
     """Base class of every task: declare parameters as class attributes, override the methods.
 
@@ -203,9 +222,9 @@ class Task:
     disabled: ClassVar[bool] = False
     owner_email: ClassVar[str | list[str] | None] = None
     task_id_style: ClassVar[str | None] = None
-    """How task ids are made: ``"conveyor"`` (the default), ``"luigi"`` (exactly as Luigi 3.8
-    makes them, so outputs named after task ids keep their names across a port), or ``None``:
-    whatever ``[worker] task_id_style`` says."""
+    """How task ids are made: ``"conveyor"`` (the default), ``"luigi"`` (as Luigi 3 makes
+    them, so outputs named after task ids keep their names across a port; the exceptions are
+    in docs/tasks.md), or ``None``: whatever ``[worker] task_id_style`` says."""
 
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
     _param_names: ClassVar[frozenset[str]] = frozenset()
@@ -340,12 +359,7 @@ class Task:
     def task_id(self) -> str:
         """A deterministic id from the family and the significant parameters."""
         if self._task_id is None:
-            if (self.task_id_style or _default_id_style()) == "luigi":
-                self._task_id = _luigi_task_id(self)
-            else:
-                self._task_id = _make_task_id(
-                    self._id_family, self._id_sorted, self._string_params()
-                )
+            self._task_id = task_id_afresh(self)
         return self._task_id
 
     def to_str_params(self) -> dict[str, str]:
@@ -554,6 +568,7 @@ class _Configured:
 
 
 _CONFIGURED: _Configured | None = None  # None: not set yet; the configuration is discovered
+_DISCOVERY_FAILED = False  # discovering it for an id failed: not tried again until one is set
 _PER_CLASS: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
 
 #: What :func:`task_defaults_in_use` returns: the tables, their sources and the id style.
@@ -570,9 +585,10 @@ def task_defaults_in_use() -> DefaultsInUse | None:
 
 def restore_task_defaults(previous: DefaultsInUse | None) -> None:
     """Put back what :func:`task_defaults_in_use` returned (a Worker does, when it closes)."""
-    global _CONFIGURED
+    global _CONFIGURED, _DISCOVERY_FAILED
     if previous is None:
         _CONFIGURED = None
+        _DISCOVERY_FAILED = False
         _PER_CLASS.clear()
         _BOUND.clear()
     else:
@@ -582,19 +598,23 @@ def restore_task_defaults(previous: DefaultsInUse | None) -> None:
 def use_task_defaults(
     tables: Mapping[str, Mapping[str, Any]],
     sources: Mapping[str, str] | None = None,
-    id_style: str = "conveyor",
+    id_style: str | None = None,
 ) -> None:
     """Take parameter defaults from ``tables`` (a Config's ``tasks``, keyed ``module.Family``
     or ``Family``) for every task made from now on; ``sources`` names where each was set;
-    ``id_style`` is ``[worker] task_id_style`` (for classes whose ``task_id_style`` is None).
+    ``id_style`` is ``[worker] task_id_style`` (for classes whose ``task_id_style`` is None;
+    None keeps the style in use, ``"conveyor"`` if none is).
 
     Called by the worker with its configuration (so ``conveyor run --config``, ``build()`` and
     ``Worker`` set it); until then the configuration is discovered (``--config``,
     ``$CONVEYOR_CONFIG``, ``./worker.toml``) the first time a task is made with a parameter
     left out, or its id is made.
     """
-    global _CONFIGURED
+    global _CONFIGURED, _DISCOVERY_FAILED
+    if id_style is None:
+        id_style = _CONFIGURED.id_style if _CONFIGURED is not None else "conveyor"
     _CONFIGURED = _Configured(tables, sources or {}, id_style)
+    _DISCOVERY_FAILED = False
     _PER_CLASS.clear()
     _BOUND.clear()  # (bindings made with other defaults)
 
@@ -609,15 +629,27 @@ def _discover() -> None:
 
 def _default_id_style() -> str:
     """``[worker] task_id_style`` of the configuration in use (discovered if none is set; a
-    configuration that cannot be read gives the default here, and its error where it is
+    configuration that cannot be read gives the default here, once, and its error where it is
     used)."""
+    global _DISCOVERY_FAILED
     if _CONFIGURED is None:
+        if _DISCOVERY_FAILED:
+            return "conveyor"
         try:
             _discover()
         except ConfigError:
+            _DISCOVERY_FAILED = True  # (not read again for each id, until one is set)
             return "conveyor"
     assert _CONFIGURED is not None
     return _CONFIGURED.id_style
+
+
+def task_id_afresh(task: Task) -> str:
+    """The id ``task`` would get if it were made now, under the id style now in use (which
+    a configuration read after the task was made may have changed)."""
+    if (task.task_id_style or _default_id_style()) == "luigi":
+        return _luigi_task_id(task)
+    return _make_task_id(task._id_family, task._id_sorted, task._string_params())
 
 
 def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import structlog
@@ -23,6 +23,7 @@ from ..task import (
     _outputs_of,
     checked_tasks,
     flatten,
+    settled,
 )
 from .base import (
     FAILED,
@@ -191,15 +192,9 @@ def _drive(
                     result.close()
                     return incomplete, None
                 value = _outputs_of(yielded)
-            yielded = _materialized(result.send(value))
+            yielded = settled(result.send(value))  # (a generator in it is looked at twice)
     except StopIteration:
         return (), None
-
-
-def _materialized(yielded: Any) -> Any:
-    """What ``run()`` yielded, with an iterator (a generator of tasks) read into a list, since
-    it is looked at twice: for the tasks, then for their outputs."""
-    return list(yielded) if isinstance(yielded, Iterator) else yielded
 
 
 def _incomplete(task: Task, yielded: Any) -> tuple[Task, ...]:

@@ -168,7 +168,8 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
         if task.task_id != task_id:
             raise ConveyorError(
                 f"the task rebuilt in the attempt's process has id {task.task_id}, expected "
-                f"{task_id}; its task_id must depend only on its parameters"
+                f"{task_id}; its task_id must depend only on its parameters (and the worker's "
+                "task_id_style and [tasks] tables be those in force when the task was made)"
             )
     except ConveyorError as exc:
         failure = Outcome(task_id, FAILED, error=str(exc), exception_type=type(exc).__name__)

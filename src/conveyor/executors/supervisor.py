@@ -90,7 +90,7 @@ class Child:
         if self.stage is AttemptStage.RUNNING:
             return ""
         if self.stage is AttemptStage.LOADED:
-            return "checking its dependencies"
+            return "checking completeness and dependencies"
         return self.startup
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterator
 
 from ..errors import ConveyorError
 from ..task import Task, WrapperTask
@@ -33,7 +34,7 @@ def check_complete(task: Task) -> CheckResult:
     try:
         value = task.complete()
     except ConveyorError as exc:  # conveyor's own errors say what is wrong: no traceback
-        return task, False, str(exc)
+        return task, False, f"{task!r}.complete() raised {type(exc).__name__}: {exc}"
     except Exception:
         return task, False, f"{task!r}.complete() raised:\n{traceback.format_exc()}"
     if type(value) is not bool:
@@ -55,25 +56,40 @@ def _wrapper_complete(root: Task) -> bool:
     would raise, or would take a requirement's non-bool answer for a bool: the walk then
     checks each requirement itself and reports the one that is broken.
 
-    Nested plain wrappers are looked through the same way (iteratively, each task once, so a
-    cycle of wrappers ends here and is reported by the walk's cycle search).
+    Nested plain wrappers are looked through the same way, depth first and each task once; a
+    wrapper met again on the current path is a cycle, answered False so that the walk goes
+    down and its cycle search reports it.
     """
-    stack: list[Task] = [root]
-    seen: set[str] = set()
+    done: set[str] = set()
+    on_path = {root.task_id}
+    try:
+        stack: list[tuple[Task, Iterator[Task]]] = [(root, iter(root.deps()))]
+    except Exception:  # the walk calls requires() again and reports it
+        return False
     while stack:
-        task = stack.pop()
-        if task.task_id in seen:
+        task, deps = stack[-1]
+        dep = next(deps, None)
+        if dep is None:
+            stack.pop()
+            on_path.discard(task.task_id)
+            done.add(task.task_id)
             continue
-        seen.add(task.task_id)
+        dep_id = dep.task_id
+        if dep_id in on_path:
+            return False
+        if dep_id in done:
+            continue
         try:
-            if _plain_wrapper(task):
-                stack.extend(reversed(task.deps()))  # in requires() order, as all() would
+            if _plain_wrapper(dep):
+                stack.append((dep, iter(dep.deps())))  # in requires() order, as all() would
+                on_path.add(dep_id)
                 continue
-            value = task.complete()
+            value = dep.complete()
         except Exception:  # the walk calls it again below this wrapper and reports it there
             return False
         if value is not True:  # False, or not a bool at all
             return False
+        done.add(dep_id)
     return True
 
 
