@@ -11,9 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import conveyor
+from conveyor.task import task_defaults_in_use
 from conveyor.testing.processes import free_port
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
@@ -135,6 +137,40 @@ def test_build_raises_plugin_error_for_a_missing_local_module() -> None:
     config = conveyor.Config().with_section("plugins", local=["no_such_plugin_module"])
     with pytest.raises(conveyor.PluginError, match="'no_such_plugin_module' failed to load"):
         conveyor.build(conveyor.Task(), config=config)
+
+
+def _children() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+@pytest.mark.parametrize("refused", ["plugin", "notifier"])
+def test_a_refused_worker_leaves_no_process_wide_state_nor_child_process(
+    refused: str, tmp_path: Path, task_module: WriteModule
+) -> None:
+    """``build()`` refused at start-up — a ``[plugins] local`` entry that does not import, or
+    the email notifier with nobody to mail (refused after the fork server started) — with
+    ``task_id_style = "luigi"``: the task defaults in use are what they were before, and no
+    child process of this one is left behind."""
+    if refused == "plugin":
+        plugin = task_module("raise ImportError('needs the warehouse client')\n")
+        extra, error = f'[plugins]\nlocal = ["{plugin}"]\n', conveyor.PluginError
+    else:
+        extra = (
+            f'[notifiers]\nenabled = ["email"]\n[notifiers.email]\nsmtp_host = "127.0.0.1"\n'
+            f"smtp_port = {free_port()}\nrecipients = []\n"
+        )
+        error = conveyor.ConfigError
+    path = tmp_path / "worker.toml"
+    path.write_text(
+        f'[worker]\ntask_id_style = "luigi"\nexecutor = "fork"\n{extra}', encoding="utf-8"
+    )
+    before, children = task_defaults_in_use(), _children()
+    task = conveyor.Task()
+    with pytest.raises(error):
+        conveyor.build(task, config=str(path))
+    assert task_defaults_in_use() == before
+    left = _children() - children
+    assert not left, f"child processes left: {sorted(left)}"
 
 
 # --- dropped notifications ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import conveyor
+from conveyor.protocol import TaskStatus
 from conveyor.scheduler import TaskSpec
 from conveyor.testing import FakeClock
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked, wait_for
@@ -221,3 +222,186 @@ def test_release_to_a_server_that_predates_it_is_silent_and_asked_once() -> None
     finally:
         old.close()
     assert old.asked == ["/api/v1/release", "/api/v1/ping"]
+
+
+# --- runs sharing one worker id ------------------------------------------------------------------
+
+
+class After(conveyor.Task):
+    """Writes one file once ``gate`` is complete."""
+
+    path = conveyor.Parameter()
+    gate = conveyor.Parameter()
+
+    def requires(self) -> Touch:
+        return Touch(path=self.gate)
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(self.path)
+
+    def run(self) -> None:
+        with self.output().open("w") as out:
+            out.write("x")
+
+
+def test_a_run_sharing_its_worker_id_releases_only_its_own_tasks(tmp_path: Path) -> None:
+    """Two Workers with one worker_id and one in-process scheduler: X registers A (waiting for
+    G, which another worker runs); Y registers B, runs and releases. A is not pruned
+    remove_delay later and, once G is done, X is handed A and runs it."""
+    clock = FakeClock()
+    scheduler = conveyor.Scheduler(
+        conveyor.Config(), clock=clock, remove_delay=1, worker_disconnect_delay=3600
+    )
+    config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
+    gate = Touch(path=str(tmp_path / "gate"))
+    scheduler.add_tasks("other", [TaskSpec(gate.task_id, "Touch", __name__, gate._string_params())])
+    work = scheduler.get_work("other")
+    assert work is not None and work.task_id == gate.task_id
+    a = After(path=str(tmp_path / "a"), gate=gate.path)
+    b = Touch(path=str(tmp_path / "b"))
+    with (
+        conveyor.Worker(scheduler, config=config, worker_id=WORKER) as x,
+        conveyor.Worker(scheduler, config=config, worker_id=WORKER) as y,
+    ):
+        assert x.add(a)
+        assert y.add(b)
+        assert y.run() is True  # B ran; A waits for G: nothing else for WORKER yet
+        clock.advance(2)
+        assert a.task_id in {t.task_id for t in scheduler.task_list()}, "A pruned"
+        Path(gate.path).write_text("x", encoding="utf-8")
+        scheduler.task_done("other", gate.task_id, work.attempt)
+        assert x.run() is True
+        assert Path(a.path).exists(), "X was not handed A"
+        statuses = scheduler.statuses([a.task_id])
+        assert statuses[a.task_id] == TaskStatus.DONE
+
+
+def test_release_names_tasks_and_keeps_the_worker_ids_others() -> None:
+    """SchedulerCore.release(worker_id, task_ids) drops the stakeholding for those ids only:
+    the other task stays queued for the worker and is kept; a released task still pending is
+    not handed to the worker any more (its entry is stale) until it registers it again."""
+    clock = FakeClock()
+    scheduler = conveyor.Scheduler(
+        conveyor.Config(), clock=clock, remove_delay=1, worker_disconnect_delay=3600
+    )
+    scheduler.add_tasks("w", [TaskSpec("A"), TaskSpec("B", priority=5)])
+    scheduler.release("w", ["B", "unknown"])
+    scheduler.release("w", ["B"])  # twice: nothing more
+    assert scheduler.work_left("w").pending == 1
+    work = scheduler.get_work("w")
+    assert work is not None and work.task_id == "A"
+    assert scheduler.get_work("w") is None  # B: released, not handed out
+    clock.advance(2)
+    assert {t.task_id for t in scheduler.task_list()} == {"A"}
+    scheduler.add_tasks("w", [TaskSpec("C")])
+    scheduler.release("w", ["C"])
+    scheduler.add_tasks("w", [TaskSpec("C")])  # registered again: queued again
+    work = scheduler.get_work("w")
+    assert work is not None and work.task_id == "C"
+
+
+def test_release_without_task_ids_releases_the_whole_worker_id() -> None:
+    """What a worker older than task_ids asks: every task of the worker id."""
+    clock = FakeClock()
+    scheduler = conveyor.Scheduler(
+        conveyor.Config(), clock=clock, remove_delay=1, worker_disconnect_delay=3600
+    )
+    scheduler.add_tasks("w", [TaskSpec("A"), TaskSpec("B")])
+    scheduler.release("w")
+    assert scheduler.get_work("w") is None
+    clock.advance(2)
+    assert scheduler.task_list() == []
+    assert "w" in {w["worker_id"] for w in scheduler.worker_list()}
+
+
+class _FailingRelease:
+    """The in-process scheduler with a release that raises what a third-party transport may."""
+
+    def __init__(self, scheduler: conveyor.Scheduler, error: Exception) -> None:
+        self._scheduler = scheduler
+        self._error = error
+        self.released: list[tuple[str, object]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._scheduler, name)
+
+    def release(self, worker_id: str, task_ids: object = None) -> None:
+        self.released.append((worker_id, task_ids))
+        raise self._error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), OSError("gone")])
+def test_a_release_that_raises_anything_does_not_escape_run(
+    tmp_path: Path, error: Exception
+) -> None:
+    """A transport's release raising something other than ConveyorError: run() still returns
+    its result and conveyor_worker_stopped fires."""
+    from conveyor.testing import RecordingPlugin
+
+    scheduler = conveyor.Scheduler(conveyor.Config())
+    transport = _FailingRelease(scheduler, error)
+    rec = RecordingPlugin()
+    config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
+    task = Touch(path=str(tmp_path / "one"))
+    with conveyor.Worker(transport, config=config, worker_id=WORKER, plugins=[rec]) as worker:  # type: ignore[arg-type]
+        assert worker.add(task)
+        assert worker.run() is True
+    assert transport.released == [(WORKER, (task.task_id,))]
+    assert len(rec.events("worker_stopped")) == 1
+
+
+def test_a_release_from_a_transport_without_task_ids_names_the_worker_id_only(
+    tmp_path: Path,
+) -> None:
+    """A transport whose release predates task_ids is called with the worker id alone."""
+    scheduler = conveyor.Scheduler(conveyor.Config())
+    calls: list[str] = []
+
+    class Old(_FailingRelease):
+        def release(self, worker_id: str) -> None:  # type: ignore[override]
+            calls.append(worker_id)
+
+    config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
+    with conveyor.Worker(Old(scheduler, RuntimeError()), config=config, worker_id=WORKER) as worker:  # type: ignore[arg-type]
+        assert worker.add(Touch(path=str(tmp_path / "one")))
+        assert worker.run() is True
+    assert calls == [WORKER]
+
+
+def test_the_http_release_is_one_attempt_when_the_server_is_gone() -> None:
+    """No server at the end of a run: the http release fails at once, without backoff."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = conveyor.Config().with_overrides(scheduler_url=f"http://127.0.0.1:{port}")
+    transport = HttpTransport(config)
+    slept: list[float] = []
+    transport.sleep = slept.append
+    with pytest.raises(conveyor.SchedulerUnavailable):
+        transport.release(WORKER, [f"t{i}" for i in range(3)])
+    assert slept == []
+    transport.release(WORKER, [])  # nothing named: nothing sent
+    with pytest.raises(conveyor.SchedulerUnavailable):
+        transport.ping(WORKER)  # the other calls still retry
+    assert slept
+
+
+def test_the_http_release_names_the_runs_tasks(tmp_path: Path, marker: str) -> None:
+    """Against `conveyor scheduler`: a release naming one task leaves the other registered
+    under the same worker id listed after remove_delay; the legacy body releases the rest."""
+    server = _server(tmp_path, marker, remove_delay=1)
+    server.start()
+    try:
+        config = conveyor.Config().with_overrides(scheduler_url=server.url)
+        transport = HttpTransport(config)
+        transport.add_tasks(WORKER, [TaskSpec("keep-A"), TaskSpec("drop-B")])
+        transport.release(WORKER, ["drop-B"])
+        wait_for(lambda: "drop-B" not in _listed(server), 30, "B to be pruned")
+        assert "keep-A" in _listed(server)
+        reply = server.request("POST", "/api/v1/release", {"worker_id": WORKER})
+        assert reply.status == 200, reply
+        wait_for(lambda: "keep-A" not in _listed(server), 30, "A to be pruned")
+    finally:
+        server.kill()

@@ -287,10 +287,14 @@ class Ping:
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """A worker's run ended: it no longer needs the tasks it registered (finished ones may be
-    pruned ``remove_delay`` later while the worker id lives on). Sent by newer workers only."""
+    """A worker's run ended: it no longer needs the tasks ``task_ids`` it registered (finished
+    ones may be pruned ``remove_delay`` later while the worker id lives on). ``task_ids`` None
+    (or left out) means every task the worker id registered, as before the field existed: a
+    worker id shared by runs at the same time names its run's tasks. Sent by newer workers
+    only."""
 
     worker_id: str
+    task_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

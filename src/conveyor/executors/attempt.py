@@ -150,12 +150,10 @@ def _found_complete(task: Task) -> bool:
     again would redo finished work (the summary and ``conveyor_task_succeeded(skipped=True)``
     say so). Never for a task without outputs, such as a WrapperTask, whose completeness
     follows from its requirements: as in Luigi, its run() is always called."""
-    return (
-        not task.is_external()
-        and not isinstance(task, WrapperTask)
-        and bool(flatten(task.output()))
-        and task.complete() is True
-    )
+    if task.is_external() or isinstance(task, WrapperTask):
+        return False
+    outputs = task.output()
+    return bool(outputs) and bool(flatten(outputs)) and task.complete() is True
 
 
 def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:

@@ -393,6 +393,8 @@ class SchedulerCore:
             rec = self._tasks.get(entry[2])
             if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
                 continue
+            if key != _ASSISTANTS and worker_id not in rec.stakeholders:
+                continue  # released by this worker since it was queued for it
             blocked = self._blocking_resource(rec)
             if blocked is not None:
                 heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
@@ -770,28 +772,41 @@ class SchedulerCore:
         with self._lock:
             self._seen(worker_id)
 
-    def release(self, worker_id: str) -> None:
-        """``worker_id``'s run ended: it no longer needs the tasks it registered.
+    def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:
+        """``worker_id``'s run ended: it no longer needs the tasks ``task_ids`` it registered
+        (None: every task the worker id registered, what a worker older than ``task_ids``
+        asks).
 
         The worker stops being a stakeholder of each of them, so a task nobody else registered
         is looked at ``remove_delay`` later and removed like a gone worker's (unless it runs, a
         kept task depends on it, or a live assistant may run it). It stays among their runners,
-        as a gone worker does, so what blocks a task still reads the same. The worker itself
-        stays known and alive: registering again makes it a stakeholder again. Releasing twice,
-        or a worker that registered nothing, changes nothing.
+        as a gone worker does, so what blocks a task still reads the same; its queued entries
+        for them go stale (a worker is handed only what it is a stakeholder of) and registering
+        again queues them afresh. Only the named tasks are released, so runs sharing one worker
+        id at the same time keep the others: what they still need stays queued and kept. The
+        worker itself stays known and alive. Releasing twice, a task the worker did not
+        register or one unknown here changes nothing.
         """
         with self._lock:
             now = self._seen(worker_id)
-            self._heaps.pop(worker_id, None)  # its run is over: what is queued for it is stale
-            mine = self._by_worker.pop(worker_id, None)
+            mine = self._by_worker.get(worker_id)
+            if not mine:
+                return
+            if task_ids is None:
+                released: Iterable[str] = list(mine)
+            else:
+                released = [t for t in dict.fromkeys(task_ids) if t in mine]
             later = now + self.remove_delay
-            for task_id in mine or ():
+            for task_id in released:
+                mine.discard(task_id)
                 rec = self._tasks.get(task_id)
                 if rec is None or worker_id not in rec.stakeholders:
                     continue
                 self._touch(rec)
                 rec.stakeholders = tuple(w for w in rec.stakeholders if w != worker_id)
                 heapq.heappush(self._removals, (later, task_id))
+            if not mine:
+                del self._by_worker[worker_id]
 
     def _seen(self, worker_id: str, assistant: bool = False) -> float:
         now = self.clock()

@@ -144,7 +144,7 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         return Ok()
 
     def release(r: Release) -> Ok:
-        call(core.release, r.worker_id)
+        call(core.release, r.worker_id, r.task_ids)
         return Ok()
 
     def statuses(r: Statuses) -> StatusesAnswer:

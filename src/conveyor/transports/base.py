@@ -7,6 +7,7 @@ The in-process :class:`conveyor.Scheduler` satisfies it directly; the ``http`` t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -14,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..config import Config, SchedulerSettings
 from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
-__all__ = ["CanRelease", "SchedulerTransport", "TransportContext"]
+__all__ = ["CanRelease", "SchedulerTransport", "TransportContext", "release_takes_task_ids"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,20 @@ class CanRelease(Protocol):
     without ``release`` still satisfies :class:`SchedulerTransport`; the worker then simply
     does not release, and the scheduler prunes the tasks once the worker is gone)."""
 
-    def release(self, worker_id: str) -> None:
-        """The run of ``worker_id`` ended: it no longer needs the tasks it registered, so
-        finished ones may be pruned ``remove_delay`` later while the worker id lives on. Best
-        effort: the worker logs a failure and carries on."""
+    def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:
+        """The run of ``worker_id`` ended: it no longer needs the tasks ``task_ids`` it
+        registered (None: every task the worker id registered), so finished ones may be pruned
+        ``remove_delay`` later while the worker id lives on. The worker names its own graph's
+        tasks, so runs sharing a worker id release only their own; it calls a ``release``
+        without a ``task_ids`` parameter with the worker id alone. Best effort: the worker
+        logs a failure and carries on."""
+
+
+def release_takes_task_ids(transport: CanRelease) -> bool:
+    """Whether ``transport.release`` accepts the keyword ``task_ids`` (one written before it
+    did is called with the worker id alone)."""
+    try:
+        parameters = inspect.signature(transport.release).parameters
+    except (TypeError, ValueError):
+        return True
+    return "task_ids" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())

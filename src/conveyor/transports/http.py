@@ -156,23 +156,25 @@ class HttpTransport:
         route: str,
         data: bytes | None = None,
         check: Callable[[Any], Any] | None = None,
+        tries: int | None = None,
     ) -> Any:
         """The answer of ``route`` to the JSON body ``data`` (passed through ``check``, which
-        raises _Transient for an answer that does not fit), retried with backoff;
-        SchedulerUnavailable in the end."""
+        raises _Transient for an answer that does not fit), retried with backoff up to
+        ``tries`` attempts (default ``rpc_retries``); SchedulerUnavailable in the end."""
         s = self.settings
+        tries = max(1, s.rpc_retries if tries is None else tries)
         backoff = Backoff(s.rpc_retry_wait, s.rpc_retry_max_wait)
-        for attempt in range(1, max(1, s.rpc_retries) + 1):
+        for attempt in range(1, tries + 1):
             try:
                 answer = self._once(method, route, data)
                 return answer if check is None else check(answer)
             except _Transient as exc:
                 last = str(exc)
-                if attempt >= s.rpc_retries:
+                if attempt >= tries:
                     break
                 self.sleep(backoff.delay(attempt, self.rand))
         raise SchedulerUnavailable(
-            f"the scheduler at {self._where} did not answer {route} after {s.rpc_retries} "
+            f"the scheduler at {self._where} did not answer {route} after {tries} "
             f"attempt(s): {last}"
         )
 
@@ -181,11 +183,12 @@ class HttpTransport:
         route = _ROUTE_OF[type(request)]
         return self._post_json(route.name, _dumps(encode(request)))
 
-    def _post_json(self, name: str, data: bytes) -> Any:
-        """POST the encoded request ``data`` to route ``name``; its answer, checked."""
+    def _post_json(self, name: str, data: bytes, tries: int | None = None) -> Any:
+        """POST the encoded request ``data`` to route ``name``; its answer, checked (``tries``
+        as for :meth:`_call`)."""
         route = ROUTES[name]
         path = f"/api/v1/{name}"
-        return self._call("POST", path, data, self._checker(route.answer, path))
+        return self._call("POST", path, data, self._checker(route.answer, path), tries)
 
     def _checker(self, cls: type[T], route: str) -> Callable[[Any], T]:
         """Decode an answer as ``cls``; one that does not fit is retried like a 5xx."""
@@ -288,13 +291,26 @@ class HttpTransport:
         """Keep this worker alive."""
         self._post(Ping(worker_id))
 
-    def release(self, worker_id: str) -> None:
-        """Tell the server this worker's run ended (its tasks may be pruned). A server that
-        predates the route answers 404: that is no error, and it is not asked again."""
+    def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:
+        """Tell the server this worker's run ended: it no longer needs ``task_ids`` (None:
+        every task of the worker id), asked ``_BATCH`` * 10 ids per request. One attempt per
+        request, no retries: it is sent as the run ends, often as the server goes too, and a
+        lost release only delays pruning. A server that predates the route answers 404: that
+        is no error, and it is not asked again."""
         if self._no_release:
             return
+        if task_ids is None:
+            bodies = [{"worker_id": worker_id}]  # (also what a server older than task_ids reads)
+        else:
+            ids = tuple(task_ids)
+            step = _BATCH * 10
+            bodies = [
+                encode(Release(worker_id, ids[start : start + step]))
+                for start in range(0, len(ids), step)
+            ]
         try:
-            self._post(Release(worker_id))
+            for body in bodies:
+                self._post_json("release", _dumps(body), tries=1)
         except _Refused as exc:
             if exc.status not in (404, 405):
                 raise

@@ -53,9 +53,15 @@ from ..task import (
     load_task_class,
     restore_task_defaults,
     task_defaults_in_use,
+    task_id_afresh,
     use_task_defaults,
 )
-from ..transports.base import CanRelease, SchedulerTransport, TransportContext
+from ..transports.base import (
+    CanRelease,
+    SchedulerTransport,
+    TransportContext,
+    release_takes_task_ids,
+)
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
 from .outbox import Outbox
@@ -104,45 +110,69 @@ class Worker:
         use_task_defaults(
             self.config.tasks, self.config.task_sources, self.config.worker.task_id_style
         )
-        self.settings = self.config.worker
-        self.host = socket.gethostname()
-        self.id = worker_id or f"{self.host}-{os.getpid()}-{next(_ids)}"
-        self.clock = clock
-        self.rand: Callable[[], float] = random.random  # jitter of the idle waits
-        self.hooks = HookRelay()
-        self._transit = Transitions(self.id, self.hooks, clock, self.host)
-        self._register_plugins(plugins)
-        self._transport = scheduler if scheduler is not None else self._make_transport()
-        self._outbox = Outbox(self._transport, self.config.scheduler, clock.monotonic, self.rand)
-        if executor is None or isinstance(executor, str):
-            self._executor = self._make_executor(executor)
-        else:
-            self._executor = complete_executor(executor)
-        self._isolator: Executor | None = None
-        self._interrupted = ""
-        self._unreachable = ""  # why the loop stopped: the scheduler did not answer get_work
-        self._contact = 0.0  # clock.monotonic() of the last call the scheduler answered
-        self._lease = 0.0  # how long the scheduler keeps an attempt of a silent worker
-        self._fenced_for = -1.0  # the _contact of the outage the attempts were stopped for
-        self._unfenceable = 0.0  # a lease too short to fence in, once warned about
-        self._running_at_interrupt = 0
-        self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
-        # the notifiers are built now (a missing one is exit 2); dispatch is a plugin like any
-        self._dispatcher = build_dispatcher(self.config)
-        if self._dispatcher is not None:
-            self.hooks.register(NotifyPlugin(self._dispatcher, self.config.notifiers.on), "notify")
-        self._graph: dict[str, Node] = {}
-        self._in_run = False
-        self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
-        self._requested: list[str] = []
-        self._running: dict[str, Node] = {}
-        self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._loop_thread = threading.get_ident()
-        self._draining = False
-        self.report: RunReport | None = None
+        # from here on a failure (a plugin that does not load, a notifier refused) undoes what
+        # was done: the executor built is closed and the task defaults are put back
+        try:
+            self.settings = self.config.worker
+            self.host = socket.gethostname()
+            self.id = worker_id or f"{self.host}-{os.getpid()}-{next(_ids)}"
+            self.clock = clock
+            self.rand: Callable[[], float] = random.random  # jitter of the idle waits
+            self.hooks = HookRelay()
+            self._transit = Transitions(self.id, self.hooks, clock, self.host)
+            self._register_plugins(plugins)
+            self._transport = scheduler if scheduler is not None else self._make_transport()
+            self._outbox = Outbox(
+                self._transport, self.config.scheduler, clock.monotonic, self.rand
+            )
+            if executor is None or isinstance(executor, str):
+                self._executor = self._make_executor(executor)
+            else:
+                self._executor = complete_executor(executor)
+            self._isolator: Executor | None = None
+            self._interrupted = ""
+            self._unreachable = ""  # why the loop stopped: the scheduler did not answer get_work
+            self._contact = 0.0  # clock.monotonic() of the last call the scheduler answered
+            self._lease = 0.0  # how long the scheduler keeps an attempt of a silent worker
+            self._fenced_for = -1.0  # the _contact of the outage the attempts were stopped for
+            self._unfenceable = 0.0  # a lease too short to fence in, once warned about
+            self._running_at_interrupt = 0
+            self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
+            # the notifiers are built now (a missing one is exit 2); dispatch is a plugin like any
+            self._dispatcher = build_dispatcher(self.config)
+            if self._dispatcher is not None:
+                notify = NotifyPlugin(self._dispatcher, self.config.notifiers.on)
+                self.hooks.register(notify, "notify")
+            self._graph: dict[str, Node] = {}
+            self._in_run = False
+            self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
+            self._requested: list[str] = []
+            self._running: dict[str, Node] = {}
+            self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
+            self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            self._loop_thread = threading.get_ident()
+            self._draining = False
+            self.report: RunReport | None = None
+        except BaseException:
+            self._undo_init(built_executor=executor is None or isinstance(executor, str))
+            raise
 
     # --- set-up ---------------------------------------------------------------------------
+
+    def _undo_init(self, built_executor: bool) -> None:
+        """Undo what a failed ``__init__`` changed: close the executor it built (a fork server's
+        child process among them) and the notifiers, and put back the task defaults."""
+        made: list[Callable[[], object]] = []
+        if built_executor and (executor := getattr(self, "_executor", None)) is not None:
+            made.append(executor.close)
+        if (dispatcher := getattr(self, "_dispatcher", None)) is not None:
+            made.append(lambda: dispatcher.close(0.0))
+        for close in made:
+            try:
+                close()
+            except Exception as exc:  # the failure being raised matters more
+                log.warning("could not close what a failed worker set up", error=str(exc))
+        restore_task_defaults(self._previous_defaults)
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
         for name, log_plugin in (
@@ -231,6 +261,9 @@ class Worker:
         """Walk ``task``'s graph and register it; False if any task in it is broken."""
         if not isinstance(task, Task):
             raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
+        fresh = task_id_afresh(task)
+        if task.task_id != fresh:  # made before this worker's configuration set the id style
+            task._task_id, task._hash = fresh, None
         self._requested.append(task.task_id)
         return self._walker.walk([task])
 
@@ -302,10 +335,19 @@ class Worker:
         transport = self._transport
         if not isinstance(transport, CanRelease) or self._unreachable or self._outbox.pending:
             return
+        # the tasks of this worker's graph only: other runs sharing the worker id (several
+        # Workers with one worker_id) keep theirs
+        task_ids = tuple(self._graph)
+        if not task_ids:
+            return
         try:
-            transport.release(self.id)
-        except ConveyorError as exc:
-            log.info("could not release this run's tasks at the scheduler", error=str(exc))
+            if release_takes_task_ids(transport):
+                transport.release(self.id, task_ids=task_ids)
+            else:  # a transport written before task_ids: the whole worker id, as it did
+                transport.release(self.id)
+        except Exception as exc:  # any transport's failure: the run's result stands
+            error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
+            log.info("could not release this run's tasks at the scheduler", error=error)
 
     def _loop(self) -> None:
         slots = max(1, self.settings.workers)
@@ -522,7 +564,14 @@ class Worker:
         # a task-class value (RangeDaily's `of`) may import its module if task_modules allows
         named = task_modules_named(cls.parameters(), work.params)
         with allow_task_modules(m for m in named if _allowed(m, allowed)):
-            return cls.from_str_params(work.params)
+            task = cls.from_str_params(work.params)
+        if task.task_id != work.task_id:
+            raise TaskLoadError(
+                f"task {work.task_id} rebuilt here has the id {task.task_id}: the worker that "
+                "registered it and this one make ids differently (give both the same [worker] "
+                "task_id_style and [tasks] tables)"
+            )
+        return task
 
     # --- messages from executors ----------------------------------------------------------
 
