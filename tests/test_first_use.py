@@ -13,17 +13,12 @@ from typing import Any
 import pytest
 
 import conveyor
-from conveyor.testing import RecordingPlugin
+from conveyor.testing import RecordingPlugin, timeless
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 WriteModule = Callable[..., str]
 
 EXECUTORS = [("inline", 1), ("thread", 2), ("fork", 2), ("subprocess", 2)]
-
-
-def _timeless(verdict: str) -> str:
-    """The verdict line without the run's duration ("after 0.3 s"), which varies."""
-    return re.sub(r" (?:in|after) [\d.]+ s - ", " - ", verdict, count=1)
 
 
 BASE_EXCEPTIONS = '''
@@ -338,7 +333,6 @@ def test_console_logs_show_tracebacks_as_lines_and_json_keeps_one_string(
 def _screen(raw: str) -> list[str]:
     """What a terminal shows after ``raw``: carriage returns, erase-line and newlines applied,
     colour codes dropped (a minimal emulator of the sequences conveyor writes)."""
-    import re
 
     lines = [""]
     col = 0
@@ -456,7 +450,6 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def _readme_plugin() -> tuple[str, str]:
     """The README's plugin example (the code block after 'Extend it with a plugin') and the
     ``[plugins] local`` entry the README tells people to write."""
-    import re
 
     text = README.read_text(encoding="utf-8")
     block = re.search(r"Extend it with a plugin:\s*```python\n(.*?)```", text, re.S)
@@ -671,7 +664,7 @@ def test_interrupted_thread_attempts_are_said_to_be_left_to_finish(
         worker.add(module.Pair(root=str(tmp_path)))
         worker.run()
     assert worker.report is not None and worker.report.exit_code == 143
-    assert _timeless(worker.report.summary.splitlines()[-1]) == (
+    assert timeless(worker.report.summary.splitlines()[-1]) == (
         "Verdict: interrupted by SIGTERM - 2 task(s) were running: 0 stopped and reported "
         "failed, 2 left to finish."
     )
@@ -697,7 +690,7 @@ def test_an_interruption_while_an_attempt_is_set_up_stops_it_before_it_runs(
     [failed] = recorder.events("task_failed")
     assert failed.exception_type == "Interrupted"
     assert worker.report is not None and worker.report.exit_code == 143
-    assert _timeless(worker.report.summary.splitlines()[-1]) == (
+    assert timeless(worker.report.summary.splitlines()[-1]) == (
         "Verdict: interrupted by SIGTERM - 1 running task(s) were stopped and reported failed."
     )
 

@@ -46,3 +46,12 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     """A name the package does not have raises AttributeError naming it."""
     with pytest.raises(AttributeError, match="check_nothing"):
         conveyor.testing.check_nothing  # noqa: B018
+
+
+def test_timeless_drops_only_the_verdicts_duration() -> None:
+    """timeless() removes "in 0.3 s" / "after 2 min 5 s" from a verdict and nothing else."""
+    from conveyor.testing import timeless
+
+    assert timeless("Verdict: failed in 0.1 s - x in 2 s - y") == "Verdict: failed - x in 2 s - y"
+    assert timeless("Verdict: incomplete after 1 h 3 min - z") == "Verdict: incomplete - z"
+    assert timeless("Verdict: succeeded - every") == "Verdict: succeeded - every"
