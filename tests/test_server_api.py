@@ -301,12 +301,15 @@ def test_state_changing_routes_accept_only_post(api: Server, route: str) -> None
         body = None if method in ("GET", "DELETE") else b'{"worker_id": "w"}'
         reply = api.request(method, f"/api/v1/{route}", body)
         assert reply.status == 405, (method, reply)
+        assert reply.headers.get("allow") == "POST", (method, reply.headers)
 
 
 @pytest.mark.parametrize("route", GET_ROUTES)
 def test_read_only_routes_refuse_post(api: Server, route: str) -> None:
-    """POST on the task and worker lists answers 405."""
-    assert api.request("POST", f"/api/v1/{route}", b"{}").status == 405
+    """POST on the task and worker lists answers 405, with an Allow header naming GET."""
+    reply = api.request("POST", f"/api/v1/{route}", b"{}")
+    assert reply.status == 405
+    assert "GET" in reply.headers.get("allow", ""), reply.headers
 
 
 # --- request size -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -205,9 +205,11 @@ def _check_unicode(value: Any) -> None:
             stack.extend(item)
 
 
-def _error(status: int, message: str, field: str = "") -> JSONResponse:
+def _error(
+    status: int, message: str, field: str = "", headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     body = {"error": message, **({"field": field} if field else {})}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _post_route(name: str, handler: Callable[[Any], Any]) -> Route:
@@ -284,7 +286,9 @@ def create_app(
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)
-        return _error(status, str(getattr(exc, "detail", "")) or "error")
+        # (a 405's Allow header, which Starlette's router puts on the exception, is kept)
+        headers = getattr(exc, "headers", None)
+        return _error(status, str(getattr(exc, "detail", "")) or "error", headers=headers)
 
     guard.app = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
