@@ -29,7 +29,7 @@ import conveyor
 from conveyor.notifiers.smtp import EmailNotifier
 from conveyor.testing import timeless
 from conveyor.testing.notifiers import check_notifier
-from conveyor.testing.processes import free_port
+from conveyor.testing.processes import free_port, json_lines
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 WriteModule = Callable[..., str]
@@ -206,17 +206,6 @@ def email_settings(port: int, **more: Any) -> dict[str, Any]:
         "recipients": [OPS],
         **more,
     }
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    """The JSON log lines in ``text`` (other lines, e.g. the summary, are skipped)."""
-    found = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and "event" in record:
-                found.append(record)
-    return found
 
 
 def failure_lines(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,13 @@ import pytest
 
 import conveyor
 from conveyor.task import load_task_class
-from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked, wait_for
+from conveyor.testing.processes import (
+    SchedulerProcess,
+    StubServer,
+    child_env,
+    kill_marked,
+    wait_for,
+)
 from conveyor.worker.report import RunReport
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]  # the run_cli fixture (conftest.py)
@@ -190,41 +196,10 @@ def test_an_entry_point_plugin_raising_system_exit_is_skipped(
 # --- a scheduler that answers garbage ----------------------------------------------------------
 
 
-class _GarbageScheduler:
+def _garbage_scheduler(answer: object) -> StubServer:
     """A real HTTP server on loopback that accepts registrations and pings but answers
-    ``get_work`` with ``answer``; counts the requests per path."""
-
-    def __init__(self, answer: object) -> None:
-        import http.server
-        import json
-        import threading
-
-        body = json.dumps(answer).encode()
-        ok = json.dumps({"ok": True}).encode()
-        self.asked: list[str] = []
-        asked = self.asked
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                asked.append(self.path)
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                out = body if self.path.endswith("/get_work") else ok
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    ``get_work`` with ``answer``; records the requests' paths."""
+    return StubServer(lambda path: (200, answer if path.endswith("/get_work") else {"ok": True}))
 
 
 @pytest.mark.parametrize(
@@ -239,7 +214,7 @@ def test_a_wrong_shaped_answer_is_retried_then_exit_2_naming_the_route(
     retries them like a 5xx, then exits 2 with a verdict naming the route and what was wrong;
     no traceback."""
     tasks = task_module("import conveyor\n\n\nclass Hello(conveyor.Task):\n    pass\n")
-    server = _GarbageScheduler(answer)
+    server = _garbage_scheduler(answer)
     try:
         (tmp_path / "worker.toml").write_text(
             f'[scheduler]\ntransport = "http"\nurl = "{server.url}"\n'

@@ -4,19 +4,16 @@ run are totalled once at exit; all through the real CLI (and ``build()``)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 import conveyor
 from conveyor.task import task_defaults_in_use
-from conveyor.testing.processes import free_port
+from conveyor.testing.processes import free_port, json_lines
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 WriteModule = Callable[..., str]
@@ -55,17 +52,6 @@ def _email_config(tmp_path: Path, email: str, notifiers: str = "") -> Path:
         encoding="utf-8",
     )
     return path
-
-
-def _records(text: str) -> list[dict[str, Any]]:
-    """The JSON log lines of ``text``."""
-    found = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and "event" in record:
-                found.append(record)
-    return found
 
 
 def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -107,7 +93,7 @@ def test_allow_owner_only_runs_and_skips_messages_without_an_owner(
         "run", f"{module}.Fails", "--log-format", "json", "--log-level", "info", cwd=tmp_path
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    events = [r["event"] for r in _records(result.stderr)]
+    events = [r["event"] for r in json_lines(result.stderr)]
     assert events.count("email not sent: no owner_email to send it to") == 1, events
     assert "a notifier failed to send" not in events
     assert "notifications dropped during this run" not in events
@@ -189,7 +175,9 @@ def test_the_notifications_dropped_in_a_run_are_totalled_once_at_exit(
     )
     result = run_cli("run", f"{module}.Three", "--log-format", "json", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    totals = [r for r in _records(result.stderr) if r["event"].startswith("notifications dropped")]
+    totals = [
+        r for r in json_lines(result.stderr) if r["event"].startswith("notifications dropped")
+    ]
     assert len(totals) == 1, result.stderr
     assert totals[0]["total"] == 3 and totals[0]["after_retries"] == 3, totals
     assert totals[0]["queue_full"] == 0 and totals[0]["past_flush_timeout"] == 0, totals

@@ -4,9 +4,6 @@ id lives on — with the in-process scheduler, and against a real ``conveyor sch
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +14,13 @@ import conveyor
 from conveyor.protocol import TaskStatus
 from conveyor.scheduler import TaskSpec
 from conveyor.testing import FakeClock
-from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked, wait_for
+from conveyor.testing.processes import (
+    SchedulerProcess,
+    StubServer,
+    child_env,
+    kill_marked,
+    wait_for,
+)
 from conveyor.transports.http import HttpTransport
 
 MARKER = "RELEASETEST_MARKER"  # not CONVEYOR_*: those are configuration overrides
@@ -177,42 +180,20 @@ def test_a_release_survives_a_server_restart(tmp_path: Path, marker: str) -> Non
         second.kill()
 
 
-class _OldServer:
+def _old_server() -> StubServer:
     """A real HTTP server that predates ``release``: it answers that route 404 with the JSON
     error a conveyor server gives for any unknown route, and ``{"ok": true}`` to the rest."""
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-        asked = self.asked
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                asked.append(self.path)
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                known = not self.path.endswith("/release")
-                out = json.dumps({"ok": True} if known else {"error": "Not Found"}).encode()
-                self.send_response(200 if known else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    return StubServer(
+        lambda path: (
+            (404, {"error": "Not Found"}) if path.endswith("/release") else (200, {"ok": True})
+        )
+    )
 
 
 def test_release_to_a_server_that_predates_it_is_silent_and_asked_once() -> None:
     """The http transport's release to a server answering 404 raises nothing, is not retried,
     and is not sent again; other calls still work."""
-    old = _OldServer()
+    old = _old_server()
     try:
         config = conveyor.Config().with_overrides(scheduler_url=old.url)
         transport = HttpTransport(config)

@@ -652,6 +652,14 @@ def task_id_afresh(task: Task) -> str:
     return _make_task_id(task._id_family, task._id_sorted, task._string_params())
 
 
+def take_id_style_in_use(task: Task) -> None:
+    """Give ``task`` the id it gets under the id style now in use, if it was made under
+    another (a worker does, for a task made before its configuration set the style)."""
+    fresh = task_id_afresh(task)
+    if task.task_id != fresh:
+        task._task_id, task._hash = fresh, None
+
+
 def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:
     """The configured defaults of ``cls``'s parameters, normalized; ConfigError naming the
     file, the section and the key for a key that is not a parameter or a bad value.

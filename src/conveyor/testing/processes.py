@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -25,11 +27,13 @@ import psutil
 __all__ = [
     "Reply",
     "SchedulerProcess",
+    "StubServer",
     "alive",
     "child_env",
     "free_port",
     "gone_within",
     "http_request",
+    "json_lines",
     "kill_marked",
     "kill_tree",
     "marked",
@@ -37,6 +41,52 @@ __all__ = [
     "wait_file",
     "wait_for",
 ]
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON log records in ``text`` (objects with an ``event``; other lines, such as the
+    execution summary, are skipped)."""
+    found = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and "event" in record:
+                found.append(record)
+    return found
+
+
+class StubServer:
+    """A real HTTP server on loopback standing in for a scheduler: every ``POST`` is recorded
+    in :attr:`asked` (its path) and answered ``answer(path)``, a status and a JSON body."""
+
+    def __init__(self, answer: Callable[[str], tuple[int, object]]) -> None:
+        """Start serving on a free port (:attr:`url`); :meth:`close` stops it."""
+        self.asked: list[str] = []
+        asked = self.asked
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                asked.append(self.path)
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status, body = answer(self.path)
+                out = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        """Stop serving and close the socket."""
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

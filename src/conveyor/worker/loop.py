@@ -52,8 +52,8 @@ from ..task import (
     Task,
     load_task_class,
     restore_task_defaults,
+    take_id_style_in_use,
     task_defaults_in_use,
-    task_id_afresh,
     use_task_defaults,
 )
 from ..transports.base import (
@@ -261,9 +261,7 @@ class Worker:
         """Walk ``task``'s graph and register it; False if any task in it is broken."""
         if not isinstance(task, Task):
             raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
-        fresh = task_id_afresh(task)
-        if task.task_id != fresh:  # made before this worker's configuration set the id style
-            task._task_id, task._hash = fresh, None
+        take_id_style_in_use(task)  # (made before this worker's configuration set it)
         self._requested.append(task.task_id)
         return self._walker.walk([task])
 
