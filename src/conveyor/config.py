@@ -12,9 +12,10 @@ order — the file, then each ``CONVEYOR_<SECTION>__<KEY>`` environment variable
 ``with_overrides()`` / ``with_section()`` — through one path-based setter. The setter validates
 every value against its Field as it lands and remembers which layer set it, so an error names
 the file, the variable (``$CONVEYOR_WORKER__WORKERS``) or ``overrides``. The rules that involve
-two keys (``inline`` with ``workers > 1``, ``token`` vs ``token_file``) run once at the end;
-then ``token_file`` is read and the draft is frozen into :class:`Config`. Nothing else in
-conveyor reads the file or the environment for configuration.
+two keys (``inline`` with ``workers > 1``, ``token`` vs ``token_file``, ``client_key`` without
+``client_cert``) run once at the end; then ``token_file`` is read, the ``[scheduler]`` TLS
+files are checked and made absolute, and the draft is frozen into :class:`Config`. Nothing
+else in conveyor reads the file or the environment for configuration.
 
 Backend sections (``[executors.<name>]``, ``[notifiers.<name>]``, ``[state_stores.<name>]``)
 are kept raw and read-only in :attr:`Config.backends`: only the selected backend knows their
@@ -145,13 +146,18 @@ class SchedulerSettings:
     """``[scheduler]``: the transport's client keys and the scheduling policy.
 
     ``token`` is the effective token: the ``token`` key, or the stripped content of
-    ``token_file`` (which is kept too).
+    ``token_file`` (which is kept too). ``ca_file``, ``client_cert`` and ``client_key`` are
+    absolute paths of readable files once loaded (a relative one is taken from the current
+    directory), or "".
     """
 
     transport: str = _setting("local", "str", "a conveyor.schedulers name", **_NAME)
     url: str = _setting("http://127.0.0.1:8082", "str", "the central scheduler", **_URL)
     token: str = _setting("", "str", "or token_file")
     token_file: str = _setting("", "str", "file holding the token")
+    ca_file: str = _setting("", "str", "https: trust only these CAs (PEM)")
+    client_cert: str = _setting("", "str", "https: client certificate (PEM)")
+    client_key: str = _setting("", "str", "https: its private key, if not in client_cert")
     rpc_timeout: float = _setting(10.0, "seconds", gt=0)
     rpc_retries: int = _setting(5, "int", "attempts per call", ge=1)
     rpc_retry_wait: float = _setting(0.5, "seconds", "first backoff", ge=0)
@@ -448,12 +454,48 @@ def _read_token(path: Path, section: str, source: str) -> str:
     return token
 
 
+_TLS_FILES = ("ca_file", "client_cert", "client_key")
+
+
+def _resolve_tls_files(draft: _Draft, cwd: Path) -> None:
+    """Make ``[scheduler]`` ca_file / client_cert / client_key absolute (a relative path is
+    taken from ``cwd``, like token_file) after checking that each can be read; client_key
+    needs client_cert. Only the paths are kept: the http transport loads the files."""
+    values = draft.values["scheduler"]
+    if values["client_key"] and not values["client_cert"]:
+        source = draft.origin("scheduler.client_key", "scheduler.client_cert")
+        message = (
+            "scheduler.client_key is set without scheduler.client_cert; expected client_cert "
+            "too (the certificate the key belongs to)"
+        )
+        raise _error(source, message, "scheduler.client_key")
+    for key in _TLS_FILES:
+        if values[key]:
+            label = f"scheduler.{key}"
+            values[key] = _readable_file(cwd, values[key], label, draft.origin(label))
+
+
+def _readable_file(cwd: Path, given: str, label: str, source: str) -> str:
+    """The absolute path of the file ``given`` (relative to ``cwd``), once it could be read."""
+    if "\n" in given or "-----BEGIN" in given:  # never echo what may be a pasted private key
+        raise _error(source, f"{label} holds PEM text; expected the path of a PEM file", label)
+    path = cwd / Path(given).expanduser()
+    try:
+        with path.open("rb") as file:
+            file.read(1)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise _error(source, f"{label}: cannot read {str(path)!r}: {reason}", label) from None
+    return str(path)
+
+
 def _finish(
     draft: _Draft, source: str | None, cwd: Path, known: Mapping[str, tuple[str, str]]
 ) -> Config:
     _check_executor(draft)
     for section in ("scheduler", "server"):
         _resolve_token(draft, section, cwd, known)
+    _resolve_tls_files(draft, cwd)
     settings = {
         name: cls(**{k: _freeze(v) for k, v in draft.values[name].items()})
         for name, cls in _SECTIONS.items()
@@ -603,8 +645,9 @@ def load_config(
 
     The file is ``path``, else ``$CONVEYOR_CONFIG``, else ``worker.toml`` in ``cwd`` if it
     exists, else none (defaults). ``CONVEYOR_<SECTION>__<KEY>`` variables of ``env`` (default
-    ``os.environ``) override the file. Relative paths (the file, ``token_file``) are taken from
-    ``cwd`` (default: the current directory). Raises ConfigError for anything invalid.
+    ``os.environ``) override the file. Relative paths (the file, ``token_file``, the TLS files
+    of ``[scheduler]``) are taken from ``cwd`` (default: the current directory). Raises
+    ConfigError for anything invalid.
     """
     environ = os.environ if env is None else env
     base = Path.cwd() if cwd is None else cwd

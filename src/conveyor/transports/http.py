@@ -7,13 +7,25 @@ the budget is spent the call raises :class:`~conveyor.errors.SchedulerUnavailabl
 worker then stops asking for work and keeps its results until the scheduler is back. A 4xx
 answer is not retried: it names what the server refused. The token is sent only in the
 ``Authorization`` header and never appears in an error or a log line.
+
+TLS (``https://`` URLs): one :class:`ssl.SSLContext` per transport, made when it is built —
+the system's CAs, or only those of ``[scheduler] ca_file`` (pinning replaces the system's
+store, for this transport alone: the process's default context, which task code uses, is left
+as it is), hostname checking on, and the client certificate ``client_cert`` / ``client_key``
+loaded for a proxy that asks for one. A TLS failure that retrying cannot cure — a certificate
+that does not verify, a host name it does not cover, a server that wants or refuses the client
+certificate, a port that does not speak TLS — is not retried either: it raises a
+ConveyorError naming the URL, the reason and the key to change, like a 4xx.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
+import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -60,7 +72,30 @@ T = TypeVar("T")
 
 
 class _Transient(Exception):
-    """A failure worth retrying."""
+    """A failure worth retrying; ``wait``: how long the server asked to wait (Retry-After)."""
+
+    def __init__(self, message: str, wait: float = 0.0) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+def _seconds(header: str | None) -> float:
+    """A ``Retry-After`` in seconds (0 when absent or an HTTP date, which is not followed)."""
+    try:
+        seconds = float(header) if header else 0.0
+    except ValueError:
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
+
+
+def _error_of(raw: bytes) -> str:
+    """``: <error>`` of a JSON error body (a 503's says why), else ""."""
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return ""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return f": {redact_text(error)[:300]}" if isinstance(error, str) and error else ""
 
 
 class _Refused(ConveyorError):
@@ -71,11 +106,22 @@ class _Refused(ConveyorError):
         self.status = status
 
 
+class _TlsRefused(ConveyorError):
+    """A TLS handshake that failed for a reason retrying cannot cure (not retried)."""
+
+    def __init__(self, url: str, reason: str, hint: str) -> None:
+        super().__init__(f"TLS with the scheduler at {url} failed: {reason}; {hint}")
+        self.url = url
+        self.reason = reason
+
+
 class HttpTransport:
     """Talks to ``conveyor scheduler`` at ``[scheduler] url``."""
 
     def __init__(self, context: TransportContext | Config) -> None:
-        """Read the client keys of ``[scheduler]``; nothing is contacted yet.
+        """Read the client keys of ``[scheduler]`` and, for ``https://``, build the TLS
+        context; nothing is contacted yet. ConfigError for a URL it cannot use, a TLS file
+        that does not load, or a TLS key set with an ``http://`` URL.
 
         A worker passes a :class:`TransportContext`; a whole ``Config`` is accepted too, for
         code that builds the transport by hand (``HttpTransport(conveyor.load_config())``).
@@ -93,6 +139,11 @@ class HttpTransport:
         self._port = parts.port or (443 if self._https else 80)
         self._base = parts.path.rstrip("/")
         self._where = f"{parts.scheme}://{self._host}:{self._port}"
+        self._tls: ssl.SSLContext | None = None
+        if self._https:
+            self._tls = _tls_context(self.settings)
+        else:
+            _check_plain(self.settings)
         self._local = threading.local()
         self._limit: int | None = None  # the server's max_request_bytes, once asked
         self._no_outcome = False  # the server refused task_failed's outcome (it predates it)
@@ -105,8 +156,13 @@ class HttpTransport:
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            conn = cls(self._host, self._port, timeout=self.settings.rpc_timeout)
+            timeout = self.settings.rpc_timeout
+            if self._tls is not None:
+                conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=timeout, context=self._tls
+                )
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
             self._local.conn = conn
         return conn
 
@@ -132,11 +188,18 @@ class HttpTransport:
             )
             response = conn.getresponse()
             status, raw = response.status, response.read()
+            retry_after = response.getheader("Retry-After")
+        except ssl.SSLError as exc:
+            self._drop_connection()
+            refused = _tls_refusal(exc, self.settings)
+            if refused is not None:
+                raise _TlsRefused(self._where, *refused) from None
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
         except (OSError, http.client.HTTPException) as exc:
             self._drop_connection()
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
         if status >= 500:
-            raise _Transient(f"HTTP {status}")
+            raise _Transient(f"HTTP {status}{_error_of(raw)}", _seconds(retry_after))
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -172,7 +235,8 @@ class HttpTransport:
                 last = str(exc)
                 if attempt >= tries:
                     break
-                self.sleep(backoff.delay(attempt, self.rand))
+                wait = min(max(exc.wait, 0.0), s.rpc_retry_max_wait)
+                self.sleep(max(backoff.delay(attempt, self.rand), wait))
         raise SchedulerUnavailable(
             f"the scheduler at {self._where} did not answer {route} after {tries} "
             f"attempt(s): {last}"
@@ -228,10 +292,13 @@ class HttpTransport:
 
     def _request_limit(self) -> int:
         """The server's ``max_request_bytes``, asked once from ``/health`` (one try: a server
-        that does not say, or is down, leaves the default limit; the registration retries)."""
+        that does not say, or is down, leaves the default limit; the registration retries).
+        A TLS refusal is raised: the registration would meet it too."""
         if self._limit is None:
             try:
                 limit = _health_limit(self._once("GET", "/health", None))
+            except _TlsRefused:
+                raise
             except (_Transient, ConveyorError):
                 limit = None
             self._limit = limit or ServerSettings().max_request_bytes
@@ -342,6 +409,152 @@ class HttpTransport:
 
 
 _ROUTE_OF = {route.request: route for route in ROUTES.values()}
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+_TLS_KEYS = ("ca_file", "client_cert", "client_key")
+
+
+def _check_plain(settings: SchedulerSettings) -> None:
+    """An ``http://`` URL: a TLS key set with it is a ConfigError, not silently unused (the
+    token would cross the network in clear text while the file says the scheduler is pinned)."""
+    given = [f"scheduler.{key}" for key in _TLS_KEYS if getattr(settings, key)]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} set, but scheduler.url = {redact_text(settings.url)!r} is "
+            "plain http, where they would not be used; expected an https:// URL (or remove "
+            "them)",
+            key=given[0],
+        )
+
+
+def _tls_context(settings: SchedulerSettings) -> ssl.SSLContext:
+    """The transport's one TLS context: the system's CAs or only ``ca_file``'s, hostname
+    checking on, the client certificate loaded when set; ConfigError naming the key when a
+    file does not hold what it should."""
+    try:
+        context = ssl.create_default_context(cafile=settings.ca_file or None)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise ConfigError(
+            f"scheduler.ca_file: no CA certificate could be loaded from {settings.ca_file!r}: "
+            f"{_load_text(exc)}; expected a PEM file of CA certificates",
+            key="scheduler.ca_file",
+        ) from None
+    context.set_alpn_protocols(["http/1.1"])  # as http.client does with its own context
+    if context.post_handshake_auth is not None:  # a TLS 1.3 server may ask for the cert late
+        context.post_handshake_auth = True
+    if settings.client_cert:
+        _load_client_cert(context, settings)
+    return context
+
+
+def _load_client_cert(context: ssl.SSLContext, settings: SchedulerSettings) -> None:
+    """Load ``client_cert`` and its key (``client_key``, or the same file) into ``context``;
+    an encrypted key is refused rather than prompted for. No error quotes the key file."""
+    cert, key = settings.client_cert, settings.client_key
+    label = "scheduler.client_key" if key else "scheduler.client_cert"
+    shown = repr(key or cert)
+
+    def no_passphrase() -> bytes:
+        raise ConfigError(
+            f"{label}: the private key in {shown} is encrypted; expected an unencrypted key "
+            "(conveyor does not ask for passphrases: protect the file by its permissions)",
+            key=label,
+        )
+
+    try:
+        context.load_cert_chain(cert, key or None, password=no_passphrase)
+    except (OSError, ValueError) as exc:
+        what = f"{cert!r} with the key in {shown}" if key else f"{cert!r} (certificate and key)"
+        raise ConfigError(
+            f"scheduler.client_cert: cannot load the client certificate {what}: "
+            f"{_load_text(exc)}; expected PEM files of a certificate and its unencrypted key",
+            key="scheduler.client_cert",
+        ) from None
+
+
+def _ssl_text(exc: Exception) -> str:
+    """An ssl / OS error as a short reason, without OpenSSL's ``[LIB: CODE]`` and source
+    location."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return _SSL_NOISE.sub("", text).rstrip(".") or type(exc).__name__
+
+
+def _load_text(exc: Exception) -> str:
+    """Why a certificate or key file could not be loaded, in words where OpenSSL's are terse."""
+    reason = _LOAD_REASONS.get(str(exc.reason), "") if isinstance(exc, ssl.SSLError) else ""
+    return reason or _ssl_text(exc)
+
+
+_SSL_NOISE = re.compile(r"^\[[A-Z0-9_]+(: [A-Z0-9_]+)?\]\s*|\s*\(_ssl\.c:\d+\)$")
+_LOAD_REASONS = {
+    "KEY_VALUES_MISMATCH": "the key does not belong to the certificate",
+    "NO_CERTIFICATE_OR_CRL_FOUND": "it holds no PEM certificate",
+    "None": "not a PEM certificate and key",  # OpenSSL's "[SSL] PEM lib"
+}
+
+# handshake failures retrying cannot cure, by OpenSSL's reason: the server's alerts about the
+# client certificate (missing, unknown, refused), a port that does not speak TLS, no version
+# in common
+_CLIENT_CERT_ALERTS = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"})
+_NO_COMMON_VERSION = frozenset(
+    {"TLSV1_ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE"}
+)
+_NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def _tls_refusal(exc: ssl.SSLError, settings: SchedulerSettings) -> tuple[str, str] | None:
+    """(reason, what to change) for a TLS failure that retrying cannot cure, else None (an
+    EOF or reset mid-handshake, a proxy restarting: transient, retried like any)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return _verify_refusal(exc, settings)
+    reason = str(exc.reason)
+    if reason in _CLIENT_CERT_ALERTS:
+        text = f"the server refused the handshake ({_ssl_text(exc)})"
+        if settings.client_cert:
+            hint = "it does not accept the client certificate [scheduler] client_cert = "
+            return text, hint + repr(settings.client_cert)
+        asks = "asks" if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED" else "may ask"
+        return text, f"it {asks} for a client certificate: set [scheduler] client_cert"
+    if reason in _NOT_TLS:
+        hint = "if it serves plain HTTP, expected an http:// URL"
+        return f"the server does not speak TLS ({_ssl_text(exc)})", hint
+    if reason in _NO_COMMON_VERSION:
+        return f"no TLS version in common ({_ssl_text(exc)})", "check the proxy's TLS versions"
+    return None
+
+
+def _verify_refusal(
+    exc: ssl.SSLCertVerificationError, settings: SchedulerSettings
+) -> tuple[str, str]:
+    """(reason, what to change) for a server certificate that did not verify."""
+    why = (exc.verify_message or "").rstrip(".") or _ssl_text(exc)
+    reason = f"its certificate did not verify: {why}"
+    if exc.verify_code in _NAME_MISMATCH:
+        return reason, "expected a host in [scheduler] url that the certificate is issued for"
+    if settings.ca_file:
+        return (
+            reason,
+            f"[scheduler] ca_file = {settings.ca_file!r} does not hold the CA that signed it",
+        )
+    return (
+        reason,
+        "the system's CAs do not trust it: set [scheduler] ca_file to the CA that signed it",
+    )
 
 
 def _dumps(value: Any) -> bytes:
