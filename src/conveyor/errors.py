@@ -14,6 +14,8 @@ Every error conveyor raises on purpose derives from :class:`ConveyorError`::
     ├── TaskLoadError           a task class cannot be imported or found
     ├── SchedulerUnavailable    the scheduler cannot be reached
     ├── StaleReport             a report about an attempt that is no longer current, refused
+    ├── StateStoreError         the server's state store cannot be trusted with a write (its
+    │                           file was deleted or replaced under it)
     └── InvalidTransition       the worker's state machine was asked for an illegal move
 
 Each error carries its context (task, plugin, backend, key) as attributes as well as in the
@@ -34,6 +36,7 @@ __all__ = [
     "PluginError",
     "SchedulerUnavailable",
     "StaleReport",
+    "StateStoreError",
     "TaskDefinitionError",
     "TaskLoadError",
 ]
@@ -114,6 +117,11 @@ class SchedulerUnavailable(ConveyorError):
 class StaleReport(ConveyorError):
     """The scheduler refused a report about an attempt that is no longer the task's current
     one (the task was handed to another worker since): nothing was changed."""
+
+
+class StateStoreError(ConveyorError):
+    """The server's state store refused a write it could not make durable (for the SQLite
+    store: its file was deleted or replaced while the server ran); nothing was written."""
 
 
 class InvalidTransition(ConveyorError):

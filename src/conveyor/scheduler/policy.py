@@ -160,6 +160,22 @@ class SchedulerCore:
         self.capacity: dict[str, int] = dict(resources or {})
         self.clock = clock
         self._lock = threading.RLock()
+        self._dirty: set[str] | None = None  # changed task ids, when persistence is on
+        self.stale_reports = 0  # reports refused because their attempt was not the latest
+        self.keep_history = False
+        """Whether to keep each task's :attr:`TaskRecord.attempts` (the central server does,
+        for its UI; the in-process scheduler has nobody to show them to)."""
+        self.frozen = False
+        """While true, time alone changes nothing (no retries woken, no worker declared gone,
+        nothing pruned): the server sets it while its state store refuses writes, so that
+        its reads answer what is stored and nobody is timed out for calls it refused."""
+        # attempt ids are random: unique across restarts and re-created records alike, which
+        # a counter per record (or per process) would not be
+        self._attempt_ids = random.Random()
+        self._clear()
+
+    def _clear(self) -> None:
+        """Forget every task and worker (the settings and counters stay)."""
         self._tasks: dict[str, TaskRecord] = {}
         self._seq = 0
         self._heaps: dict[str, list[_Entry]] = {}
@@ -171,18 +187,12 @@ class SchedulerCore:
         self._by_worker: dict[str, set[str]] = {}
         self._running_on: dict[str, set[str]] = {}  # worker id -> ids of its RUNNING tasks
         self._next_prune = 0.0
-        self._dirty: set[str] | None = None  # changed task ids, when persistence is on
+        if self._dirty is not None:
+            self._dirty = set()
         self._dirty_workers: set[str] = set()
-        self.stale_reports = 0  # reports refused because their attempt was not the latest
-        self.keep_history = False
-        """Whether to keep each task's :attr:`TaskRecord.attempts` (the central server does,
-        for its UI; the in-process scheduler has nobody to show them to)."""
         self._removals: list[tuple[float, str]] = []  # (when, task id) to consider removing
         self._departures: list[tuple[float, str]] = []  # (when, worker id) to forget
         self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
-        # attempt ids are random: unique across restarts and re-created records alike, which
-        # a counter per record (or per process) would not be
-        self._attempt_ids = random.Random()
         self._removed: set[str] = set()  # task ids removed, not yet taken by the store
         self._removed_workers: set[str] = set()
 
@@ -504,6 +514,14 @@ class SchedulerCore:
             for rec in self._tasks.values():
                 self._offer(rec)
 
+    def reload(self, records: Iterable[TaskRecord], workers: Iterable[tuple[str, bool]]) -> None:
+        """Replace every task and worker with ``records`` and ``workers``, as :meth:`restore`
+        does on an empty scheduler: what changed since they were saved, and was not taken
+        by the store, is dropped (the server's rollback of a commit that failed)."""
+        with self._lock:
+            self._clear()
+            self.restore(records, workers)
+
     def _rebuild(self, rec: TaskRecord) -> None:
         for dep_id in rec.deps:
             self._record(dep_id).dependents.add(rec.task_id)
@@ -617,6 +635,8 @@ class SchedulerCore:
         heapq.heappush(self._wakeups, (when, rec.task_id))
 
     def _wake(self, now: float) -> None:
+        if self.frozen:
+            return
         while self._wakeups and self._wakeups[0][0] <= now:
             when, task_id = heapq.heappop(self._wakeups)
             rec = self._tasks.get(task_id)  # (None: removed since)

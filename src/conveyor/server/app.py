@@ -6,6 +6,13 @@ The :class:`~.guard.Guard` in front checks what the headers alone can tell: the 
 (413 without reading it). State changes only through ``POST``; malformed JSON or fields get a
 4xx JSON error naming the field. Each state-changing call runs under one lock and its changes
 are committed to the state store before the response is sent.
+
+A commit that fails (a full or read-only disk, a state file deleted under the server) is rolled
+back in memory too: the scheduler's state is reloaded from the store, as at a restart, so what
+the server serves is what is stored. Until a write succeeds again, every state change is
+answered 503 with ``Retry-After`` and changes nothing; reads go on, and time changes nothing
+(no retry is woken, no silent worker declared gone). Every error answer is JSON: whatever
+raises is logged once with its traceback and answered ``{"error": ...}`` 500.
 """
 
 from __future__ import annotations
@@ -53,27 +60,39 @@ from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hosts import OwnAddress
 from .schema import openapi_document
-from .stores import CanRead, MemoryStore, SqliteStore, StateStore
+from .stores import CanCompact, CanProbe, CanRead, MemoryStore, SqliteStore, StateStore
 from .webui import ui_routes
 
-__all__ = ["SchedulerService", "create_app"]
+__all__ = ["RETRY_AFTER", "SchedulerService", "Unstored", "create_app"]
 
 log = structlog.get_logger("conveyor.server")
 T = TypeVar("T")
+
+RETRY_AFTER = 2
+"""Seconds a 503 for a state store that refuses writes asks the client to wait."""
+
+
+class Unstored(Exception):
+    """A state change refused because the state store cannot store it (answered 503)."""
 
 
 class SchedulerService:
     """Runs policy calls one at a time and commits their changes before returning."""
 
-    def __init__(self, core: SchedulerCore, store: StateStore) -> None:
-        """Serve ``core`` (already restored) and persist its changes to ``store``.
+    def __init__(self, core: SchedulerCore, store: StateStore, where: str = "") -> None:
+        """Serve ``core`` (already restored) and persist its changes to ``store``, which
+        ``where`` names in logs (``sqlite state.db``).
 
         The web UI reads the built-in stores directly (:class:`CanRead`); any other store is
         mirrored, save for save, into a :class:`MemoryStore` that it reads instead.
         """
         self.core = core
         self.store = store
+        self.where = where or type(store).__name__
         self.lock = threading.Lock()
+        self.failure = ""
+        """Why the store refuses writes ("" while it takes them); the server answers 503."""
+        self._logged: set[str] = set()  # kinds of storage error logged since the last success
         self._mirror: MemoryStore | None = None
         if isinstance(store, SqliteStore):  # (MemoryStore is one too)
             self.reads: CanRead = store
@@ -90,13 +109,76 @@ class SchedulerService:
         return self.reads.read(lambda db: fn(db, *args))
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Apply ``fn(*args)`` and commit every change it made."""
+        """Apply ``fn(*args)`` and commit every change it made; :class:`Unstored` (nothing
+        changed) if the store cannot take it."""
         with self.lock:
+            self._check_writable()
             try:
                 result = fn(*args)
             finally:  # a refused call (StaleReport) may still have changed something: commit
-                self._commit()
+                self._commit_or_roll_back()
             return result
+
+    def query(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` for an answer: committed like :meth:`call` (time may have changed
+        something), or, while the store refuses writes, answered from what is stored."""
+        if not self.failure:
+            try:
+                return self.call(fn, *args)  # type: ignore[no-any-return]
+            except Unstored:
+                pass
+        with self.lock:
+            return fn(*args)  # (the scheduler is frozen meanwhile: nothing changes)
+
+    def _check_writable(self) -> None:
+        """While the store refuses writes, probe it; Unstored until a write succeeds."""
+        if not self.failure:
+            return
+        try:
+            if isinstance(self.store, CanProbe):
+                self.store.probe()
+            self._reload()  # as a restart: every known worker counts as just seen
+        except Exception as exc:
+            self._note_failure(exc)
+            raise Unstored(self.failure) from None
+        with contextlib.suppress(OSError):  # (a log on the same full disk must not stop us)
+            log.warning("state store writable again; accepting changes", state=self.where)
+        self.failure = ""
+        self._logged.clear()
+        self.core.frozen = False
+
+    def _commit_or_roll_back(self) -> None:
+        """Commit; if that fails, reload the stored state over what the call changed."""
+        try:
+            self._commit()
+        except Exception as exc:
+            self._note_failure(exc)
+            self.core.frozen = True
+            try:
+                self._reload()
+            except Exception as reload_error:  # (it is tried again before the next change)
+                self._note_failure(reload_error)
+            raise Unstored(self.failure) from None
+
+    def _note_failure(self, exc: Exception) -> None:
+        """Remember why writes fail; log each kind of error once until writes succeed."""
+        kind = f"{type(exc).__name__}: {exc}"
+        self.failure = f"the state store cannot store changes ({kind}); nothing was changed"
+        self._log_once(
+            kind, "state store refused a write; refusing state changes until it takes one"
+        )
+
+    def _log_once(self, kind: str, event: str) -> None:
+        """Log ``event`` with the error ``kind``, once per kind until writes succeed again."""
+        if kind not in self._logged:
+            self._logged.add(kind)
+            with contextlib.suppress(OSError):  # (a log on the same full disk)
+                log.error(event, state=self.where, error=kind)
+
+    def _reload(self) -> None:
+        """Replace the scheduler's state with what the store holds (as a restart would)."""
+        rows, workers = self.store.load()
+        self.core.reload([from_row(row) for row in rows], workers)
 
     def _commit(self) -> None:
         """Write what changed since the last commit (and what was removed) to the store."""
@@ -108,13 +190,20 @@ class SchedulerService:
             self._mirror.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
 
     def tick(self) -> None:
-        """Apply time-based changes (retries, disconnected workers) even when nobody calls."""
-        self.call(self.core.statuses, ())
+        """Apply time-based changes (retries, disconnected workers) even when nobody calls,
+        and give back space the store freed; while the store refuses writes, probe it."""
+        with contextlib.suppress(Unstored):
+            self.call(self.core.statuses, ())
+        if isinstance(self.store, CanCompact) and not self.failure:
+            try:
+                self.store.compact()
+            except Exception as exc:  # (space not given back yet; the next commit will tell)
+                self._log_once(f"{type(exc).__name__}: {exc}", "state store compaction failed")
 
 
 def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
     """Each worker-facing route: its decoded protocol request in, a protocol answer out."""
-    core, call = service.core, service.call
+    core, call, query = service.core, service.call, service.query
 
     def add_tasks(r: AddTasks) -> Ok:
         call(core.add_tasks, r.worker_id, r.tasks, r.assistant)
@@ -124,7 +213,7 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         return WorkAnswer(call(core.get_work, r.worker_id, r.assistant, r.running))
 
     def work_left(r: WorkLeftRequest) -> WorkLeft:
-        left: WorkLeft = call(core.work_left, r.worker_id)
+        left: WorkLeft = query(core.work_left, r.worker_id)
         return left
 
     def task_done(r: TaskDone) -> Ok:
@@ -148,10 +237,10 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
         return Ok()
 
     def statuses(r: Statuses) -> StatusesAnswer:
-        return StatusesAnswer(call(core.statuses, r.task_ids))
+        return StatusesAnswer(query(core.statuses, r.task_ids))
 
     def explanation(r: Explanation) -> ExplanationAnswer:
-        return ExplanationAnswer(core.explanation(r.task_id))
+        return ExplanationAnswer(query(core.explanation, r.task_id))
 
     return {
         "add_tasks": add_tasks,
@@ -249,6 +338,7 @@ def create_app(
                 "api_requests": guard.api_requests,
                 "max_request_bytes": max_request_bytes,
                 "stale_reports": service.core.stale_reports,
+                "state_store_error": service.failure,
             }
         )
 
@@ -256,7 +346,7 @@ def create_app(
         return JSONResponse(document)
 
     async def tasks(request: Request) -> JSONResponse:
-        listed = await asyncio.to_thread(service.call, service.core.task_list)
+        listed = await asyncio.to_thread(service.query, service.core.task_list)
         return JSONResponse(encode(TaskList(tuple(listed))))
 
     async def workers(request: Request) -> JSONResponse:
@@ -290,7 +380,20 @@ def create_app(
         headers = getattr(exc, "headers", None)
         return _error(status, str(getattr(exc, "detail", "")) or "error", headers=headers)
 
+    async def unstored(request: Request, exc: Exception) -> JSONResponse:
+        return _error(503, str(exc), headers={"Retry-After": str(RETRY_AFTER)})
+
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # (Starlette raises the exception on after this answer: the guard logs it)
+        return _error(500, "internal error: the server failed to answer; it is logged")
+
     guard.app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            HTTPException: http_error,
+            Unstored: unstored,
+            Exception: internal_error,
+        },
     )
     return guard  # type: ignore[return-value]

@@ -15,6 +15,8 @@ Every check but the last reads the headers alone, before any byte of the body; i
    streamed in gets 413 as soon as it crosses the limit.
 
 Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
+Whatever the app raises ends here too: logged with its traceback, and answered (if nothing
+was sent yet) with a JSON 500 that carries none.
 Every answer, the guard's own and the app's, carries :data:`SECURITY_HEADERS` (a strict
 Content-Security-Policy, ``nosniff``, no framing, no referrer).
 Whatever the guard answers itself closes the connection, and so does any answer the app sends
@@ -28,6 +30,8 @@ from __future__ import annotations
 import hmac
 import json
 from typing import Any
+
+import structlog
 
 from .hosts import OwnAddress
 
@@ -49,6 +53,8 @@ Scope = dict[str, Any]
 Message = dict[str, Any]
 Headers = dict[str, bytes]
 Refusal = tuple[int, str, dict[str, str]]
+
+log = structlog.get_logger("conveyor.server")
 
 _CLOSE = (b"connection", b"close")
 _JSON = b"application/json"
@@ -153,8 +159,11 @@ class Guard:
         try:
             await self.app(scope, limited_receive, guarded_send)
         except Exception:
-            if not too_large:
-                raise
+            if not too_large:  # a fault of the server's: logged here, answered JSON 500
+                log.exception("request failed", method=scope["method"], path=scope["path"])
+                if not started:
+                    await _reply(send, 500, "internal error: the server failed to answer")
+                return
         if too_large and not started:
             await _reply(send, 413, f"request body larger than {self.max} bytes")
 

@@ -45,8 +45,9 @@ def check_bind(host: str, token: str) -> None:
         )
 
 
-def build_service(config: Config) -> Any:
-    """The scheduler policy restored from the configured state store, ready to serve."""
+def build_service(config: Config, holder: str = "") -> Any:
+    """The scheduler policy restored from the configured state store, ready to serve;
+    ``holder`` names this server to a second one started on the same state."""
     from .app import SchedulerService
 
     server = config.server
@@ -54,7 +55,7 @@ def build_service(config: Config) -> Any:
         "conveyor.state_stores",
         server.state_store,
         config,
-        lambda settings: StoreContext(server.state_path, settings),
+        lambda settings: StoreContext(server.state_path, settings, holder),
     )
     try:
         records, workers = load_state(store, server)
@@ -63,7 +64,7 @@ def build_service(config: Config) -> Any:
     except BaseException:
         store.close()
         raise
-    return SchedulerService(core, store)
+    return SchedulerService(core, store, f"{server.state_store} {server.state_path}")
 
 
 def load_state(store: StateStore, server: ServerSettings) -> tuple[list[TaskRecord], Workers]:
@@ -137,7 +138,8 @@ def serve(config: Config) -> int:
     # bind before the state store is opened: a server that cannot listen creates nothing
     listener = bind_listener(server.host, server.port)
     try:
-        service = build_service(config)
+        url = f"http://{url_host(server.host)}:{listener.getsockname()[1]}"
+        service = build_service(config, holder=url)
         try:
             app = create_app(
                 service,
@@ -145,10 +147,8 @@ def serve(config: Config) -> int:
                 max_request_bytes=server.max_request_bytes,
                 address=address,
             )
-            port = listener.getsockname()[1]
             print(
-                f"conveyor scheduler on http://{url_host(server.host)}:{port} "
-                f"(state: {server.state_store} {server.state_path})",
+                f"conveyor scheduler on {url} (state: {server.state_store} {server.state_path})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -19,6 +19,7 @@ SQLite store: into its ``quarantine`` table, raw data and reason kept) so that t
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -34,13 +35,15 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StateStoreError
 from ..scheduler.persist import RowError, from_row
 from ..secrets import is_secret_name
 from ..settings import Field
 
 __all__ = [
     "BadRow",
+    "CanCompact",
+    "CanProbe",
     "CanQuarantine",
     "CanRead",
     "CorruptState",
@@ -62,6 +65,9 @@ class StoreContext:
 
     state_path: str = ""
     settings: Mapping[str, Any] = field(default_factory=dict)
+    holder: str = ""
+    """Who opens the store (``http://127.0.0.1:8082``), for the error a second opener gets
+    from a store that allows one holder at a time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +143,24 @@ class CanQuarantine(Protocol):
         them), in one committed transaction; return where they went, for the operator."""
 
 
+@runtime_checkable
+class CanProbe(Protocol):
+    """A store that can tell whether a write would be made durable now."""
+
+    def probe(self) -> None:
+        """Commit a write that changes nothing, raising what :meth:`StateStore.save` would
+        raise now; the server calls it while it refuses changes, to know when to resume."""
+
+
+@runtime_checkable
+class CanCompact(Protocol):
+    """A store whose files keep their high-water size unless space is given back."""
+
+    def compact(self) -> int:
+        """Give back a bounded amount of freed space (short enough not to hold up a save);
+        the number of pages given back. The server calls it every second."""
+
+
 # version -> statements that bring a database from the previous version to it
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -195,10 +219,14 @@ class SqliteStore:
     def __init__(self, context: StoreContext) -> None:
         """Open (creating and migrating if needed) the database at ``context.state_path``.
 
-        The schema is checked before anything is written: a file that is not a conveyor state
-        database is refused (ConfigError) and left as it was.
+        The state is locked first (an ``flock`` on ``<state_path>.lock``, which names the
+        holder): a second server on the same file is refused (ConfigError) naming the first,
+        and so is a file or directory this process cannot write. The schema is checked before
+        anything is written: a file that is not a conveyor state database is refused
+        (ConfigError) and left as it was.
         """
         self._path = context.state_path
+        self._lock_fd = _lock_state(self._path, context.holder)
         synchronous = str(context.settings.get("synchronous", "normal")).upper()
         self._lock = threading.Lock()
         self._readers = threading.local()  # a read-only connection per reading thread
@@ -206,20 +234,26 @@ class SqliteStore:
         self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
         self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
         self._seq = 0  # the latest change number (the changes table's)
+        self._rescued: str | None = None  # what _rescue() did, once it did
         try:
             self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
+            _unlock(self._path, self._lock_fd)
             raise self._unusable(exc) from None
         self._wal = False  # switched on by the first write: a refused file stays as it was
         try:
             self._version = self._check_schema()
             self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
             if self._version == 0:  # a new file: nothing in it to keep as it was
+                self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (before any table)
                 self._upgrade()
             elif self._version == SCHEMA_VERSION:
                 self._seq = _latest(self._db)
+            self._identity = _identity(self._path)
         except BaseException as exc:
             self._db.close()
+            _unlock(self._path, self._lock_fd)
             if isinstance(exc, sqlite3.Error):
                 raise self._unusable(exc) from None
             raise
@@ -258,18 +292,78 @@ class SqliteStore:
             self._version = target
         self._seq = _latest(self._db)
 
-    def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
+    def _transaction(self, work: Callable[[sqlite3.Connection], object]) -> None:
+        """``work`` in one transaction, committed, or rolled back if anything failed (the
+        commit included: a full or read-only disk fails there)."""
         with self._lock:
+            self._check_file()
             if not self._wal:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._wal = True
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 work(self._db)
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+
+    def _check_file(self) -> None:
+        """StateStoreError if the file at the state path is no longer the one opened: a
+        write would go to a deleted file and be lost at the next start."""
+        if getattr(self, "_identity", None) is None:  # (still opening)
+            return
+        try:
+            now = _identity(self._path)
+        except FileNotFoundError:
+            now = None
+        if now != self._identity:
+            what = "deleted" if now is None else "replaced by another file"
+            raise StateStoreError(
+                f"the state database {self._path!r} was {what} while this server was "
+                f"running; nothing more is written to it; {self._rescue()}"
+            )
+
+    def _rescue(self) -> str:
+        """Copy what the open (deleted or replaced) database holds to ``<path>.rescued``,
+        once; say where it is, or why it could not be copied."""
+        target = self._path + ".rescued"
+        if self._rescued is None:
+            try:
+                copy = sqlite3.connect(target)
+                try:
+                    self._db.backup(copy)
+                finally:
+                    copy.close()
+                self._rescued = (
+                    f"every change acknowledged so far is in {target!r}: stop this server, "
+                    f"move that file to {self._path!r} and start it again"
+                )
+            except (sqlite3.Error, OSError) as exc:
+                self._rescued = f"copying what it holds to {target!r} failed too ({exc})"
+        return self._rescued
+
+    def probe(self) -> None:
+        """Commit a write that changes nothing of the state (the change counter moves on: a
+        rewrite of equal bytes is skipped by SQLite, so would prove nothing); raises what a
+        save would raise now."""
+        self._transaction(lambda db: db.execute("UPDATE changes SET seq = ?", (self._seq + 1,)))
+        self._seq += 1
+
+    def compact(self) -> int:
+        """Give back up to :data:`_VACUUM_PAGES` free pages once more than
+        :data:`_VACUUM_AT` are free (an incremental vacuum, a few milliseconds); the count."""
+        with self._lock:
+            free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+            vacuuming = int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2
+        if free < _VACUUM_AT or not vacuuming:
+            return 0
+        pages = min(free, _VACUUM_PAGES)
+        # (each step of the pragma frees one page: fetchall() runs them all)
+        self._transaction(lambda db: db.execute(f"PRAGMA incremental_vacuum({pages})").fetchall())
+        return pages
 
     def load(self) -> tuple[Rows, Workers]:
         """Every saved row and worker; CorruptState (nothing changed) naming unusable rows."""
@@ -298,7 +392,18 @@ class SqliteStore:
         if bad:
             raise CorruptState(f"state database {self._path!r}", bad)
         self._upgrade()
+        self._vacuum_incrementally()
         return rows, pairs
+
+    def _vacuum_incrementally(self) -> None:
+        """Switch a file created before conveyor vacuumed incrementally to doing so: one full
+        VACUUM, once (it rewrites the file; afterwards :meth:`compact` gives space back)."""
+        with self._lock:
+            if int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
+                return
+            self._check_file()
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self._db.execute("VACUUM")
 
     def quarantine(self, bad: Sequence[BadRow]) -> str:
         """Move the rows into the ``quarantine`` table (raw values, reason, time), in one
@@ -401,12 +506,104 @@ class SqliteStore:
         return fn(reader)
 
     def close(self) -> None:
-        """Close the connections."""
+        """Close the connections and release the lock (removing the lock file)."""
         with self._lock:
             for reader in self._reader_list:
                 reader.close()
             self._reader_list.clear()
             self._db.close()
+            if self._lock_fd >= 0:
+                _unlock(self._path, self._lock_fd)
+                self._lock_fd = -1
+
+
+_WAL_SIZE_LIMIT = 64 * 2**20
+"""Bytes the write-ahead log is cut back to after a checkpoint (SQLite's journal_size_limit)."""
+_VACUUM_AT = 256
+"""Free pages (4 KiB each) before :meth:`SqliteStore.compact` gives any back."""
+_VACUUM_PAGES = 2048
+"""Pages one :meth:`SqliteStore.compact` gives back at most (8 MiB: a few milliseconds)."""
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """The file at ``path`` as the file system knows it: (device, inode)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _lock_state(path: str, holder: str) -> int:
+    """Lock ``path`` for this process after checking that the file and its directory can be
+    written: an flock on ``path.lock``, which says who holds it; the lock file's descriptor,
+    kept open. ConfigError naming the holder, or what cannot be written, otherwise.
+
+    The lock file exists while a store holds it (:func:`_unlock` removes it); one left by a
+    killed process is taken over. A lock taken on a file that was removed meanwhile is
+    dropped and taken again, so that two openers never both hold one."""
+    absolute = os.path.abspath(path)
+    directory = os.path.dirname(absolute)
+    for where in (directory, absolute, absolute + "-wal", absolute + "-shm"):
+        if os.path.exists(where) and not os.access(where, os.W_OK):
+            what = "directory" if where == directory else "file"
+            raise ConfigError(
+                f"cannot write the state {what} {where!r}: {_why_unwritable(where)}; the "
+                "scheduler must be able to write its state database, its -wal and -shm files "
+                f"and {os.path.basename(absolute) + '.lock'!r} there"
+            )
+    lock_path = absolute + ".lock"
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot use {path!r} as the scheduler's state database: cannot create its "
+                f"lock file {lock_path!r}: {exc.strerror}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held = _holder(fd)
+            os.close(fd)
+            raise ConfigError(
+                f"the state database {path!r} is in use by another scheduler ({held}); two "
+                "schedulers on one state would hand out the same task twice: stop that one, "
+                "or give this one another [server] state_path"
+            ) from None
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock_path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # removed by its holder as it closed: lock the file there now
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"pid": os.getpid(), "holder": holder}).encode(), 0)
+    return fd
+
+
+def _unlock(path: str, fd: int) -> None:
+    """Remove the lock file (still holding its lock), then release the lock."""
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.abspath(path) + ".lock")
+    os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """What the lock file behind ``fd`` says about its holder, for a message."""
+    try:
+        said = json.loads(os.pread(fd, 4096, 0))
+        pid, holder = int(said["pid"]), str(said.get("holder") or "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its lock file names no holder"
+    return f"pid {pid}, {holder}" if holder else f"pid {pid}"
+
+
+def _why_unwritable(where: str) -> str:
+    """Why ``where`` cannot be written: a read-only file system, or its permissions."""
+    try:
+        if os.statvfs(where).f_flag & os.ST_RDONLY:
+            return "the file system is mounted read-only"
+    except OSError:
+        pass
+    return "permission denied"
 
 
 def _edge_changes(
