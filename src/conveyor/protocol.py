@@ -13,12 +13,23 @@ does not fit raises :class:`FieldError` naming the field (``tasks[3].priority``)
 expected. :func:`json_schema` describes the same types for ``/openapi.json``. Nothing is
 hand-written per field, so the server's validation, the transport's parsing of answers and the
 published schema cannot drift apart. This module imports nothing else of conveyor's.
+
+Rules beyond a field's type are field metadata read by both: ``minimum``/``maximum`` for
+numbers, ``choices`` for enums, a :class:`TextRule` for strings (``text``; ``keys`` for the keys
+of a mapping) and :func:`_variants` for a field whose type depends on another field's value
+(``Annotate.value`` on ``kind``). Every identifier a request carries (task and worker ids,
+dependency ids, families, modules, parameter and resource names) follows :data:`IDENTIFIER`
+or :data:`NAME`, so whatever :func:`decode` lets into the scheduler is something its state
+store can write and read back. As in JSON Schema, an integer is any number without a
+fractional part: ``50194.0`` decodes as the int ``50194``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -26,6 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 __all__ = [
+    "IDENTIFIER",
+    "IDENTIFIER_MAX_LENGTH",
+    "NAME",
     "REGISTRATION_STATUSES",
     "ROUTES",
     "AddTasks",
@@ -50,6 +64,7 @@ __all__ = [
     "TaskList",
     "TaskSpec",
     "TaskStatus",
+    "TextRule",
     "Work",
     "WorkAnswer",
     "WorkLeft",
@@ -125,6 +140,85 @@ def _choices(*values: enum.StrEnum) -> dict[str, Any]:
 
 _NON_NEGATIVE = {"minimum": 0}
 
+IDENTIFIER_MAX_LENGTH = 1000
+"""The most characters an identifier may have: five times the 200 of Luigi's own task history
+(``task_id VARCHAR(200)``), and far above what conveyor makes (task ids of at most 128
+characters; Luigi-style ids are the family and 60 more)."""
+
+# C0 controls, DEL and C1 controls: what the published pattern refuses (ECMA-262 syntax, which
+# Python's re reads too). Lone surrogates are refused by decode as well, but left out of the
+# pattern: a JSON Schema validator working on UTF-16 would read them as every character
+# outside the BMP. They cannot reach decode from the server anyway (its JSON parser refuses
+# them with a 400).
+_NO_CONTROL_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+_UNWANTED = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class TextRule:
+    """What a string field accepts beyond being a string: ``min_length`` to ``max_length``
+    characters, none of them a control character (C0, DEL, C1) or a lone surrogate.
+
+    Used as field metadata (``{"text": rule}``, or ``{"keys": rule}`` for a mapping's keys):
+    :func:`decode` enforces it, :func:`json_schema` publishes it as ``minLength``,
+    ``maxLength`` and ``pattern`` (``propertyNames`` for keys).
+    """
+
+    min_length: int = 1
+    max_length: int = IDENTIFIER_MAX_LENGTH
+
+    def problem(self, value: str) -> str:
+        """What is wrong with ``value``, as "expected ..., got ..." ("" if nothing)."""
+        size = len(value)
+        if size < self.min_length:
+            if size == 0:
+                return "expected a non-empty string"
+            return f"expected at least {self.min_length} characters, got {size}"
+        if size > self.max_length:
+            return f"expected at most {self.max_length} characters, got {size}"
+        if not value.isprintable():  # (a fast path: printable text has no control character)
+            bad = _UNWANTED.search(value)
+            if bad is not None:
+                char, where = bad.group(), bad.start()
+                if char >= "\ud800":
+                    return f"expected valid Unicode, got a lone surrogate at position {where}"
+                return f"expected no control characters, got {char!r} at position {where}"
+        return ""
+
+    def schema(self) -> dict[str, Any]:
+        """The rule in JSON Schema's words."""
+        schema: dict[str, Any] = {"maxLength": self.max_length, "pattern": _NO_CONTROL_PATTERN}
+        if self.min_length:
+            schema["minLength"] = self.min_length
+        return schema
+
+
+IDENTIFIER = TextRule()
+"""Task ids, worker ids, dependency ids, parameter and resource names: 1 to
+:data:`IDENTIFIER_MAX_LENGTH` characters without control characters."""
+
+NAME = TextRule(min_length=0)
+"""A task's family and module: like :data:`IDENTIFIER`, but may be empty (not said)."""
+
+_ID = {"text": IDENTIFIER}  # (on a list, the rule applies to each item)
+_NAMED = {"text": NAME}
+_PARAMS = {"keys": IDENTIFIER}  # parameter values are free text (a list as JSON, several lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _Variants:
+    """Field metadata: the field's type and rules depend on the value of field ``on``."""
+
+    on: str
+    cases: Mapping[Any, tuple[Any, Mapping[str, Any]]]
+    """Each value of ``on`` -> the field's annotation and metadata for it."""
+
+
+def _variants(on: str, cases: Mapping[Any, tuple[Any, Mapping[str, Any]]]) -> dict[str, Any]:
+    """Field metadata making the field's type depend on the value of field ``on``; published
+    as a ``oneOf`` with a discriminator on ``on``."""
+    return {"variants": _Variants(on, cases)}
+
 
 # --- values -------------------------------------------------------------------------------------
 
@@ -133,16 +227,18 @@ _NON_NEGATIVE = {"minimum": 0}
 class TaskSpec:
     """What a worker registers about one task (strings, numbers, lists; never a live task)."""
 
-    task_id: str
-    family: str = ""
-    module: str = ""
-    params: Mapping[str, str] = field(default_factory=dict)
+    task_id: str = field(metadata=_ID)
+    family: str = field(default="", metadata=_NAMED)
+    module: str = field(default="", metadata=_NAMED)
+    params: Mapping[str, str] = field(default_factory=dict, metadata=_PARAMS)
     status: TaskStatus = field(
         default=TaskStatus.PENDING, metadata=_choices(*REGISTRATION_STATUSES)
     )
-    deps: tuple[str, ...] = ()
+    deps: tuple[str, ...] = field(default=(), metadata=_ID)
     priority: int = 0
-    resources: Mapping[str, int] = field(default_factory=dict, metadata=_NON_NEGATIVE)
+    resources: Mapping[str, int] = field(
+        default_factory=dict, metadata={**_NON_NEGATIVE, "keys": IDENTIFIER}
+    )
     runnable: bool = True
     retry_count: int | None = None
     explanation: str = ""
@@ -199,7 +295,7 @@ class TaskInfo:
 class AddTasks:
     """Register or update tasks for a worker."""
 
-    worker_id: str
+    worker_id: str = field(metadata=_ID)
     tasks: tuple[TaskSpec, ...]
     assistant: bool = False
 
@@ -208,16 +304,16 @@ class AddTasks:
 class GetWork:
     """Ask for the best runnable task; ``running`` lists what the worker runs now."""
 
-    worker_id: str
+    worker_id: str = field(metadata=_ID)
     assistant: bool = False
-    running: tuple[str, ...] | None = None
+    running: tuple[str, ...] | None = field(default=None, metadata=_ID)
 
 
 @dataclass(frozen=True, slots=True)
 class WorkLeftRequest:
     """Ask what may still run for a worker."""
 
-    worker_id: str
+    worker_id: str = field(metadata=_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +324,8 @@ class TaskDone:
     being applied again; about an attempt no longer current, it is refused (HTTP 409).
     """
 
-    worker_id: str
-    task_id: str
+    worker_id: str = field(metadata=_ID)
+    task_id: str = field(metadata=_ID)
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
 
 
@@ -238,8 +334,8 @@ class TaskFailed:
     """Report a failed attempt with its explanation (``attempt`` as in :class:`TaskDone`) and
     how it ended (``outcome``, kept in the task's attempt history; ``failed`` if not said)."""
 
-    worker_id: str
-    task_id: str
+    worker_id: str = field(metadata=_ID)
+    task_id: str = field(metadata=_ID)
     explanation: str
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
     outcome: AttemptEnd = field(
@@ -257,32 +353,31 @@ class TaskFailed:
 class Annotate:
     """Store a status message, progress percentage (0 to 100) or tracking URL."""
 
-    task_id: str
+    task_id: str = field(metadata=_ID)
     kind: NoteKind
-    value: str | float
+    value: str | float = field(
+        metadata=_variants(
+            "kind",
+            {
+                NoteKind.STATUS_MESSAGE: (str, {}),
+                NoteKind.PROGRESS: (float, {"minimum": 0, "maximum": 100}),
+                NoteKind.TRACKING_URL: (str, {}),
+            },
+        )
+    )
 
     def __post_init__(self) -> None:
-        """A progress is a number from 0 to 100; the other kinds are text."""
-        if self.kind is NoteKind.PROGRESS:
-            value = self.value
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if isinstance(value, str) or not number or not 0 <= value <= 100:  # no float():
-                # a huge integer such as 10**400 would overflow it
-                raise FieldError(
-                    "value",
-                    f"expected a progress percentage from 0 to 100, got {self.value!r}"[:200],
-                )
-        elif not isinstance(self.value, str):
-            raise FieldError(
-                "value", f"expected a string for {self.kind}, got {type(self.value).__name__}"
-            )
+        """A progress is a number from 0 to 100; the other kinds are text (the rule
+        :func:`decode` applies and ``/openapi.json`` publishes, checked here for values made
+        in Python too)."""
+        _check_variants(self)
 
 
 @dataclass(frozen=True, slots=True)
 class Ping:
     """Keep a worker alive."""
 
-    worker_id: str
+    worker_id: str = field(metadata=_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,22 +388,22 @@ class Release:
     worker id shared by runs at the same time names its run's tasks. Sent by newer workers
     only."""
 
-    worker_id: str
-    task_ids: tuple[str, ...] | None = None
+    worker_id: str = field(metadata=_ID)
+    task_ids: tuple[str, ...] | None = field(default=None, metadata=_ID)
 
 
 @dataclass(frozen=True, slots=True)
 class Statuses:
     """Ask for the status of some tasks."""
 
-    task_ids: tuple[str, ...]
+    task_ids: tuple[str, ...] = field(metadata=_ID)
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
     """Ask for a task's stored failure explanation."""
 
-    task_id: str
+    task_id: str = field(metadata=_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,18 +549,21 @@ def decode(cls: type[T], data: Any, where: str = "", *, strict: bool = True) -> 
     """
     if not isinstance(data, dict):
         raise FieldError(where or "body", "expected a JSON object")
-    fields = _fields(cls)
-    hints = _hints(cls)
+    plan = _plan(cls)
     values: dict[str, Any] = {}
-    for f in fields:
-        path = f"{where}.{f.name}" if where else f.name
-        if f.name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+    for name, hint, meta, variants, required in plan:
+        path = f"{where}.{name}" if where else name
+        if name not in data:
+            if required:
                 raise FieldError(path, "missing required field")
             continue
-        values[f.name] = _value(hints[f.name], data[f.name], path, f.metadata, strict)
-    names = [f.name for f in fields]
-    unknown = sorted(set(data) - set(names)) if strict else ()
+        if variants is None:
+            values[name] = _value(hint, data[name], path, meta, strict)
+        else:  # (the field it depends on comes first, and is decoded already)
+            chosen = values.get(variants.on, _default_of(cls, variants.on))
+            values[name] = _variant(variants, chosen, data[name], path, strict)
+    names = [step[0] for step in plan]
+    unknown = sorted(set(data) - set(names)) if strict and len(data) > len(values) else ()
     if unknown:
         path = f"{where}.{unknown[0]}" if where else unknown[0]
         raise FieldError(path, "unknown field; expected one of " + ", ".join(names))
@@ -474,6 +572,59 @@ def decode(cls: type[T], data: Any, where: str = "", *, strict: bool = True) -> 
     except FieldError as exc:  # a cross-field check in __post_init__
         path = f"{where}.{exc.field}" if where else exc.field
         raise FieldError(path, str(exc).split(": ", 1)[-1]) from None
+
+
+_Step = tuple[str, Any, Mapping[str, Any], "_Variants | None", bool]
+_PLANS: dict[type[Any], tuple[_Step, ...]] = {}
+
+
+def _plan(cls: type[Any]) -> tuple[_Step, ...]:
+    """How :func:`decode` reads each field of dataclass ``cls``: its name, annotation,
+    metadata, variants (or None) and whether it is required; worked out once per class."""
+    found = _PLANS.get(cls)
+    if found is None:
+        hints = _hints(cls)
+        missing = dataclasses.MISSING
+        found = _PLANS[cls] = tuple(
+            (
+                f.name,
+                hints[f.name],
+                f.metadata,
+                f.metadata.get("variants"),
+                f.default is missing and f.default_factory is missing,
+            )
+            for f in _fields(cls)
+        )
+    return found
+
+
+def _default_of(cls: type[Any], name: str) -> Any:
+    for f in _fields(cls):
+        if f.name == name:
+            return None if f.default is dataclasses.MISSING else f.default
+    return None
+
+
+def _variant(variants: _Variants, chosen: Any, data: Any, path: str, strict: bool) -> Any:
+    """``data`` decoded as the case ``chosen`` of ``variants`` says."""
+    case = variants.cases.get(chosen)
+    if case is None:
+        raise FieldError(path, f"no value is allowed for {variants.on} {chosen!r}")
+    hint, meta = case
+    try:
+        return _value(hint, data, path, meta, strict)
+    except FieldError as exc:
+        message = str(exc).split(": ", 1)[-1]
+        raise FieldError(exc.field, f"{message} (for {variants.on} {chosen})") from None
+
+
+def _check_variants(value: Any) -> None:
+    """FieldError if a field of the dataclass ``value`` with variants does not fit the case
+    its deciding field chooses (what :func:`decode` checks, for values made in Python)."""
+    for f in _fields(type(value)):
+        variants = f.metadata.get("variants")
+        if variants is not None:
+            _variant(variants, getattr(value, variants.on), getattr(value, f.name), f.name, True)
 
 
 def _value(hint: Any, data: Any, path: str, meta: Mapping[str, Any], strict: bool) -> Any:
@@ -498,6 +649,12 @@ def _value(hint: Any, data: Any, path: str, meta: Mapping[str, Any], strict: boo
         item = typing.get_args(hint)[1]
         if not isinstance(data, dict):
             raise FieldError(path, f"expected an object of {_describe(item, meta)}")
+        keys: TextRule | None = meta.get("keys")
+        if keys is not None:
+            for key in data:
+                problem = keys.problem(key)
+                if problem:
+                    raise FieldError(path, f"key {_shown(key)}: {problem}")
         return {str(k): _value(item, v, f"{path}.{k}", meta, strict) for k, v in data.items()}
     return _scalar(hint, data, path, meta)
 
@@ -507,12 +664,13 @@ def _union(
 ) -> Any:
     if data is None and type(None) in options:
         return None
-    for option in options:
-        if option is type(None):
-            continue
+    choices = [option for option in options if option is not type(None)]
+    for option in choices:
         try:
             return _value(option, data, path, meta, strict)
-        except FieldError:
+        except FieldError as exc:
+            if len(choices) == 1 and exc.field.startswith(f"{path}["):
+                raise  # an item of a list: say which (``running[3]``) and why
             continue
     raise FieldError(path, "expected " + " or ".join(_describe(o) for o in options))
 
@@ -521,16 +679,37 @@ _SCALARS: dict[Any, typing.Callable[[Any], bool]] = {
     str: lambda v: isinstance(v, str),
     bool: lambda v: isinstance(v, bool),
     int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    # (not math.isfinite(v) for an int: 10**400 would overflow the float it makes)
+    float: lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool))
+        or (isinstance(v, float) and math.isfinite(v))
+    ),
 }
 
 
 def _scalar(hint: Any, data: Any, path: str, meta: Mapping[str, Any]) -> Any:
+    if hint is str and isinstance(data, str):  # the most common case, first
+        rule: TextRule | None = meta.get("text")
+        if rule is not None and not (0 < len(data) <= rule.max_length and data.isprintable()):
+            problem = rule.problem(data)  # (printable text of a good length is fine)
+            if problem:
+                raise FieldError(path, problem)
+        return data
+    if hint is int and type(data) is float and data.is_integer():
+        data = int(data)  # JSON Schema's integer is any number without a fraction: 50194.0
     if not _SCALARS[hint](data):
         raise FieldError(path, f"expected {_describe(hint, meta)}, got {type(data).__name__}")
-    if "minimum" in meta and data < meta["minimum"]:
-        raise FieldError(path, f"expected {_describe(hint, meta)}, got {data!r}")
+    if ("minimum" in meta and data < meta["minimum"]) or (
+        "maximum" in meta and data > meta["maximum"]
+    ):
+        raise FieldError(path, f"expected {_describe(hint, meta)}, got {_shown(data)}")
     return data
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: a message quotes what it refuses, not all of it."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _describe(hint: Any, meta: Mapping[str, Any] | None = None) -> str:
@@ -542,46 +721,103 @@ def _describe(hint: Any, meta: Mapping[str, Any] | None = None) -> str:
         return "an object"
     base = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
     text = base.get(hint, "a value")
-    if meta and "minimum" in meta:
+    if meta and "minimum" in meta and "maximum" in meta:
+        text = f"{text} from {meta['minimum']} to {meta['maximum']}"
+    elif meta and "minimum" in meta:
         text = f"{text} >= {meta['minimum']}"
+    elif meta and "maximum" in meta:
+        text = f"{text} <= {meta['maximum']}"
     return text
 
 
-def json_schema(hint: Any, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON Schema of a protocol type (a dataclass, or a field's annotation)."""
+def json_schema(
+    hint: Any,
+    meta: Mapping[str, Any] | None = None,
+    *,
+    components: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON Schema of a protocol type (a dataclass, or a field's annotation).
+
+    A dataclass with a field whose type depends on another field (:func:`_variants`) is a
+    ``oneOf``, one object schema per value of the deciding field. Given ``components`` (an
+    OpenAPI document's ``components/schemas``), those schemas are put there and the ``oneOf``
+    refers to them, with a ``discriminator`` mapping each value to its schema; without, they
+    are written inline (plain JSON Schema).
+    """
     meta = meta or {}
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return {"anyOf": [json_schema(option, meta) for option in typing.get_args(hint)]}
+        options = typing.get_args(hint)
+        return {"anyOf": [json_schema(o, meta, components=components) for o in options]}
     if hint is type(None):
         return {"type": "null"}
     if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
         return {"type": "string", "enum": [str(v) for v in meta.get("choices") or hint]}
     if dataclasses.is_dataclass(hint):
-        fields = _fields(hint)  # type: ignore[arg-type]
-        hints = _hints(hint)  # type: ignore[arg-type]
-        return {
-            "type": "object",
-            "properties": {f.name: json_schema(hints[f.name], f.metadata) for f in fields},
-            "required": [
-                f.name
-                for f in fields
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            ],
-            "additionalProperties": False,
-        }
+        return _object_schema(hint, components)  # type: ignore[arg-type]
     if origin is tuple:
-        return {"type": "array", "items": json_schema(typing.get_args(hint)[0], meta)}
+        item = typing.get_args(hint)[0]
+        return {"type": "array", "items": json_schema(item, meta, components=components)}
     if origin is Mapping:
-        return {
+        item = typing.get_args(hint)[1]
+        schema = {
             "type": "object",
-            "additionalProperties": json_schema(typing.get_args(hint)[1], meta),
+            "additionalProperties": json_schema(item, meta, components=components),
         }
+        keys: TextRule | None = meta.get("keys")
+        if keys is not None:
+            schema["propertyNames"] = {"type": "string", **keys.schema()}
+        return schema
     kinds = {str: "string", bool: "boolean", int: "integer", float: "number"}
-    schema: dict[str, Any] = {"type": kinds.get(hint, "string")}
-    if "minimum" in meta:
-        schema["minimum"] = meta["minimum"]
+    schema = {"type": kinds.get(hint, "string")}
+    for keyword in ("minimum", "maximum"):
+        if keyword in meta:
+            schema[keyword] = meta[keyword]
+    rule: TextRule | None = meta.get("text")
+    if rule is not None and hint is str:
+        schema.update(rule.schema())
     return schema
+
+
+def _object_schema(cls: type[Any], components: dict[str, Any] | None) -> dict[str, Any]:
+    fields = _fields(cls)
+    hints = _hints(cls)
+    properties = {
+        f.name: json_schema(hints[f.name], f.metadata, components=components) for f in fields
+    }
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": [
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ],
+        "additionalProperties": False,
+    }
+    variants = [(f.name, f.metadata["variants"]) for f in fields if "variants" in f.metadata]
+    if not variants:
+        return schema
+    [(name, chooser)] = variants  # (one such field per dataclass is all the protocol needs)
+    cases: dict[str, dict[str, Any]] = {}
+    for chosen, (hint, meta) in chooser.cases.items():
+        branch = {
+            **properties,
+            chooser.on: {"type": "string", "enum": [str(chosen)]},
+            name: json_schema(hint, meta, components=components),
+        }
+        cases[str(chosen)] = {**schema, "properties": branch}
+    if components is None:
+        return {"oneOf": list(cases.values())}
+    mapping = {}
+    for chosen, branch in cases.items():
+        component = cls.__name__ + "".join(word.capitalize() for word in chosen.split("_"))
+        components[component] = branch
+        mapping[chosen] = f"#/components/schemas/{component}"
+    return {
+        "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        "discriminator": {"propertyName": chooser.on, "mapping": mapping},
+    }
 
 
 _MEMBERS: dict[type[Any], tuple[Any, ...]] = {}

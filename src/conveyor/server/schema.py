@@ -1,7 +1,9 @@
 """``/openapi.json``: the worker-facing routes described from :mod:`conveyor.protocol`.
 
 The request and answer of each route are protocol dataclasses; their JSON Schemas come from the
-same type annotations that :func:`conveyor.protocol.decode` validates against.
+same type annotations and field rules that :func:`conveyor.protocol.decode` validates against
+(identifiers' lengths and characters, number ranges, ``Annotate.value`` by ``kind``, the latter
+as a ``oneOf`` of ``components/schemas`` with a ``discriminator``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ _REPORTS = ("task_done", "task_failed")  # refused with 409 for a superseded att
 
 def openapi_document() -> dict[str, Any]:
     """An OpenAPI 3.1 description of every route."""
+    schemas: dict[str, Any] = {}  # what a discriminator names (Annotate's kinds)
     error = {
         "description": "error",
         "content": {
@@ -33,7 +36,7 @@ def openapi_document() -> dict[str, Any]:
     def answer(description: str, cls: type[Any]) -> dict[str, Any]:
         return {
             "description": description,
-            "content": {"application/json": {"schema": json_schema(cls)}},
+            "content": {"application/json": {"schema": json_schema(cls, components=schemas)}},
         }
 
     # every request: a Host that is not the server's (421), another site's Origin (403)
@@ -57,7 +60,11 @@ def openapi_document() -> dict[str, Any]:
                 "operationId": name,
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": json_schema(route.request)}},
+                    "content": {
+                        "application/json": {
+                            "schema": json_schema(route.request, components=schemas)
+                        }
+                    },
                 },
                 "responses": {
                     "200": answer("done", route.answer),
@@ -66,6 +73,7 @@ def openapi_document() -> dict[str, Any]:
                     "413": error,
                     "415": error,
                     "422": error,
+                    "503": error,  # the state store cannot store a change (Retry-After)
                     **({"409": error} if name in _REPORTS else {}),
                     **foreign,
                 },
@@ -74,7 +82,10 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "conveyor central scheduler", "version": "1"},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
         "security": [{"bearer": []}],
         "paths": paths,
     }

@@ -28,7 +28,7 @@ from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
 from ..core.machine import HandOut, on_hand_out, on_outcome
 from ..core.states import Trigger
-from ..errors import ConveyorError, SchedulerUnavailable, TaskLoadError
+from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     FAILED,
     NEEDS_DEPS,
@@ -47,7 +47,15 @@ from ..executors.channel import truncate
 from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
 from ..parameters import allow_task_modules, task_modules_named
 from ..plugins import HookRelay, load_hook_plugins
-from ..protocol import AttemptEnd, AttemptOutcome, NoteKind, TaskSpec, TaskStatus, Work
+from ..protocol import (
+    IDENTIFIER,
+    AttemptEnd,
+    AttemptOutcome,
+    NoteKind,
+    TaskSpec,
+    TaskStatus,
+    Work,
+)
 from ..task import (
     Task,
     load_task_class,
@@ -116,6 +124,7 @@ class Worker:
             self.settings = self.config.worker
             self.host = socket.gethostname()
             self.id = worker_id or f"{self.host}-{os.getpid()}-{next(_ids)}"
+            _check_worker_id(self.id)
             self.clock = clock
             self.rand: Callable[[], float] = random.random  # jitter of the idle waits
             self.hooks = HookRelay()
@@ -777,6 +786,15 @@ def fence_after(
     timeout, plus a second): fencing would then stop attempts of a worker that is fine."""
     at = lease - kill_grace - 1.0
     return at if at >= ping_interval + rpc_timeout + 1.0 else None
+
+
+def _check_worker_id(worker_id: str) -> None:
+    """ConfigError unless ``worker_id`` is an identifier the protocol carries (a scheduler
+    server would refuse every request naming it, 422)."""
+    problem = IDENTIFIER.problem(worker_id)
+    if problem:
+        shown = worker_id if len(worker_id) <= 60 else worker_id[:57] + "..."
+        raise ConfigError(f"worker_id {shown!r}: {problem}", key="worker_id")
 
 
 def _allowed(module: str, allowed: Sequence[str]) -> bool:
