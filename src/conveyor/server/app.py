@@ -60,7 +60,15 @@ from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hosts import OwnAddress
 from .schema import openapi_document
-from .stores import CanCompact, CanProbe, CanRead, MemoryStore, SqliteStore, StateStore
+from .stores import (
+    CanCompact,
+    CanProbe,
+    CanRead,
+    MemoryStore,
+    SqliteStore,
+    StateStore,
+    Unstored,
+)
 from .webui import ui_routes
 
 __all__ = ["RETRY_AFTER", "SchedulerService", "Unstored", "create_app"]
@@ -70,10 +78,6 @@ T = TypeVar("T")
 
 RETRY_AFTER = 2
 """Seconds a 503 for a state store that refuses writes asks the client to wait."""
-
-
-class Unstored(Exception):
-    """A state change refused because the state store cannot store it (answered 503)."""
 
 
 class SchedulerService:
@@ -93,6 +97,7 @@ class SchedulerService:
         self.failure = ""
         """Why the store refuses writes ("" while it takes them); the server answers 503."""
         self._logged: set[str] = set()  # kinds of storage error logged since the last success
+        self._reloaded = True  # whether the state in memory is known to be what is stored
         self._mirror: MemoryStore | None = None
         if isinstance(store, SqliteStore):  # (MemoryStore is one too)
             self.reads: CanRead = store
@@ -108,27 +113,38 @@ class SchedulerService:
         scheduler's is taken, so reading holds up no worker."""
         return self.reads.read(lambda db: fn(db, *args))
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Apply ``fn(*args)`` and commit every change it made; :class:`Unstored` (nothing
         changed) if the store cannot take it."""
         with self.lock:
-            self._check_writable()
-            try:
-                result = fn(*args)
-            finally:  # a refused call (StaleReport) may still have changed something: commit
-                self._commit_or_roll_back()
-            return result
+            return self._apply(fn, *args)
 
     def query(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` for an answer: committed like :meth:`call` (time may have changed
-        something), or, while the store refuses writes, answered from what is stored."""
-        if not self.failure:
-            try:
-                return self.call(fn, *args)  # type: ignore[no-any-return]
-            except Unstored:
-                pass
+        something), or, while the store refuses writes, answered from what is stored (the
+        scheduler is frozen meanwhile: nothing changes); Unstored if even that is not known
+        (the stored state could not be reloaded)."""
         with self.lock:
-            return fn(*args)  # (the scheduler is frozen meanwhile: nothing changes)
+            if not self.failure:
+                with contextlib.suppress(Unstored):
+                    return self._apply(fn, *args)
+            if not self._reloaded:
+                raise Unstored(self.failure)
+            return fn(*args)
+
+    def _apply(self, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`call` under the lock."""
+        self._check_writable()
+        try:
+            result = fn(*args)
+        except StaleReport:  # refused, but it may have changed something (a worker seen)
+            self._commit_or_roll_back()
+            raise
+        except Exception:  # a fault half way: what the call changed is not kept
+            self._roll_back()
+            raise
+        self._commit_or_roll_back()
+        return result
 
     def _check_writable(self) -> None:
         """While the store refuses writes, probe it; Unstored until a write succeeds."""
@@ -137,10 +153,12 @@ class SchedulerService:
         try:
             if isinstance(self.store, CanProbe):
                 self.store.probe()
-            self._reload()  # as a restart: every known worker counts as just seen
         except Exception as exc:
             self._note_failure(exc)
             raise Unstored(self.failure) from None
+        self._roll_back()  # as a restart: every known worker counts as just seen
+        if not self._reloaded:
+            raise Unstored(self.failure)
         with contextlib.suppress(OSError):  # (a log on the same full disk must not stop us)
             log.warning("state store writable again; accepting changes", state=self.where)
         self.failure = ""
@@ -148,17 +166,28 @@ class SchedulerService:
         self.core.frozen = False
 
     def _commit_or_roll_back(self) -> None:
-        """Commit; if that fails, reload the stored state over what the call changed."""
+        """Commit; if that fails, reload the stored state over what the call changed, and
+        refuse changes (Unstored) until a write succeeds."""
         try:
             self._commit()
         except Exception as exc:
             self._note_failure(exc)
             self.core.frozen = True
-            try:
-                self._reload()
-            except Exception as reload_error:  # (it is tried again before the next change)
-                self._note_failure(reload_error)
+            self._roll_back()
             raise Unstored(self.failure) from None
+
+    def _roll_back(self) -> None:
+        """Replace the scheduler's state with what the store holds, as a restart would. If
+        the store cannot be read either, the state in memory is not trusted: writes and reads
+        are refused until a later reload succeeds."""
+        try:
+            rows, workers = self.store.load()
+            self.core.reload([from_row(row) for row in rows], workers)
+            self._reloaded = True
+        except Exception as exc:
+            self._reloaded = False
+            self.core.frozen = True
+            self._note_failure(exc)
 
     def _note_failure(self, exc: Exception) -> None:
         """Remember why writes fail; log each kind of error once until writes succeed."""
@@ -174,11 +203,6 @@ class SchedulerService:
             self._logged.add(kind)
             with contextlib.suppress(OSError):  # (a log on the same full disk)
                 log.error(event, state=self.where, error=kind)
-
-    def _reload(self) -> None:
-        """Replace the scheduler's state with what the store holds (as a restart would)."""
-        rows, workers = self.store.load()
-        self.core.reload([from_row(row) for row in rows], workers)
 
     def _commit(self) -> None:
         """Write what changed since the last commit (and what was removed) to the store."""
@@ -198,7 +222,8 @@ class SchedulerService:
             try:
                 self.store.compact()
             except Exception as exc:  # (space not given back yet; the next commit will tell)
-                self._log_once(f"{type(exc).__name__}: {exc}", "state store compaction failed")
+                kind = f"compaction: {type(exc).__name__}: {exc}"
+                self._log_once(kind, "state store compaction failed")
 
 
 def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
@@ -350,7 +375,8 @@ def create_app(
         return JSONResponse(encode(TaskList(tuple(listed))))
 
     async def workers(request: Request) -> JSONResponse:
-        return JSONResponse({"workers": service.core.worker_list()})
+        listed = await asyncio.to_thread(service.core.worker_list)  # (a reload holds its lock)
+        return JSONResponse({"workers": listed})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

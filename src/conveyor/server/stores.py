@@ -19,7 +19,6 @@ SQLite store: into its ``quarantine`` table, raw data and reason kept) so that t
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -35,10 +34,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+import structlog
+
 from ..errors import ConfigError, StateStoreError
 from ..scheduler.persist import RowError, from_row
 from ..secrets import is_secret_name
 from ..settings import Field
+from .statelock import StateLock
 
 __all__ = [
     "BadRow",
@@ -51,9 +53,11 @@ __all__ = [
     "SqliteStore",
     "StateStore",
     "StoreContext",
+    "Unstored",
 ]
 
 T = TypeVar("T")
+log = structlog.get_logger("conveyor.server")
 Rows = list[dict[str, Any]]
 Workers = list[tuple[str, bool]]
 
@@ -94,6 +98,11 @@ class CorruptState(ConfigError):
         )
         self.location = location
         self.bad = tuple(bad)
+
+
+class Unstored(Exception):
+    """A state change refused because the state store cannot store it now (the server
+    answers 503 with ``Retry-After``); nothing was changed."""
 
 
 class StateStore(Protocol):
@@ -226,7 +235,7 @@ class SqliteStore:
         (ConfigError) and left as it was.
         """
         self._path = context.state_path
-        self._lock_fd = _lock_state(self._path, context.holder)
+        self._state_lock = StateLock(self._path, context.holder)
         synchronous = str(context.settings.get("synchronous", "normal")).upper()
         self._lock = threading.Lock()
         self._readers = threading.local()  # a read-only connection per reading thread
@@ -238,7 +247,7 @@ class SqliteStore:
         try:
             self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
-            _unlock(self._path, self._lock_fd)
+            self._state_lock.release()
             raise self._unusable(exc) from None
         self._wal = False  # switched on by the first write: a refused file stays as it was
         try:
@@ -253,7 +262,7 @@ class SqliteStore:
             self._identity = _identity(self._path)
         except BaseException as exc:
             self._db.close()
-            _unlock(self._path, self._lock_fd)
+            self._state_lock.release()
             if isinstance(exc, sqlite3.Error):
                 raise self._unusable(exc) from None
             raise
@@ -327,9 +336,11 @@ class SqliteStore:
             )
 
     def _rescue(self) -> str:
-        """Copy what the open (deleted or replaced) database holds to ``<path>.rescued``,
-        once; say where it is, or why it could not be copied."""
-        target = self._path + ".rescued"
+        """Copy what the open (deleted or replaced) database holds to
+        ``<path>.rescued-<time>`` (never over an earlier rescue), once; say where it is and
+        how to put it back, or why it could not be copied."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = f"{self._path}.rescued-{stamp}"
         if self._rescued is None:
             try:
                 copy = sqlite3.connect(target)
@@ -339,7 +350,8 @@ class SqliteStore:
                     copy.close()
                 self._rescued = (
                     f"every change acknowledged so far is in {target!r}: stop this server, "
-                    f"move that file to {self._path!r} and start it again"
+                    f"remove any {self._path + '-wal'!r} and {self._path + '-shm'!r}, move "
+                    f"that file to {self._path!r} and start it again"
                 )
             except (sqlite3.Error, OSError) as exc:
                 self._rescued = f"copying what it holds to {target!r} failed too ({exc})"
@@ -354,16 +366,16 @@ class SqliteStore:
 
     def compact(self) -> int:
         """Give back up to :data:`_VACUUM_PAGES` free pages once more than
-        :data:`_VACUUM_AT` are free (an incremental vacuum, a few milliseconds); the count."""
+        :data:`_VACUUM_AT` are free (an incremental vacuum, about 15 ms); the count."""
         with self._lock:
             free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
             vacuuming = int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2
-        if free < _VACUUM_AT or not vacuuming:
-            return 0
-        pages = min(free, _VACUUM_PAGES)
-        # (each step of the pragma frees one page: fetchall() runs them all)
-        self._transaction(lambda db: db.execute(f"PRAGMA incremental_vacuum({pages})").fetchall())
-        return pages
+            if free < _VACUUM_AT or not vacuuming:
+                return 0
+            self._check_file()
+            # executescript steps the pragma to its end; execute() would free one page only
+            self._db.executescript(f"PRAGMA incremental_vacuum({min(free, _VACUUM_PAGES)});")
+            return free - int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
 
     def load(self) -> tuple[Rows, Workers]:
         """Every saved row and worker; CorruptState (nothing changed) naming unusable rows."""
@@ -397,13 +409,24 @@ class SqliteStore:
 
     def _vacuum_incrementally(self) -> None:
         """Switch a file created before conveyor vacuumed incrementally to doing so: one full
-        VACUUM, once (it rewrites the file; afterwards :meth:`compact` gives space back)."""
+        VACUUM, once (it rewrites the file, and needs as much free space again; afterwards
+        :meth:`compact` gives space back). If it fails the file stays as it was, without
+        compaction, and the next start tries again."""
         with self._lock:
             if int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
                 return
             self._check_file()
-            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            self._db.execute("VACUUM")
+            log.info("switching the state file to incremental vacuum (once)", state=self._path)
+            try:
+                self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                self._db.execute("VACUUM")
+            except sqlite3.Error as exc:
+                log.warning(
+                    "could not switch the state file to incremental vacuum; freed space will"
+                    " not be given back",
+                    state=self._path,
+                    error=str(exc),
+                )
 
     def quarantine(self, bad: Sequence[BadRow]) -> str:
         """Move the rows into the ``quarantine`` table (raw values, reason, time), in one
@@ -512,98 +535,21 @@ class SqliteStore:
                 reader.close()
             self._reader_list.clear()
             self._db.close()
-            if self._lock_fd >= 0:
-                _unlock(self._path, self._lock_fd)
-                self._lock_fd = -1
+            self._state_lock.release()
 
 
 _WAL_SIZE_LIMIT = 64 * 2**20
 """Bytes the write-ahead log is cut back to after a checkpoint (SQLite's journal_size_limit)."""
 _VACUUM_AT = 256
 """Free pages (4 KiB each) before :meth:`SqliteStore.compact` gives any back."""
-_VACUUM_PAGES = 2048
-"""Pages one :meth:`SqliteStore.compact` gives back at most (8 MiB: a few milliseconds)."""
+_VACUUM_PAGES = 512
+"""Pages one :meth:`SqliteStore.compact` gives back at most (2 MiB, about 15 ms)."""
 
 
 def _identity(path: str) -> tuple[int, int]:
     """The file at ``path`` as the file system knows it: (device, inode)."""
     st = os.stat(path)
     return st.st_dev, st.st_ino
-
-
-def _lock_state(path: str, holder: str) -> int:
-    """Lock ``path`` for this process after checking that the file and its directory can be
-    written: an flock on ``path.lock``, which says who holds it; the lock file's descriptor,
-    kept open. ConfigError naming the holder, or what cannot be written, otherwise.
-
-    The lock file exists while a store holds it (:func:`_unlock` removes it); one left by a
-    killed process is taken over. A lock taken on a file that was removed meanwhile is
-    dropped and taken again, so that two openers never both hold one."""
-    absolute = os.path.abspath(path)
-    directory = os.path.dirname(absolute)
-    for where in (directory, absolute, absolute + "-wal", absolute + "-shm"):
-        if os.path.exists(where) and not os.access(where, os.W_OK):
-            what = "directory" if where == directory else "file"
-            raise ConfigError(
-                f"cannot write the state {what} {where!r}: {_why_unwritable(where)}; the "
-                "scheduler must be able to write its state database, its -wal and -shm files "
-                f"and {os.path.basename(absolute) + '.lock'!r} there"
-            )
-    lock_path = absolute + ".lock"
-    while True:
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot use {path!r} as the scheduler's state database: cannot create its "
-                f"lock file {lock_path!r}: {exc.strerror}"
-            ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            held = _holder(fd)
-            os.close(fd)
-            raise ConfigError(
-                f"the state database {path!r} is in use by another scheduler ({held}); two "
-                "schedulers on one state would hand out the same task twice: stop that one, "
-                "or give this one another [server] state_path"
-            ) from None
-        try:
-            if os.fstat(fd).st_ino == os.stat(lock_path).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # removed by its holder as it closed: lock the file there now
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"pid": os.getpid(), "holder": holder}).encode(), 0)
-    return fd
-
-
-def _unlock(path: str, fd: int) -> None:
-    """Remove the lock file (still holding its lock), then release the lock."""
-    with contextlib.suppress(OSError):
-        os.unlink(os.path.abspath(path) + ".lock")
-    os.close(fd)
-
-
-def _holder(fd: int) -> str:
-    """What the lock file behind ``fd`` says about its holder, for a message."""
-    try:
-        said = json.loads(os.pread(fd, 4096, 0))
-        pid, holder = int(said["pid"]), str(said.get("holder") or "")
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its lock file names no holder"
-    return f"pid {pid}, {holder}" if holder else f"pid {pid}"
-
-
-def _why_unwritable(where: str) -> str:
-    """Why ``where`` cannot be written: a read-only file system, or its permissions."""
-    try:
-        if os.statvfs(where).f_flag & os.ST_RDONLY:
-            return "the file system is mounted read-only"
-    except OSError:
-        pass
-    return "permission denied"
 
 
 def _edge_changes(
@@ -758,8 +704,10 @@ def _not_a_number(name: str) -> Any:
 
 
 def _worker_problem(worker_id: object, assistant: object) -> str:
-    if not isinstance(worker_id, str) or not worker_id:
-        return f"worker_id is {_sql_kind(worker_id)}; expected a non-empty string"
+    # (an empty id is refused at the edge now, but an older server stored it: it loads, and
+    # goes like any silent worker)
+    if not isinstance(worker_id, str):
+        return f"worker_id is {_sql_kind(worker_id)}; expected a string"
     if type(assistant) is not int or assistant not in (0, 1):
         return f"assistant is {assistant!r}; expected 0 or 1"
     return ""

@@ -49,6 +49,7 @@ from starlette.routing import BaseRoute, Route
 
 from . import reads
 from .reads import Filters
+from .stores import Unstored
 
 if TYPE_CHECKING:
     from .app import SchedulerService
@@ -386,9 +387,16 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         request: Request, action: str, apply: Callable[[list[str]], list[str]], ids: list[str]
     ) -> Any:
         changed: list[str] = []
+        refused = ""
         for start in range(0, len(ids), _ACTION_CHUNK):  # worker calls get their turn between
             chunk = ids[start : start + _ACTION_CHUNK]
-            changed += await asyncio.to_thread(service.call, apply, chunk)
+            try:
+                changed += await asyncio.to_thread(service.call, apply, chunk)
+            except Unstored as exc:  # the store stopped taking writes part way
+                if not changed:
+                    raise  # (503: nothing was changed)
+                refused = str(exc)
+                break
         done = set(changed)
         skipped = [t for t in dict.fromkeys(ids) if t not in done]
         log.info(
@@ -399,7 +407,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             skipped=len(skipped),
             session=session_name(session_of(request)) if expected else "open",
         )
-        return {"changed": changed, "skipped": skipped}
+        return {"changed": changed, "skipped": skipped, **({"error": refused} if refused else {})}
 
     async def retry(request: Request) -> Any:
         return await act(request, "retry", core.retry_now, _task_ids(await _body(request)))
