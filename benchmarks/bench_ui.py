@@ -17,12 +17,20 @@ detail, and every fifth refresh ``graph`` of a root (thousands of upstream nodes
 variant, far beyond what a handful of open pages do). The UI clients run in a process of their
 own, so their work does not compete for the GIL of the process timing the worker calls.
 
+``--graph-tasks N`` registers one more graph of ``N`` tasks under one root (``--graph-shape``:
+``layers``, the layers of fan-in above; ``fan-in``, a root needing ``N - 1`` tasks directly),
+times ``--graph-reads`` reads of its graph on the idle server before the workers start, and
+has the UI clients read that graph instead. The graph route shows at most 10,000 nodes, so
+``--graph-tasks 100001`` and ``--graph-tasks 10001`` show as many; what it costs should not
+depend on which.
+
 Prints the machine, the command line, and per run and route the number of calls, failed calls
 and the p50, p90, p99 and max latency in milliseconds; the UI requests served with their p50
 and p99; and the p99 ratio with UI / without. Examples::
 
     .venv-test/bin/python benchmarks/bench_ui.py
     .venv-test/bin/python benchmarks/bench_ui.py --ui-rate=max --seconds 30
+    .venv-test/bin/python benchmarks/bench_ui.py --graph-tasks 100001 --graph-shape fan-in
 
 On a small machine the scheduler, the worker threads and the UI clients share the cores, so
 the numbers are rough; compare the two runs of one invocation rather than across machines.
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import http.client
 import json
@@ -66,6 +75,7 @@ ADD_BATCH = 10  # ... of this many tasks (9 leaves and the task needing them)
 IDLE_PAUSE = 0.02  # seconds a worker waits after get_work handed out nothing
 FAILURE_PAUSE = 0.05  # seconds a client waits after a call that got no answer
 GRAPH_EVERY = 5  # the UI reads graph and workers on every this many refreshes
+FAN_IN_CHUNK = 5_000  # a fan-in root is registered again with each this many more deps
 REGIONS = ("eu-west", "us-east", "ap-south", "sa-east")
 FILTER_TEXT = "eu-west"  # the filtered list's q=
 WORKER_ROUTES = ("get_work", "task_done", "ping", "add_tasks")
@@ -84,6 +94,11 @@ class Plan:
     roots: list[str]
     details: list[str]  # ids whose detail page the UI clients open, in turn
     layers: int
+    graph_root: str | None = None  # the root of the --graph-tasks graph
+
+    def tasks(self) -> int:
+        """How many tasks the specs register (a fan-in root comes several times)."""
+        return len({spec.task_id for spec in self.specs})
 
 
 def _task_id(family: str, params: dict[str, str]) -> str:
@@ -122,39 +137,64 @@ def _layer_sizes(size: int) -> list[int]:
     return sizes
 
 
-def make_plan(tasks: int, seed: int) -> Plan:
-    """``tasks`` tasks in groups of about :data:`GROUP`, each a root over layers of fan-in;
-    every task needs a slice of the layer below and one more task of it at random."""
+def _group(size: int, rng: random.Random, number: int) -> list[list[TaskSpec]]:
+    """``size`` tasks numbered from ``number``, per layer from the bottom: a root over layers
+    of fan-in, every task needing a slice of the layer below and one more task of it at
+    random."""
+    shape = _layer_sizes(size)[::-1]  # leaves first
+    layers: list[list[TaskSpec]] = []
+    for depth, count in enumerate(shape):
+        below = layers[-1] if layers else []
+        children: list[list[str]] = [[] for _ in range(count)]
+        for j, child in enumerate(below):
+            children[j * count // len(below)].append(child.task_id)
+        layer = []
+        for j in range(count):
+            deps = children[j]
+            if below:
+                deps = [*deps, below[rng.randrange(len(below))].task_id]
+            top = depth == len(shape) - 1
+            if not below:
+                family, module = f"Extract{number % 80:02d}", "pipeline.extract"
+            elif top:
+                family, module = "Report", "pipeline.report"
+            else:
+                family, module = f"Transform{number % 19:02d}", "pipeline.transform"
+            layer.append(_spec(family, module, number, rng, tuple(dict.fromkeys(deps))))
+            number += 1
+        layers.append(layer)
+    return layers
+
+
+def _fan_in(size: int, rng: random.Random, number: int) -> list[TaskSpec]:
+    """A root needing ``size - 1`` tasks directly, leaves first; the root is registered again
+    after every :data:`FAN_IN_CHUNK` leaves with those as more dependencies (the scheduler
+    merges them), so that no request is larger than the server takes."""
+    leaves = [
+        _spec(f"Extract{n % 80:02d}", "pipeline.extract", n, rng)
+        for n in range(number, number + size - 1)
+    ]
+    root = _spec("Report", "pipeline.report", number + size - 1, rng)
+    specs: list[TaskSpec] = []
+    for start in range(0, len(leaves), FAN_IN_CHUNK):
+        chunk = leaves[start : start + FAN_IN_CHUNK]
+        specs += chunk
+        specs.append(dataclasses.replace(root, deps=tuple(s.task_id for s in chunk)))
+    return specs or [root]
+
+
+def make_plan(tasks: int, seed: int, graph_tasks: int = 0, graph_shape: str = "layers") -> Plan:
+    """``tasks`` tasks in groups of about :data:`GROUP`, each a root over layers of fan-in
+    (:func:`_group`); and with ``graph_tasks``, one more graph of that many tasks
+    (``graph_shape``: ``layers`` or ``fan-in``), registered last."""
     rng = random.Random(seed)
     groups = max(1, tasks // GROUP)
     sizes = [tasks // groups + (1 if g < tasks % groups else 0) for g in range(groups)]
-    # per group, per layer from the bottom: the specs
-    built: list[list[list[TaskSpec]]] = []
+    built: list[list[list[TaskSpec]]] = []  # per group, per layer from the bottom: the specs
     number = 0
     for size in sizes:
-        shape = _layer_sizes(size)[::-1]  # leaves first
-        layers: list[list[TaskSpec]] = []
-        for depth, count in enumerate(shape):
-            below = layers[-1] if layers else []
-            children: list[list[str]] = [[] for _ in range(count)]
-            for j, child in enumerate(below):
-                children[j * count // len(below)].append(child.task_id)
-            layer = []
-            for j in range(count):
-                deps = children[j]
-                if below:
-                    deps = [*deps, below[rng.randrange(len(below))].task_id]
-                top = depth == len(shape) - 1
-                if not below:
-                    family, module = f"Extract{number % 80:02d}", "pipeline.extract"
-                elif top:
-                    family, module = "Report", "pipeline.report"
-                else:
-                    family, module = f"Transform{number % 19:02d}", "pipeline.transform"
-                layer.append(_spec(family, module, number, rng, tuple(dict.fromkeys(deps))))
-                number += 1
-            layers.append(layer)
-        built.append(layers)
+        built.append(_group(size, rng, number))
+        number += size
     depth = max(len(layers) for layers in built)
     specs = [
         spec
@@ -165,7 +205,15 @@ def make_plan(tasks: int, seed: int) -> Plan:
     ]
     roots = [layers[-1][0].task_id for layers in built]
     middle = [spec.task_id for layers in built if len(layers) > 2 for spec in layers[-3][:5]]
-    return Plan(specs, roots, [*roots, *middle], depth)
+    plan = Plan(specs, roots, [*roots, *middle], depth)
+    if graph_tasks:
+        if graph_shape == "fan-in":
+            big = _fan_in(graph_tasks, rng, number)
+        else:
+            big = [spec for layer in _group(graph_tasks, rng, number) for spec in layer]
+        plan.specs += big
+        plan.graph_root = big[-1].task_id
+    return plan
 
 
 # --- HTTP ----------------------------------------------------------------------------------
@@ -278,6 +326,20 @@ def populate(port: int, plan: Plan, worker_ids: list[str], batch: int) -> tuple[
     return time.perf_counter() - started, client.errors.get("add_tasks", 0)
 
 
+def time_graph(port: int, root: str, reads: int) -> dict[str, Any]:
+    """``reads`` reads of ``root``'s graph one after another on the idle server: the nodes
+    shown, whether truncated, and each read's seconds."""
+    path = f"/ui/api/graph?id={urllib.parse.quote(root, safe='')}&down=0"
+    seconds, answer = [], None
+    for _ in range(reads):
+        started = time.perf_counter()
+        answer = get_json(port, path)
+        seconds.append(time.perf_counter() - started)
+    if answer is None:
+        return {}
+    return {"nodes": len(answer["nodes"]), "truncated": answer["truncated"], "seconds": seconds}
+
+
 # --- worker clients ------------------------------------------------------------------------
 
 
@@ -345,7 +407,7 @@ def ui_loop(
     view when the change number moved; its latencies, failures and refreshes."""
     client = Client(port)
     client.record_from, client.record_until = window.record_from, window.until
-    roots, details = plan["roots"], plan["details"]
+    roots, details = plan["graph_roots"], plan["details"]
     root = urllib.parse.quote(roots[index % len(roots)], safe="")
     filtered = urllib.parse.urlencode({"state": "DONE", "q": FILTER_TEXT, "limit": 50})
     seq: int | None = None
@@ -431,6 +493,7 @@ class RunResult:
     populate_errors: int
     graph_nodes: int
     seconds: float
+    big_graph: dict[str, Any] = field(default_factory=dict)  # the --graph-tasks graph's reads
 
 
 def run_once(
@@ -443,11 +506,14 @@ def run_once(
         populate_s, populate_errors = populate(server.port, plan, worker_ids, args.batch)
         root = urllib.parse.quote(plan.roots[0], safe="")
         graph_nodes = -1
+        big_graph: dict[str, Any] = {}
         try:
             total = get_json(server.port, "/ui/api/summary")["total"]
-            if total < len(plan.specs):
-                print(f"warning: the server holds {total} tasks, not {len(plan.specs)}")
+            if total < plan.tasks():
+                print(f"warning: the server holds {total} tasks, not {plan.tasks()}")
             graph_nodes = len(get_json(server.port, f"/ui/api/graph?id={root}&down=0")["nodes"])
+            if plan.graph_root is not None:
+                big_graph = time_graph(server.port, plan.graph_root, args.graph_reads)
         except (OSError, http.client.HTTPException, RuntimeError, ValueError, KeyError) as exc:
             print(f"warning: the UI routes do not answer as expected: {exc}")
         ui: Any = None
@@ -457,7 +523,8 @@ def run_once(
         try:
             if ui_clients:
                 ready = context.Event()
-                shared = {"roots": plan.roots, "details": plan.details}
+                graph_roots = [plan.graph_root] if plan.graph_root else plan.roots
+                shared = {"graph_roots": graph_roots, "details": plan.details}
                 ui = context.Process(
                     target=ui_process,
                     args=(
@@ -524,6 +591,7 @@ def run_once(
         populate_errors=populate_errors,
         graph_nodes=graph_nodes,
         seconds=args.seconds,
+        big_graph=big_graph,
     )
 
 
@@ -565,7 +633,7 @@ def report(runs: list[RunResult], args: argparse.Namespace, plan: Plan) -> None:
     )
     print("command: " + shlex.join([sys.executable, *sys.argv]))
     print(
-        f"tasks: {len(plan.specs)} ({len(plan.roots)} roots, {plan.layers} layers, 100 families;"
+        f"tasks: {plan.tasks()} ({len(plan.roots)} roots, {plan.layers} layers, 100 families;"
         f" graph of a root: {base.graph_nodes} nodes), registered in batches of {args.batch} in "
         + ", ".join(f"{r.populate_s:.1f} s" for r in runs)
     )
@@ -573,6 +641,20 @@ def report(runs: list[RunResult], args: argparse.Namespace, plan: Plan) -> None:
         f"workers: {args.workers} threads x {args.seconds:g} s (after {args.warmup:g} s warm-up); "
         f"UI clients: {args.ui_clients}, rate {args.ui_rate}"
     )
+    if plan.graph_root is not None:
+        print(
+            f"graph: {args.graph_tasks} tasks ({args.graph_shape}) under one root, read by the UI"
+            " clients; idle reads of it before each run (ms, sorted):"
+        )
+        for run in runs:
+            big = run.big_graph
+            if big:
+                times = " ".join(f"{t * 1000:.0f}" for t in sorted(big["seconds"]))
+                s = _stats(big["seconds"])
+                print(
+                    f"  {run.name}: {big['nodes']} nodes, truncated {big['truncated']};"
+                    f" p50 {_ms(s['p50'])} ms; {times}"
+                )
     print()
     header = f"{'run':<16}{'route':<16}{'calls':>8}{'failed':>8}"
     header += "".join(f"{h:>9}" for h in ("p50 ms", "p90 ms", "p99 ms", "max ms"))
@@ -646,10 +728,22 @@ def main() -> int:
     )
     parser.add_argument("--batch", type=int, default=500, help="tasks per add_tasks at first")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--graph-tasks", type=int, default=0, help="one more graph of this many tasks (0: none)"
+    )
+    parser.add_argument(
+        "--graph-shape",
+        choices=("layers", "fan-in"),
+        default="layers",
+        help="layers: layers of fan-in; fan-in: a root needing every other task directly",
+    )
+    parser.add_argument("--graph-reads", type=int, default=10, help="idle reads of that graph")
     args = parser.parse_args()
     if args.tasks < 1 or args.workers < 1 or args.ui_clients < 0 or args.batch < 1:
         parser.error("--tasks, --workers and --batch must be positive, --ui-clients >= 0")
-    plan = make_plan(args.tasks, args.seed)
+    if args.graph_tasks < 0 or args.graph_reads < 1:
+        parser.error("--graph-tasks must be >= 0 and --graph-reads positive")
+    plan = make_plan(args.tasks, args.seed, args.graph_tasks, args.graph_shape)
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-ui-"))
     try:
         runs = [run_once(work / "a", plan, args, 0, "(a) without UI")]

@@ -4,17 +4,19 @@ Every function takes an SQLite connection that sees the committed state (a store
 :meth:`~.stores.CanRead.read`), so the UI never takes the scheduler's lock and never lists
 every task to answer: counts are one ``GROUP BY`` over an index, the task list is a keyset page
 over the change number, and a graph walks the ``edges`` table outward from one task, O(V+E) in
-what it returns and capped at :data:`GRAPH_CAP` nodes. Values people see have secret-named
-parameters, and their appearances in texts, hidden (:mod:`conveyor.secrets`).
+what it returns and capped at :data:`GRAPH_CAP` nodes, reading no further than the cap however
+large the graph. Values people see have secret-named parameters, and their appearances in
+texts, hidden (:mod:`conveyor.secrets`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import TaskStatus
@@ -234,17 +236,54 @@ def _nodes(db: sqlite3.Connection, task_ids: Sequence[str]) -> Iterator[tuple[st
         )
 
 
-def _neighbours(
+def _edges_from(
     db: sqlite3.Connection, task_ids: Sequence[str], down: bool
-) -> Iterator[tuple[str, str]]:
-    """``(task, dependency)`` edges from the given tasks (``down``: to them)."""
-    column = "dep_id" if down else "task_id"
+) -> Generator[tuple[str, str], None, None]:
+    """``(task, dependency)`` edges from the given tasks (``down``: to them), read lazily (a
+    caller that stops early reads no more rows): :data:`_CHUNK` tasks at a time, each chunk's
+    edges in the order of their near, then far, end."""
+    near, far = ("dep_id", "task_id") if down else ("task_id", "dep_id")
     for start in range(0, len(task_ids), _CHUNK):
         chunk = task_ids[start : start + _CHUNK]
         marks = ",".join("?" * len(chunk))
-        yield from db.execute(
-            f"SELECT task_id, dep_id FROM edges WHERE {column} IN ({marks})", chunk
-        )
+        # (ORDER BY: the order the index gives anyway, so no sort, and no row read ahead)
+        where = f"{near} IN ({marks}) ORDER BY {near}, {far}"
+        with contextlib.closing(
+            db.execute(f"SELECT task_id, dep_id FROM edges WHERE {where}", chunk)
+        ) as rows:
+            yield from rows
+
+
+def _edges_among(
+    db: sqlite3.Connection, task_ids: Sequence[str], members: Sequence[str], down: bool
+) -> list[tuple[str, str]]:
+    """The edges from the given tasks (``down``: to them) whose far end is one of ``members``:
+    SQLite walks the index from each task and steps over the other edges inside the query
+    (they never become rows)."""
+    if not task_ids:
+        return []
+    near, far = ("dep_id", "task_id") if down else ("task_id", "dep_id")
+    # (the unary + keeps SQLite from seeking every pair: |task_ids| x |members| seeks)
+    query = (
+        f"SELECT task_id, dep_id FROM edges WHERE {near} IN (SELECT value FROM json_each(?))"
+        f" AND +{far} IN (SELECT value FROM json_each(?))"
+    )
+    return db.execute(query, (json.dumps(task_ids), json.dumps(members))).fetchall()
+
+
+def _edges_to(
+    db: sqlite3.Connection, task_id: str, members: Sequence[str], down: bool
+) -> list[tuple[str, str]]:
+    """The edges from ``task_id`` (``down``: to it) whose far end is one of ``members``, each
+    looked up in the index: O(members), however many edges the task has."""
+    if not members:
+        return []
+    near, far = ("dep_id", "task_id") if down else ("task_id", "dep_id")
+    query = (
+        f"SELECT task_id, dep_id FROM edges WHERE {near} = ?"
+        f" AND {far} IN (SELECT value FROM json_each(?))"
+    )
+    return db.execute(query, (task_id, json.dumps(members))).fetchall()
 
 
 @dataclass(slots=True)
@@ -260,43 +299,116 @@ class _Walk:
     truncated: bool = False
 
 
-def _walk(
-    db: sqlite3.Connection, root: str, down: bool, cap: int, through_done: bool = True
-) -> _Walk:
-    """Breadth-first from ``root`` along dependencies (``down``: along dependents), at most
-    ``cap`` nodes, nearest first; without ``through_done``, DONE tasks are not passed
-    through (nor kept, but for the root)."""
-    walk = _Walk([], [], [], [], [], [])
-    index: dict[str, int] = {}
-    edges: set[tuple[str, str]] = set()
-    frontier = [root]
-    depth = 0
-    while frontier and not walk.truncated:
-        found = {t: (f, s, r) for t, f, s, r in _nodes(db, frontier)}
-        kept = []
-        for task_id in frontier:
+@dataclass(slots=True)
+class _Walker:
+    """One breadth-first walk in progress (see :func:`_walk`)."""
+
+    db: sqlite3.Connection
+    down: bool
+    cap: int
+    through_done: bool
+    walk: _Walk = field(default_factory=lambda: _Walk([], [], [], [], [], []))
+    index: dict[str, int] = field(default_factory=dict)
+    read: list[tuple[str, str]] = field(default_factory=list)  # the edges read
+    unread: list[str] = field(default_factory=list)  # tasks kept whose edges were not read
+    stopped: tuple[str, str] | None = None  # the task whose edges stopped, and the last read
+    passed: int = 0  # DONE tasks passed over
+
+    def admit(self, batch: Sequence[str], depth: int) -> list[str]:
+        """Add the tasks of ``batch`` in order at ``depth``, but DONE ones when not passing
+        through them, until the cap: one more to add then marks the walk truncated; the tasks
+        added."""
+        found = {t: (f, s, r) for t, f, s, r in _nodes(self.db, batch)}
+        walk, kept = self.walk, []
+        for task_id in batch:
             family, status, runners = found.get(task_id, ("", "UNKNOWN", 0))
-            if depth and not through_done and status == TaskStatus.DONE:
+            if depth and not self.through_done and status == TaskStatus.DONE:
+                self.passed += 1
                 continue
-            if len(walk.ids) == cap:
+            if len(walk.ids) == self.cap:
                 walk.truncated = True
                 break
-            index[task_id] = len(walk.ids)
+            self.index[task_id] = len(walk.ids)
             walk.ids.append(task_id)
             walk.depth.append(depth)
             walk.family.append(family)
             walk.status.append(status)
             walk.runners.append(runners or 0)
             kept.append(task_id)
-        nxt: dict[str, None] = {}
-        for task, dep in _neighbours(db, kept, down):
-            edges.add((task, dep))
-            other = task if down else dep
-            if other not in index:
-                nxt[other] = None
-        frontier = list(nxt)
+        return kept
+
+    def batch_size(self) -> int:
+        """How many new tasks to look up at once: the room left and one to tell that there
+        is more, and as many again as DONE tasks were passed over so far (when not passing
+        through them), at most :data:`_CHUNK`."""
+        room = self.cap - len(self.walk.ids) + 1
+        return max(1, min(_CHUNK, room + self.passed))
+
+    def grow(self, layer: Sequence[str], depth: int) -> list[str]:
+        """The tasks of the next layer, added, read from the edges of ``layer`` no further
+        than the cap (then :attr:`unread` and :attr:`stopped` say what was not read)."""
+        added: list[str] = []
+        seen: set[str] = set()  # the layer's new tasks, kept or passed over
+        begun: set[str] = set()  # the tasks of ``layer`` whose edges were read from
+        batch: list[str] = []
+        size = self.batch_size()
+        with contextlib.closing(_edges_from(self.db, layer, self.down)) as edges:
+            for task, dep in edges:
+                self.read.append((task, dep))
+                near, far = (dep, task) if self.down else (task, dep)
+                begun.add(near)
+                if far in self.index or far in seen:
+                    continue
+                seen.add(far)
+                batch.append(far)
+                if len(batch) < size:
+                    continue
+                added += self.admit(batch, depth)
+                batch, size = [], self.batch_size()
+                if self.walk.truncated:  # stop reading: this task's other edges wait, and
+                    self.stopped = (near, far)  # those of the tasks not begun
+                    self.unread = [t for t in layer if t not in begun]
+                    break
+            else:
+                added += self.admit(batch, depth)
+        self.unread += added if self.walk.truncated else ()
+        return added
+
+    def border(self) -> list[tuple[str, str]]:
+        """The edges between nodes kept that were not read when the walk stopped at the cap:
+        from the tasks not begun and the last layer, and the rest of the stopped task's (whose
+        edges come in order of the far end: only nodes past the last read can be missing)."""
+        found = _edges_among(self.db, self.unread, self.walk.ids, self.down)
+        if self.stopped is not None:
+            task_id, last = self.stopped
+            after = [t for t in self.walk.ids if t > last]  # (str order is SQLite's here)
+            found += _edges_to(self.db, task_id, after, self.down)
+        return found
+
+
+def _walk(
+    db: sqlite3.Connection, root: str, down: bool, cap: int, through_done: bool = True
+) -> _Walk:
+    """Breadth-first from ``root`` along dependencies (``down``: along dependents), at most
+    ``cap`` nodes, nearest first; without ``through_done``, DONE tasks are not passed
+    through (nor kept, but for the root).
+
+    The rows it reads grow with what it keeps (and the DONE tasks it passes over), not with
+    the graph: a layer's edges are read only until the cap is reached and one more task is
+    found (to tell it truncated); the edges between kept nodes not read by then come from
+    queries that return no others (SQLite still steps over the other edges of the tasks at
+    the border inside one index walk, about a microsecond each: the one cost that follows
+    the graph past the cap). The nodes, their order and depths, the edges and the flag are
+    those of reading whole layers (``tests/test_ui_graph_cap.py``).
+    """
+    walker = _Walker(db, down, cap, through_done)
+    layer, depth = walker.admit([root], 0), 0
+    while layer and not walker.walk.truncated:
         depth += 1
-    walk.edges = [(index[t], index[d]) for t, d in edges if t in index and d in index]
+        layer = walker.grow(layer, depth)
+    walk, index = walker.walk, walker.index
+    pairs = dict.fromkeys([*walker.read, *walker.border()])  # (no repeats, a fixed order)
+    walk.edges = [(index[t], index[d]) for t, d in pairs if t in index and d in index]
     return walk
 
 
