@@ -366,7 +366,7 @@ class SqliteStore:
 
     def compact(self) -> int:
         """Give back up to :data:`_VACUUM_PAGES` free pages once more than
-        :data:`_VACUUM_AT` are free (an incremental vacuum, about 15 ms); the count."""
+        :data:`_VACUUM_AT` are free (an incremental vacuum, typically a few ms); the count."""
         with self._lock:
             free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
             vacuuming = int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2
@@ -543,7 +543,7 @@ _WAL_SIZE_LIMIT = 64 * 2**20
 _VACUUM_AT = 256
 """Free pages (4 KiB each) before :meth:`SqliteStore.compact` gives any back."""
 _VACUUM_PAGES = 512
-"""Pages one :meth:`SqliteStore.compact` gives back at most (2 MiB, about 15 ms)."""
+"""Pages one :meth:`SqliteStore.compact` gives back at most (2 MiB, typically a few ms)."""
 
 
 def _identity(path: str) -> tuple[int, int]:
