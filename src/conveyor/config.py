@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from . import secrets
 from .errors import ConfigError
+from .protocol import NotifyKind
 
 # the shared checks and error wording (one place for the file's sections and the backends')
 from .settings import (
@@ -102,7 +103,7 @@ def _is_http_url(value: Any) -> bool:
 
 _NAME: dict[str, Any] = {"check": _non_empty, "expect": "a non-empty string"}
 _URL: dict[str, Any] = {"check": _is_http_url, "expect": "an http:// or https:// URL"}
-_NOTIFY_ON = ("failed", "timed_out", "process_died", "broken", "succeeded", "run_finished")
+_NOTIFY_ON = tuple(str(k) for k in NotifyKind if k is not NotifyKind.AGGREGATE)
 _LEVELS = ("auto", "debug", "info", "warning", "error", "critical")
 _FORMATS = ("auto", "console", "json")
 

@@ -51,6 +51,7 @@ __all__ = [
     "FieldError",
     "GetWork",
     "NoteKind",
+    "NotifyKind",
     "Ok",
     "Ping",
     "Release",
@@ -123,6 +124,19 @@ class NoteKind(enum.StrEnum):
     STATUS_MESSAGE = "status_message"
     PROGRESS = "progress"
     TRACKING_URL = "tracking_url"
+
+
+class NotifyKind(enum.StrEnum):
+    """What a notification is about: the ``[notifiers] on`` choices, and ``aggregate`` for a
+    burst of them sent as one message (``Message.kind``)."""
+
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    PROCESS_DIED = "process_died"
+    BROKEN = "broken"
+    SUCCEEDED = "succeeded"
+    RUN_FINISHED = "run_finished"
+    AGGREGATE = "aggregate"
 
 
 class FieldError(ValueError):

@@ -14,22 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from ..events import Event
+from ..protocol import NotifyKind
 
 if TYPE_CHECKING:
     from ..settings import Field
 
 __all__ = ["KINDS", "Message", "Notifier", "RetryAfter"]
 
-KINDS = (
-    "failed",
-    "timed_out",
-    "process_died",
-    "broken",
-    "succeeded",
-    "run_finished",
-    "aggregate",
-)
-"""Every ``Message.kind``: the six of ``[notifiers] on``, and ``aggregate`` for a burst."""
+KINDS = tuple(NotifyKind)
+"""Every ``Message.kind`` (:class:`~conveyor.protocol.NotifyKind`): the six of
+``[notifiers] on``, and ``aggregate`` for a burst."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from .. import events as ev
 from ..backends import load_backend
 from ..backoff import Backoff
 from ..hookspecs import hookimpl
+from ..protocol import NotifyKind
 from ..secrets import REDACTED, is_secret_setting, redact_argv, redact_text
 from ..settings import check_backend_settings, schema_of
 from . import Message, RetryAfter
@@ -243,7 +244,7 @@ class Dispatcher:
                 self._admit(kind, message, self.clock())
 
     def _admit(self, kind: str, message: Message, now: float) -> None:
-        if kind == "run_finished":  # after the burst it summarises
+        if kind == NotifyKind.RUN_FINISHED:  # after the burst it summarises
             if self._held:
                 self._enqueue(aggregate(self._held))
                 self._held = []
@@ -434,32 +435,32 @@ class NotifyPlugin:
     @hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
         """A failed attempt."""
-        self._send("failed", event)
+        self._send(NotifyKind.FAILED, event)
 
     @hookimpl
     def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
         """A timed-out attempt."""
-        self._send("timed_out", event)
+        self._send(NotifyKind.TIMED_OUT, event)
 
     @hookimpl
     def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
         """An attempt whose process died."""
-        self._send("process_died", event)
+        self._send(NotifyKind.PROCESS_DIED, event)
 
     @hookimpl
     def conveyor_task_broken(self, event: ev.TaskBroken) -> None:
         """A task whose complete()/requires() failed while scheduling."""
-        self._send("broken", event)
+        self._send(NotifyKind.BROKEN, event)
 
     @hookimpl
     def conveyor_task_succeeded(self, event: ev.TaskSucceeded) -> None:
         """A successful attempt."""
-        self._send("succeeded", event)
+        self._send(NotifyKind.SUCCEEDED, event)
 
     @hookimpl
     def conveyor_worker_stopped(self, event: ev.WorkerStopped) -> None:
         """The end of a run: its summary."""
-        self._send("run_finished", event)
+        self._send(NotifyKind.RUN_FINISHED, event)
 
 
 def build_dispatcher(config: Config) -> Dispatcher | None:

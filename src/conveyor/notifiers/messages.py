@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import events as ev
+from ..protocol import NotifyKind
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
 from . import Message
 
@@ -24,11 +25,9 @@ MAX_LISTED = 200  # tasks listed one per line in an aggregate (the rest by id on
 MAX_HELD_EVENTS = 10_000  # events an aggregate keeps (the ids of the rest are still listed)
 
 _DESCRIBED = {
-    "failed": "failed",
-    "timed_out": "timed out",
-    "process_died": "process died",
-    "broken": "broken",
-    "succeeded": "succeeded",
+    str(kind): str(kind).replace("_", " ")
+    for kind in NotifyKind
+    if kind not in (NotifyKind.RUN_FINISHED, NotifyKind.AGGREGATE)
 }
 
 
@@ -149,7 +148,7 @@ def aggregate(held: Sequence[Held]) -> Message:
         rest = held[MAX_LISTED:]
         lines.append(f"... and {len(rest)} more: " + " ".join(h.task_id for h in rest))
     return Message(
-        kind="aggregate",
+        kind=NotifyKind.AGGREGATE,
         subject=f"[conveyor] {len(held)} notifications on {first.host}: {summary}"[:MAX_SUBJECT],
         text="\n".join(lines),
         events=tuple(h.event for h in held if h.event is not None),

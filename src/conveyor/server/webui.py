@@ -47,6 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..protocol import TaskStatus
 from . import reads
 from .reads import Filters
 from .stores import Unstored
@@ -73,7 +74,7 @@ _TYPES = {
     ".svg": "image/svg+xml",
     ".png": "image/png",
 }
-_STATES = ("PENDING", "RUNNING", "DONE", "FAILED", "DISABLED", "UNKNOWN")
+_STATES = tuple(TaskStatus)
 
 
 class Sessions:

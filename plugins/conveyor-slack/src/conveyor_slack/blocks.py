@@ -24,6 +24,7 @@ from typing import Any
 
 from conveyor.events import Event
 from conveyor.notifiers import KINDS, Message
+from conveyor.protocol import NotifyKind
 
 __all__ = [
     "HEADER_LIMIT",
@@ -49,12 +50,12 @@ _LONGEST_ESCAPE = len("&amp;")
 _ELLIPSIS = "\u2026"
 
 _KIND_OF_HOOK = {
-    "conveyor_task_failed": "failed",
-    "conveyor_task_timed_out": "timed_out",
-    "conveyor_task_process_died": "process_died",
-    "conveyor_task_broken": "broken",
-    "conveyor_task_succeeded": "succeeded",
-    "conveyor_worker_stopped": "run_finished",
+    "conveyor_task_failed": NotifyKind.FAILED,
+    "conveyor_task_timed_out": NotifyKind.TIMED_OUT,
+    "conveyor_task_process_died": NotifyKind.PROCESS_DIED,
+    "conveyor_task_broken": NotifyKind.BROKEN,
+    "conveyor_task_succeeded": NotifyKind.SUCCEEDED,
+    "conveyor_worker_stopped": NotifyKind.RUN_FINISHED,
 }
 
 
@@ -127,8 +128,8 @@ def _section(mrkdwn: str) -> dict[str, Any]:
 
 def kind_counts(events: Iterable[Event]) -> list[tuple[str, int]]:
     """How many of ``events`` are of each notification kind, in the order of ``KINDS``."""
-    counts = Counter(_KIND_OF_HOOK.get(type(e).hook, type(e).__name__) for e in events)
-    order = {kind: i for i, kind in enumerate(KINDS)}
+    counts = Counter(str(_KIND_OF_HOOK.get(type(e).hook, type(e).__name__)) for e in events)
+    order = {str(kind): i for i, kind in enumerate(KINDS)}
     return sorted(counts.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
 
 
@@ -157,7 +158,7 @@ def _context(message: Message) -> dict[str, Any]:
 def build_payload(message: Message) -> dict[str, Any]:
     """The webhook body for ``message``: ``text`` (the fallback) and ``blocks``."""
     blocks = [_header(message.subject)]
-    if message.kind == "aggregate":
+    if message.kind == NotifyKind.AGGREGATE:
         blocks.append(_counts_section(message))
     blocks += _text_sections(message.text)
     blocks.append(_context(message))

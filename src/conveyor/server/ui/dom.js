@@ -1,7 +1,9 @@
 // DOM helpers. Every string that reaches the page goes through a text node or a plain
 // attribute: this module never parses HTML, so values from the server cannot become markup.
 
-export const STATES = ["PENDING", "RUNNING", "DONE", "FAILED", "DISABLED", "UNKNOWN"];
+import { STATES } from "./names.js";
+
+export { STATES };
 
 const FORBIDDEN_ATTRS = new Set(["style", "srcdoc", "formaction", "action"]);
 

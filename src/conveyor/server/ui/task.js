@@ -17,14 +17,8 @@ import {
   tasksHref,
   timeEl,
 } from "./dom.js";
+import { ATTEMPT_ENDS } from "./names.js";
 
-const OUTCOMES = {
-  succeeded: "succeeded",
-  failed: "failed",
-  timed_out: "timed out",
-  process_died: "process died",
-  interrupted: "interrupted",
-};
 
 function trackingUrl(url) {
   const attrs = { "data-testid": "task-tracking-url", class: "mono url" };
@@ -119,7 +113,7 @@ function attemptRow(a, number) {
     h("td", { class: "nowrap" }, timeEl(a.started)),
     h("td", { class: "nowrap" }, a.ended != null ? timeEl(a.ended) : h("span", { class: "muted" }, "running")),
     h("td", { class: "nowrap num" }, fmtDuration(end - a.started)),
-    h("td", null, h("span", { class: "outcome o-" + (a.outcome ?? "running") }, a.outcome ? OUTCOMES[a.outcome] ?? a.outcome : "running")),
+    h("td", null, h("span", { class: "outcome o-" + (a.outcome ?? "running") }, a.outcome ? ATTEMPT_ENDS[a.outcome] ?? a.outcome : "running")),
     h("td", { class: "mono" }, a.worker ?? ""),
   );
 }
