@@ -117,6 +117,9 @@ class Outcome:
     """With timed_out: what the attempt's process was still doing when its time ran out, if
     ``run()`` had not started yet (``interpreter start-up``, ``process start-up``, ``checking
     its dependencies``); "" once ``run()`` had started, or when that is unknown."""
+    interrupted: bool = False
+    """With failed: the attempt was stopped by an interruption of the worker (a signal, a
+    drain), not by an error of its own (its ``exception_type`` is then ``Interrupted``)."""
 
 
 Message = Note | Outcome

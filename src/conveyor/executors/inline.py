@@ -36,7 +36,13 @@ class InlineExecutor:
         try:
             outcome = run_attempt(request, sink, suspend=True)
         except Interrupted as exc:
-            outcome = Outcome(request.task_id, FAILED, error=str(exc), exception_type="Interrupted")
+            outcome = Outcome(
+                request.task_id,
+                FAILED,
+                error=str(exc),
+                exception_type="Interrupted",
+                interrupted=True,
+            )
         finally:
             self.active = False
         sink(outcome)

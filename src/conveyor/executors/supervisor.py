@@ -21,6 +21,7 @@ line.
 from __future__ import annotations
 
 import contextlib
+import enum
 import itertools
 import os
 import selectors
@@ -50,6 +51,14 @@ SWEEP_EVERY = 0.25  # seconds between two searches for left-behind processes whi
 log = structlog.get_logger("conveyor.executors")
 
 
+class _Stop(enum.Enum):
+    """Why the supervisor stopped an attempt's process."""
+
+    TIMED_OUT = "its timeout ran out"
+    SERVER_DIED = "the fork server that started it died"
+    INTERRUPTED = "the worker was interrupted"
+
+
 @dataclass(eq=False)
 class Child:
     """One attempt process as the supervisor tracks it."""
@@ -64,7 +73,10 @@ class Child:
     pidfd: int | None = None
     reader: LineReader = field(default_factory=LineReader)
     outcome: Outcome | None = None
-    reason: str = ""
+    stopped: _Stop | None = None
+    """Why the supervisor stopped it (None: it was not stopped)."""
+    interrupted_by: str = ""
+    """With :attr:`_Stop.INTERRUPTED`: what interrupted it (``SIGTERM``...)."""
     kill_at: float | None = None
     tree: list[psutil.Process] = field(default_factory=list)
     popen: Any = None
@@ -84,6 +96,12 @@ class Child:
     def deadline(self) -> float:
         """When the attempt times out (monotonic seconds), or infinity."""
         return self.started + self.timeout if self.timeout > 0 else float("inf")
+
+    def stop_for(self, why: _Stop, by: str = "") -> None:
+        """Record why it is being stopped, unless it is being stopped already (the first
+        cause stands); ``by`` names an interruption (``SIGTERM``)."""
+        if self.stopped is None:
+            self.stopped, self.interrupted_by = why, by
 
     def before_run(self) -> str:
         """What the process was doing if ``run()`` has not started yet, else ""."""
@@ -162,7 +180,7 @@ class Supervisor:
                 self._thread.start()
         if missed:
             reason, hard = self._interrupt
-            child.reason = child.reason or reason
+            child.stop_for(_Stop.INTERRUPTED, reason)
             self._terminate(child, hard)
         self._wake()
 
@@ -175,7 +193,7 @@ class Supervisor:
         for child in children:
             if child.closed:
                 continue
-            child.reason = child.reason or reason
+            child.stop_for(_Stop.INTERRUPTED, reason)
             self._terminate(child, hard)
         self._wake()
 
@@ -185,7 +203,7 @@ class Supervisor:
             child = self._children.get(pid)
         if child is None or child.closed:
             return
-        child.reason = child.reason or reason
+        child.stop_for(_Stop.INTERRUPTED, reason)
         self._terminate(child, hard)
         self._wake()
 
@@ -290,7 +308,7 @@ class Supervisor:
     def _orphaned(self, child: Child) -> None:
         """Its fork server died: kill the attempt (its pidfd names it surely; its group is
         dying of the server's death already) and report it once it is gone."""
-        child.reason = child.reason or "server"
+        child.stop_for(_Stop.SERVER_DIED)
         child.kill_at = float("inf")
         with contextlib.suppress(OSError):
             os.killpg(child.pid, signal.SIGKILL)
@@ -365,7 +383,7 @@ class Supervisor:
                 child.kill_at = float("inf")
                 self._signal(child, signal.SIGKILL)
             elif child.kill_at is None and now >= child.deadline and child.outcome is None:
-                child.reason = child.reason or "timeout"
+                child.stop_for(_Stop.TIMED_OUT)
                 self._terminate(child, hard=False)
             if child.pidfd is None and child.server is None:
                 self._poll_exit(child)
@@ -440,7 +458,7 @@ class Supervisor:
 
     def _outcome_of(self, child: Child, status: int | None) -> Outcome:
         elapsed = time.monotonic() - child.started
-        if child.reason == "timeout":
+        if child.stopped is _Stop.TIMED_OUT:
             # (its last messages are read by now: the stage is the last one it sent)
             before_run = child.before_run()
             when = f", before run() started ({before_run})" if before_run else ""
@@ -455,7 +473,7 @@ class Supervisor:
             )
         if child.outcome is not None:  # reported before it was stopped: the outcome stands
             return child.outcome
-        if child.reason == "server":
+        if child.stopped is _Stop.SERVER_DIED:
             return Outcome(
                 child.task_id,
                 PROCESS_DIED,
@@ -464,13 +482,14 @@ class Supervisor:
                 "with it, before it reported a result",
                 exception_type="ProcessDied",
             )
-        if child.reason:
+        if child.stopped is _Stop.INTERRUPTED:
             return Outcome(
                 child.task_id,
                 FAILED,
                 elapsed,
-                error=f"interrupted by {child.reason}",
+                error=f"interrupted by {child.interrupted_by}",
                 exception_type="Interrupted",
+                interrupted=True,
             )
         exitcode, signum = _decode_status(status)
         what = f"signal {signum}" if signum is not None else f"exit code {exitcode}"

@@ -511,6 +511,7 @@ class Worker:
                     FAILED,
                     error=f"interrupted by {self._interrupted}",
                     exception_type="Interrupted",
+                    interrupted=True,
                 )
             )
             return
@@ -804,7 +805,7 @@ def _allowed(module: str, allowed: Sequence[str]) -> bool:
 
 def _ended(outcome: Outcome) -> AttemptEnd:
     """How a failed attempt ended, for the scheduler's attempt history."""
-    if outcome.exception_type == "Interrupted":
+    if outcome.interrupted:
         return AttemptEnd.INTERRUPTED
     if outcome.kind in (AttemptOutcome.TIMED_OUT, AttemptOutcome.PROCESS_DIED):
         return AttemptEnd(str(outcome.kind))

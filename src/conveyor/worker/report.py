@@ -195,7 +195,7 @@ def _reason(node: Node, explanation: str) -> str:
 
 def _interrupted(last: Outcome | None) -> bool:
     """True if the attempt was stopped by the worker's interruption (SIGTERM/SIGINT)."""
-    return last is not None and last.exception_type == "Interrupted"
+    return last is not None and last.interrupted
 
 
 def _signal_name(number: int) -> str:
