@@ -17,6 +17,8 @@ Every error conveyor raises on purpose derives from :class:`ConveyorError`::
     ├── StateStoreError         the server's state store cannot be trusted with a write (its
     │                           file was deleted or replaced under it)
     └── InvalidTransition       the worker's state machine was asked for an illegal move
+        └── InvalidStatusMove   the scheduler was about to make a status move its table does
+                                not list (conveyor.scheduler.policy)
 
 Each error carries its context (task, plugin, backend, key) as attributes as well as in the
 message, and every message names what is wrong and what was expected.

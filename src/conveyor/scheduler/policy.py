@@ -27,6 +27,20 @@ id that lives on through many runs does not keep every task it ever ran. The rem
 reported to the state store like changes. Candidates wait in a heap keyed by when they may go,
 so this costs nothing while nobody leaves.
 
+Status moves
+------------
+Every change of a task's status goes through one method, ``_set_status``, which names the
+move's :class:`Cause` and checks it against one table, :data:`STATUS_MOVES` (drawn in
+docs/concepts.md): a ready task is handed out (``PENDING`` to ``RUNNING``) and reported done or
+failed; a failure is ``FAILED``, or ``DISABLED`` after ``retry_count`` of them, and ``PENDING``
+again when its time is up or an operator retries or re-enables it; a silent worker's tasks fail,
+and a hand-out whose answer was lost goes back to ``PENDING``; a worker's registration sets what
+it found (``DONE``, ``DISABLED``, ``UNKNOWN``, or ``PENDING`` again). What a caller may send
+that makes no move (a task registered ``RUNNING``, a report of an attempt already applied) is
+filtered out before; so a move missing from the table is a bug in this module, and
+:class:`InvalidStatusMove` is raised before the status changes. Loading saved records
+(:meth:`SchedulerCore.restore`) sets statuses without moves.
+
 The class is thread-safe (one lock) and does no I/O; the clock is injected.
 """
 
@@ -39,16 +53,22 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..errors import StaleReport
+from ..errors import InvalidTransition, StaleReport
 from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
 
 __all__ = [
     "ATTEMPT_HISTORY",
+    "STATUS_MOVES",
     "Attempt",
+    "Cause",
+    "InvalidStatusMove",
+    "MoveObserver",
     "SchedulerCore",
+    "StatusMove",
     "TaskRecord",
     "TaskSpec",
     "Work",
@@ -69,6 +89,105 @@ _FOR_NOW = "for now"  # _kept_by(): kept, and to be looked at again after remove
 _NOTHING_HELD: Mapping[str, int] = MappingProxyType({})
 ATTEMPT_HISTORY = 20
 """How many attempts (the latest) the scheduler keeps per task, for the UI's history."""
+
+
+class Cause(Enum):
+    """Why the scheduler moves a task from one status to another (see :data:`STATUS_MOVES`)."""
+
+    REGISTERED = "registered"
+    """A worker registered the task with this status (:meth:`SchedulerCore.add_tasks`): found
+    complete (``DONE``), ``disabled = True`` (``DISABLED``), broken (``UNKNOWN``), or incomplete
+    again (``PENDING``: a runnable task's output vanished, or a broken task is fixed)."""
+    HANDED_OUT = "handed out"
+    """:meth:`SchedulerCore.get_work` gave the task to a worker."""
+    DEPS_YIELDED = "dependencies yielded"
+    """The worker running the task registered it ``PENDING``: its ``run()`` yielded
+    dependencies that are not complete, which ends the attempt."""
+    RECLAIMED = "reclaimed"
+    """Its worker asked for work without listing it as running: the hand-out's answer never
+    arrived, and the task waits again without a failure."""
+    DONE = "done"
+    """:meth:`SchedulerCore.task_done`; it counts even if the scheduler took the attempt back
+    meanwhile (its worker seemed gone): the work is done."""
+    FAILED = "failed"
+    """:meth:`SchedulerCore.task_failed` for the running attempt: ``FAILED``, or ``DISABLED``
+    when the failures within ``disable_window`` reach the task's ``retry_count``."""
+    FAILED_UNFENCED = "failed, no attempt named"
+    """:meth:`SchedulerCore.task_failed` without an attempt id (a worker older than attempt
+    ids, or the API called directly): counted whatever the task's status."""
+    WORKER_GONE = "worker gone"
+    """The task's worker was silent for ``worker_disconnect_delay``: a failure, counted."""
+    RETRY_DUE = "retry due"
+    """``retry_delay`` (after ``FAILED``) or ``disable_persist`` (after ``DISABLED``) passed."""
+    RETRIED = "retried"
+    """An operator retried a failed task at once (:meth:`SchedulerCore.retry_now`)."""
+    REENABLED = "re-enabled"
+    """An operator re-enabled a disabled task (:meth:`SchedulerCore.reenable`)."""
+
+    __hash__ = object.__hash__  # members are singletons; identity hashing keeps the check fast
+
+
+class StatusMove(NamedTuple):
+    """One move the scheduler makes: a task's status from ``source`` to ``target``, and why."""
+
+    source: TaskStatus
+    target: TaskStatus
+    cause: Cause
+
+
+def _into(
+    target: TaskStatus, cause: Cause, sources: Iterable[TaskStatus] = TaskStatus
+) -> tuple[StatusMove, ...]:
+    """The moves to ``target`` on ``cause`` from each of ``sources`` (default: any other)."""
+    return tuple(StatusMove(source, target, cause) for source in sources if source != target)
+
+
+C = Cause
+STATUS_MOVES: tuple[StatusMove, ...] = (
+    *_into(PENDING, C.REGISTERED, (DONE, UNKNOWN)),
+    *_into(DONE, C.REGISTERED),
+    *_into(DISABLED, C.REGISTERED),
+    *_into(UNKNOWN, C.REGISTERED),
+    StatusMove(PENDING, RUNNING, C.HANDED_OUT),
+    StatusMove(RUNNING, PENDING, C.DEPS_YIELDED),
+    StatusMove(RUNNING, PENDING, C.RECLAIMED),
+    *_into(DONE, C.DONE),
+    StatusMove(RUNNING, FAILED, C.FAILED),
+    StatusMove(RUNNING, DISABLED, C.FAILED),
+    *_into(FAILED, C.FAILED_UNFENCED),
+    *_into(DISABLED, C.FAILED_UNFENCED),
+    StatusMove(RUNNING, FAILED, C.WORKER_GONE),
+    StatusMove(RUNNING, DISABLED, C.WORKER_GONE),
+    StatusMove(FAILED, PENDING, C.RETRY_DUE),
+    StatusMove(DISABLED, PENDING, C.RETRY_DUE),
+    StatusMove(FAILED, PENDING, C.RETRIED),
+    StatusMove(DISABLED, PENDING, C.REENABLED),
+)
+"""Every status move the scheduler makes, and why: the one table ``_set_status`` checks.
+
+A status set to itself is no move. ``RUNNING`` is entered only by a hand-out; every other move
+out of ``RUNNING`` frees the task's worker slot and resources."""
+del C
+
+_MOVES = frozenset(STATUS_MOVES)  # (a plain (source, target, cause) tuple finds its entry)
+
+MoveObserver = Callable[[str, StatusMove], None]
+"""Called with a task id and the move it just made (:attr:`SchedulerCore.on_move`)."""
+
+
+class InvalidStatusMove(InvalidTransition):
+    """The scheduler was about to move a task's status in a way :data:`STATUS_MOVES` does not
+    list: a bug in the policy, refused before the status changed."""
+
+    def __init__(self, task_id: str, move: StatusMove) -> None:
+        """Name the task and the move (``state`` is its source, ``event`` its cause)."""
+        super().__init__(str(move.source), move.cause.value)
+        self.args = (
+            f"no status move from {move.source} to {move.target} on {move.cause.value!r} "
+            f"(task {task_id}): not in STATUS_MOVES",
+        )
+        self.task_id = task_id
+        self.move = move
 
 
 @dataclass(slots=True)
@@ -169,6 +288,9 @@ class SchedulerCore:
         """While true, time alone changes nothing (no retries woken, no worker declared gone,
         nothing pruned): the server sets it while its state store refuses writes, so that
         its reads answer what is stored and nobody is timed out for calls it refused."""
+        self.on_move: MoveObserver | None = None
+        """Called with the task id and the :class:`StatusMove` after every status move, under
+        the scheduler's lock (it must not call the scheduler); None: nobody is told."""
         # attempt ids are random: unique across restarts and re-created records alike, which
         # a counter per record (or per process) would not be
         self._attempt_ids = random.Random()
@@ -234,13 +356,13 @@ class SchedulerCore:
             return  # only get_work starts a task and only task_failed fails one
         if status == PENDING and rec.status in (RUNNING, DISABLED, FAILED):
             if rec.status == RUNNING and rec.worker == worker_id:
-                self._set_status(rec, PENDING)  # dynamic dependencies: the attempt ended
+                self._set_status(rec, PENDING, Cause.DEPS_YIELDED)  # the attempt ended
             return
         if status == PENDING and rec.status == DONE and not spec.runnable:
             return  # an external task seen incomplete does not undo a success
         if spec.explanation:
             rec.explanation = spec.explanation
-        self._set_status(rec, status)
+        self._set_status(rec, status, Cause.REGISTERED)
 
     def _record(self, task_id: str) -> TaskRecord:
         rec = self._tasks.get(task_id)
@@ -322,10 +444,16 @@ class SchedulerCore:
 
     # --- status changes -------------------------------------------------------------------
 
-    def _set_status(self, rec: TaskRecord, status: TaskStatus) -> None:
+    def _set_status(self, rec: TaskRecord, status: TaskStatus, cause: Cause) -> None:
+        """Move ``rec`` to ``status`` because of ``cause``: the one place a status changes.
+
+        InvalidStatusMove, and nothing changed, if :data:`STATUS_MOVES` does not list the move.
+        """
         old = rec.status
         if old == status:
             return
+        if (old, status, cause) not in _MOVES:
+            raise InvalidStatusMove(rec.task_id, StatusMove(old, status, cause))
         self._touch(rec)
         rec.status = status
         if old == RUNNING:
@@ -346,6 +474,8 @@ class SchedulerCore:
         if status == DONE:
             rec.explanation = ""
         self._offer(rec)
+        if self.on_move is not None:
+            self.on_move(rec.task_id, StatusMove(old, status, cause))
 
     def _offer(self, rec: TaskRecord, only: str | None = None) -> None:
         """Push ``rec`` onto the heaps of the workers that may run it, if it is ready.
@@ -394,7 +524,7 @@ class SchedulerCore:
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
         for task_id in list(self._running_on.get(worker_id, ())):
             if task_id not in running:
-                self._set_status(self._tasks[task_id], PENDING)
+                self._set_status(self._tasks[task_id], PENDING, Cause.RECLAIMED)
 
     def _pop(self, key: str, worker_id: str) -> Work | None:
         heap = self._heaps.get(key)
@@ -435,7 +565,7 @@ class SchedulerCore:
             history.append(Attempt(rec.attempt, self.clock(), worker_id))
         _members(self._running_on, worker_id).add(rec.task_id)
         rec.status_message, rec.progress, rec.tracking_url = "", None, ""
-        self._set_status(rec, RUNNING)
+        self._set_status(rec, RUNNING, Cause.HANDED_OUT)
 
     def _release(self, rec: TaskRecord) -> None:
         if rec.worker is not None:
@@ -559,7 +689,7 @@ class SchedulerCore:
             rec.failures = None
             if rec.attempts and (attempt or rec.status == RUNNING):
                 _end_attempt(rec, attempt, AttemptEnd.SUCCEEDED, self.clock())
-            self._set_status(rec, DONE)
+            self._set_status(rec, DONE, Cause.DONE)
 
     def task_failed(
         self,
@@ -589,7 +719,8 @@ class SchedulerCore:
                 if rec.status in (FAILED, DISABLED):
                     rec.explanation = explanation
                 return rec.status
-            return self._fail(rec, explanation, now, AttemptEnd(outcome))
+            cause = Cause.FAILED if attempt else Cause.FAILED_UNFENCED
+            return self._fail(rec, explanation, now, AttemptEnd(outcome), cause)
 
     def _fresh(self, rec: TaskRecord, attempt: int, worker_id: str) -> bool:
         """True if a report of ``attempt`` is to be applied (and note it applied); False for
@@ -610,7 +741,7 @@ class SchedulerCore:
         return True
 
     def _fail(
-        self, rec: TaskRecord, explanation: str, now: float, outcome: AttemptEnd
+        self, rec: TaskRecord, explanation: str, now: float, outcome: AttemptEnd, cause: Cause
     ) -> TaskStatus:
         self._touch(rec)
         if rec.status == RUNNING:
@@ -623,10 +754,10 @@ class SchedulerCore:
         limit = rec.retry_count if rec.retry_count is not None else self.retry_count
         if limit > 0 and len(failures) >= limit:
             failures.clear()
-            self._set_status(rec, DISABLED)
+            self._set_status(rec, DISABLED, cause)
             self._schedule_wake(rec, now + self.disable_persist)
         else:
-            self._set_status(rec, FAILED)
+            self._set_status(rec, FAILED, cause)
             self._schedule_wake(rec, now + self.retry_delay)
         return rec.status
 
@@ -641,7 +772,7 @@ class SchedulerCore:
             when, task_id = heapq.heappop(self._wakeups)
             rec = self._tasks.get(task_id)  # (None: removed since)
             if rec is not None and rec.wake_at == when and rec.status in (FAILED, DISABLED):
-                self._set_status(rec, PENDING)
+                self._set_status(rec, PENDING, Cause.RETRY_DUE)
         if now >= self._next_prune:
             self._next_prune = now + min(1.0, self.worker_disconnect_delay)
             self._prune_workers(now)
@@ -657,7 +788,7 @@ class SchedulerCore:
             for task_id in list(self._running_on.get(worker_id, ())):
                 rec = self._tasks[task_id]
                 why = f"worker {worker_id} stopped responding"
-                self._fail(rec, why, now, AttemptEnd.PROCESS_DIED)
+                self._fail(rec, why, now, AttemptEnd.PROCESS_DIED, Cause.WORKER_GONE)
             self._departed[worker_id] = now
             later = now + self.remove_delay
             heapq.heappush(self._departures, (later, worker_id))
@@ -745,24 +876,26 @@ class SchedulerCore:
     def retry_now(self, task_ids: Iterable[str]) -> list[str]:
         """Make each ``FAILED`` task ``PENDING`` at once, its failure count kept; return the
         ids that changed (the others were not FAILED)."""
-        return self._wake_now(task_ids, FAILED, reset=False)
+        return self._wake_now(task_ids, FAILED, Cause.RETRIED)
 
     def reenable(self, task_ids: Iterable[str]) -> list[str]:
         """Make each ``DISABLED`` task ``PENDING`` with its failure count reset; return the
         ids that changed."""
-        return self._wake_now(task_ids, DISABLED, reset=True)
+        return self._wake_now(task_ids, DISABLED, Cause.REENABLED)
 
-    def _wake_now(self, task_ids: Iterable[str], status: TaskStatus, reset: bool) -> list[str]:
+    def _wake_now(self, task_ids: Iterable[str], status: TaskStatus, cause: Cause) -> list[str]:
+        """Make each of ``task_ids`` that is ``status`` PENDING at once, because of ``cause``
+        (a re-enabled task's failure count starts again)."""
         with self._lock:
             changed = []
             for task_id in dict.fromkeys(task_ids):
                 rec = self._tasks.get(task_id)
                 if rec is None or rec.status != status:
                     continue
-                if reset:
+                if cause is Cause.REENABLED:
                     rec.failures = None
                 rec.wake_at = 0.0  # (its entry in the wake-up heap no longer matches)
-                self._set_status(rec, PENDING)
+                self._set_status(rec, PENDING, cause)
                 changed.append(task_id)
             return changed
 
