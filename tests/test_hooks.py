@@ -31,6 +31,14 @@ TERMINAL = {
     "conveyor_task_timed_out",
     "conveyor_task_process_died",
 }
+# The worker's observer hooks (each receives an event): neither the lifecycle pair, which take
+# config / flush_timeout, nor the central server's hooks.
+WORKER_OBSERVERS = [
+    name
+    for name in hook_names()
+    if name not in {"conveyor_configure", "conveyor_unconfigure"}
+    and not name.startswith("conveyor_scheduler_")
+]
 # Only process executors (not installed yet) can time out or lose their process.
 NOT_FIRED_BY_INLINE_OR_THREAD = {"conveyor_task_timed_out", "conveyor_task_process_died"}
 
@@ -205,7 +213,7 @@ def _exploder(hook: str) -> Any:
     return conveyor.hookimpl(explode)
 
 
-for _hook in hook_names():
+for _hook in WORKER_OBSERVERS:
     setattr(ThreadRecorder, _hook, _thread_recorder(_hook))
     setattr(ExplodingPlugin, _hook, _exploder(_hook))
 
@@ -240,7 +248,7 @@ def test_every_hook_fires_and_worker_events_bracket_the_run(tmp_path: Path) -> N
     root = HkMixed(root=str(tmp_path), broken=True)
     worker, ok, added = run_worker(tmp_path, root, [rec])
     fired = set(rec.hooks())
-    assert set(hook_names()) - NOT_FIRED_BY_INLINE_OR_THREAD <= fired
+    assert set(WORKER_OBSERVERS) - NOT_FIRED_BY_INLINE_OR_THREAD <= fired
     during_run = rec.records[added:]
     assert during_run[0].hook == "conveyor_worker_started"
     assert rec.hooks().count("conveyor_worker_started") == 1

@@ -166,6 +166,11 @@ class TaskSucceeded(Event):
 
     hook: ClassVar[str] = "conveyor_task_succeeded"
     duration: float
+    attempt: int = 0
+    """Which of this worker's attempts of the task ended: ``TaskStarted.attempt`` of the same
+    attempt (0 only in an event built outside a worker)."""
+    executor: str = ""
+    """The name of the executor that ran the attempt, as in its ``TaskStarted``."""
     skipped: bool = False
     """``run()`` was not called: the task (one with outputs of its own) was already complete
     when its attempt started, made by another worker or another task's ``run()`` meanwhile."""
@@ -179,6 +184,11 @@ class TaskFailed(Event):
     error: str
     exception_type: str
     duration: float
+    attempt: int = 0
+    """Which of this worker's attempts of the task ended: ``TaskStarted.attempt`` of the same
+    attempt (0 only in an event built outside a worker)."""
+    executor: str = ""
+    """The name of the executor that ran the attempt, as in its ``TaskStarted``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +197,13 @@ class TaskTimedOut(Event):
 
     hook: ClassVar[str] = "conveyor_task_timed_out"
     timeout: float
+    attempt: int = 0
+    """Which of this worker's attempts of the task ended: ``TaskStarted.attempt`` of the same
+    attempt (0 only in an event built outside a worker)."""
+    executor: str = ""
+    """The name of the executor that ran the attempt, as in its ``TaskStarted``."""
+    duration: float = 0.0
+    """The attempt's wall time in seconds, up to when its end was noticed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +213,13 @@ class ProcessDied(Event):
     hook: ClassVar[str] = "conveyor_task_process_died"
     exitcode: int | None
     signal: int | None
+    attempt: int = 0
+    """Which of this worker's attempts of the task ended: ``TaskStarted.attempt`` of the same
+    attempt (0 only in an event built outside a worker)."""
+    executor: str = ""
+    """The name of the executor that ran the attempt, as in its ``TaskStarted``."""
+    duration: float = 0.0
+    """The attempt's wall time in seconds, up to when its end was noticed."""
 
 
 ALL_EVENTS: tuple[type[Event], ...] = (
@@ -213,3 +237,86 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     ProcessDied,
     WorkerStopped,
 )
+
+
+# --- the central server's events (conveyor_scheduler_*) ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerTaskChanged(Event):
+    """The central server moved a task's status, and the change is committed.
+
+    ``worker_id`` is the worker the move concerns (the one it was handed out to, that reported
+    it, or that registered it; ``""`` for a move time or an operator made).
+    """
+
+    hook: ClassVar[str] = "conveyor_scheduler_task_changed"
+    old_status: str
+    new_status: str
+    cause: str
+    """Why it moved: a :class:`conveyor.scheduler.policy.Cause` value (``"handed out"``, …)."""
+    attempt: int = 0
+    """The task's latest attempt id (its fencing token; 0 before its first hand-out)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerWorkerSeen(Event):
+    """A worker the central server did not know (or had declared gone) called it."""
+
+    hook: ClassVar[str] = "conveyor_scheduler_worker_seen"
+    returned: bool = False
+    """True if the server had declared this worker gone and it called again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerWorkerLost(Event):
+    """The central server declared a worker gone: silent for ``worker_disconnect_delay``."""
+
+    hook: ClassVar[str] = "conveyor_scheduler_worker_lost"
+    running: tuple[str, ...] = ()
+    """The ids of the tasks it was running (each then fails with cause ``"worker gone"``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerReportRefused(Event):
+    """The central server refused a worker's report of a task (answered 409)."""
+
+    hook: ClassVar[str] = "conveyor_scheduler_report_refused"
+    route: str
+    """The API call refused: ``"task_done"`` or ``"task_failed"``."""
+    attempt: int
+    """The attempt the report was about."""
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerUiAction(Event):
+    """An operator's action in the web UI was applied and committed."""
+
+    hook: ClassVar[str] = "conveyor_scheduler_ui_action"
+    action: str
+    """``"retry"``, ``"reenable"`` or ``"retry all failed"``."""
+    task_ids: tuple[str, ...]
+    """The ids of the tasks it changed (the first 100; ``changed`` counts them all)."""
+    changed: int
+    skipped: int
+    who: str
+    """The UI session's name, or ``"open"`` when the server has no token."""
+
+
+SERVER_EVENTS: tuple[type[Event], ...] = (
+    SchedulerTaskChanged,
+    SchedulerWorkerSeen,
+    SchedulerWorkerLost,
+    SchedulerReportRefused,
+    SchedulerUiAction,
+)
+"""The central server's events, delivered by its own plugin manager."""
+
+__all__ += [
+    "SchedulerReportRefused",
+    "SchedulerTaskChanged",
+    "SchedulerUiAction",
+    "SchedulerWorkerLost",
+    "SchedulerWorkerSeen",
+]

@@ -1,8 +1,12 @@
 """Every hook conveyor fires, with when it fires and what it receives.
 
-All hooks are *observers*: they receive one frozen ``event`` (see :mod:`conveyor.events`) and
-their return value is ignored. They run in the worker's process, on the worker's loop thread,
-in the order of the worker's transitions; events from child processes are forwarded first.
+Almost all hooks are *observers*: they receive one frozen ``event`` (see
+:mod:`conveyor.events`) and their return value is ignored. The worker's run in the worker's
+process, on the worker's loop thread, in the order of the worker's transitions; events from
+child processes are forwarded first. The central server's (``conveyor_scheduler_*``, at the end
+of this module) run in the server's process, after the change they report was committed. The
+exceptions: the lifecycle hooks ``conveyor_configure``/``conveyor_unconfigure`` take a
+configuration and a timeout, and ``conveyor_scheduler_routes`` returns routes.
 conveyor calls each implementation separately: one that raises is logged with its plugin's name
 and does not stop the other implementations, the task or the worker.
 
@@ -22,7 +26,10 @@ Rules every plugin can rely on:
   ``conveyor_task_dependencies_discovered(dynamic=True)`` when ``run()`` yielded incomplete
   dependencies;
 * ``conveyor_worker_started`` is the first event of a ``Worker.run()`` and
-  ``conveyor_worker_stopped`` the last.
+  ``conveyor_worker_stopped`` the last;
+* ``conveyor_configure(config)`` comes before every other hook of a worker, exactly once per
+  plugin (it is historic), and ``conveyor_unconfigure(flush_timeout)`` after every other, from
+  ``Worker.close()``. These two take their named argument instead of an ``event``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import pluggy
 
 from . import events as ev
+from .config import Config
 
 PROJECT = "conveyor"
 
@@ -37,6 +45,44 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 # --- worker lifecycle -------------------------------------------------------------------------
+
+
+@hookspec(historic=True)
+def conveyor_configure(config: Config) -> None:
+    """A worker was built: here is its configuration.
+
+    Called once per ``Worker``, at the end of its construction (``Worker(...)``, and so in
+    ``conveyor run`` before the first task is added), after every plugin of the worker is
+    registered and its scheduler transport and executor are built, and before any other hook
+    of that worker fires. ``config`` is the worker's resolved :class:`~conveyor.config.Config`,
+    frozen: read the settings you need here (``config.worker``, ``config.notifiers``,
+    ``config.backends``, ...) rather than reading files or the environment yourself.
+
+    The hook is *historic*: a plugin registered later (``worker.hooks.register(plugin, name)``)
+    is called with the same ``config`` when it is registered, so every plugin of a worker is
+    configured exactly once, whenever it joins. It runs on the thread that builds (or, for a
+    late plugin, registers into) the worker. Start no thread here that must not survive a
+    ``fork``: a process executor may fork after it; start such threads lazily, from
+    ``conveyor_worker_started``. An implementation that raises is logged with its plugin's name
+    and does not stop the other implementations or the worker (the plugin's other hooks still
+    fire).
+    """
+
+
+@hookspec
+def conveyor_unconfigure(flush_timeout: float) -> None:
+    """The worker is closing: release what ``conveyor_configure`` set up.
+
+    Called once per ``Worker``, from ``Worker.close()`` (the end of a ``with Worker()`` block;
+    ``conveyor run`` closes its worker before it exits), after the executors have stopped and
+    every attempt's outcome hook has fired, so it is the last hook of that worker. It runs on
+    the thread that calls ``close()``. ``flush_timeout`` is ``[notifiers] flush_timeout``: the
+    seconds a plugin may spend in total delivering what it still holds (buffered metrics,
+    queued messages) before giving up; the worker waits for each implementation in turn, so a
+    plugin that ignores the bound delays the worker's exit. A failing implementation is logged
+    and the others still run. Only plugins that were configured are unconfigured: a worker
+    whose construction failed calls neither hook.
+    """
 
 
 @hookspec
@@ -145,4 +191,76 @@ def conveyor_task_process_died(event: ev.ProcessDied) -> None:
     """The attempt's process ended without reporting a result.
 
     ``exitcode`` is its exit status, or ``signal`` the signal number that ended it.
+    """
+
+
+# --- the central server (conveyor scheduler) --------------------------------------------------
+#
+# These fire only in the `conveyor scheduler` process, through its own plugin manager (loaded
+# from the same entry points and [plugins] settings of the server's configuration). Each event
+# is delivered after the server's state lock is released and the change is committed to the
+# state store, on the thread that made the change (a thread of the server's pool, never its
+# event loop), before that request is answered; deliveries are serialised, in commit order.
+
+
+@hookspec
+def conveyor_scheduler_task_changed(event: ev.SchedulerTaskChanged) -> None:
+    """The central server moved a task's status, and the change is committed.
+
+    ``task_id`` and ``family`` name the task, ``old_status`` and ``new_status`` are
+    :class:`~conveyor.scheduler.policy.TaskStatus` values (``"PENDING"``, ``"RUNNING"``, …),
+    ``cause`` why it moved, ``worker_id`` the worker concerned and ``attempt`` the task's
+    latest attempt id. A change the state store did not take (and that was rolled back) is
+    never delivered. Moves made by one request are delivered in the order they were made.
+    """
+
+
+@hookspec
+def conveyor_scheduler_worker_seen(event: ev.SchedulerWorkerSeen) -> None:
+    """A worker the central server did not know called it, or one it had declared gone.
+
+    ``worker_id`` names it; ``returned`` is True for a worker that came back. Workers restored
+    from the state store at start count as known (and so are not reported).
+    """
+
+
+@hookspec
+def conveyor_scheduler_worker_lost(event: ev.SchedulerWorkerLost) -> None:
+    """The central server declared a worker gone after ``worker_disconnect_delay`` of silence.
+
+    ``running`` lists the tasks it was running; the ``conveyor_scheduler_task_changed``
+    events of their failure (cause ``"worker gone"``) follow this one.
+    """
+
+
+@hookspec
+def conveyor_scheduler_report_refused(event: ev.SchedulerReportRefused) -> None:
+    """A worker's report of a task was refused as stale: the task was handed out again since.
+
+    ``route`` is the call (``"task_done"`` / ``"task_failed"``), ``worker_id``, ``task_id``
+    and ``attempt`` what the report said, ``reason`` the refusal the worker was answered (409).
+    """
+
+
+@hookspec
+def conveyor_scheduler_ui_action(event: ev.SchedulerUiAction) -> None:
+    """An operator's web-UI action (retry, re-enable, retry all failed) was applied.
+
+    ``task_ids`` are the tasks it changed (at most the first 100), ``changed`` and ``skipped``
+    the counts, ``who`` the UI session's name. Fires after the task-changed events it caused.
+    """
+
+
+@hookspec
+def conveyor_scheduler_routes() -> list[object] | None:
+    """HTTP routes (``starlette.routing.Route`` objects) to serve from the central server.
+
+    Not an observer: called once, when the server starts, with no argument; every
+    implementation's list is mounted (a ``None`` return counts as none). The routes run behind
+    the server's guard, so they get its Host/Origin checks, security headers, body limit and,
+    on paths under ``/api/``, its bearer token when one is set. A route whose path a built-in
+    route (or another plugin's) already serves, an item that is not a ``Route``, or an
+    implementation that raises stops the start: one ``conveyor: error:`` line naming the
+    plugin, exit code 2. Endpoints run on the server's event loop: one that blocks must run
+    its work in a thread (``asyncio.to_thread``).
     """

@@ -433,6 +433,11 @@ class NotifyPlugin:
             self.dispatcher.notify(kind, event)
 
     @hookimpl
+    def conveyor_unconfigure(self, flush_timeout: float) -> None:
+        """The worker closes: deliver what is queued within ``flush_timeout``, then stop."""
+        self.dispatcher.close(flush_timeout)
+
+    @hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
         """A failed attempt."""
         self._send(NotifyKind.FAILED, event)

@@ -73,6 +73,7 @@ __all__ = [
     "TaskSpec",
     "Work",
     "WorkLeft",
+    "WorkerObserver",
 ]
 
 PENDING, RUNNING, DONE, FAILED, DISABLED, UNKNOWN = (
@@ -173,6 +174,10 @@ _MOVES = frozenset(STATUS_MOVES)  # (a plain (source, target, cause) tuple finds
 
 MoveObserver = Callable[[str, StatusMove], None]
 """Called with a task id and the move it just made (:attr:`SchedulerCore.on_move`)."""
+
+WorkerObserver = Callable[[str, str, tuple[str, ...]], None]
+"""Called with a worker id, ``"new"``, ``"back"`` or ``"lost"``, and (when lost) the ids of
+the tasks it was running (:attr:`SchedulerCore.on_worker`)."""
 
 
 class InvalidStatusMove(InvalidTransition):
@@ -291,6 +296,10 @@ class SchedulerCore:
         self.on_move: MoveObserver | None = None
         """Called with the task id and the :class:`StatusMove` after every status move, under
         the scheduler's lock (it must not call the scheduler); None: nobody is told."""
+        self.on_worker: WorkerObserver | None = None
+        """Called, under the scheduler's lock like :attr:`on_move`, when a worker it did not
+        know (``"new"``) or had declared gone (``"back"``) calls, and when it declares one gone
+        (``"lost"``, before the moves of its running tasks); None: nobody is told."""
         # attempt ids are random: unique across restarts and re-created records alike, which
         # a counter per record (or per process) would not be
         self._attempt_ids = random.Random()
@@ -363,6 +372,11 @@ class SchedulerCore:
         if spec.explanation:
             rec.explanation = spec.explanation
         self._set_status(rec, status, Cause.REGISTERED)
+
+    def peek(self, task_id: str) -> TaskRecord | None:
+        """The record of ``task_id`` (None if unknown), without the lock: for an observer
+        called under it (:attr:`on_move`), which must only read it."""
+        return self._tasks.get(task_id)
 
     def _record(self, task_id: str) -> TaskRecord:
         rec = self._tasks.get(task_id)
@@ -784,6 +798,9 @@ class SchedulerCore:
         ]
         for worker_id in silent:
             del self._workers[worker_id]
+            if self.on_worker is not None:
+                running = tuple(sorted(self._running_on.get(worker_id, ())))
+                self.on_worker(worker_id, "lost", running)
             self._assistants.discard(worker_id)
             for task_id in list(self._running_on.get(worker_id, ())):
                 rec = self._tasks[task_id]
@@ -966,6 +983,8 @@ class SchedulerCore:
         if worker_id not in self._workers and self._dirty is not None:
             self._dirty_workers.add(worker_id)
             self._removed_workers.discard(worker_id)
+        if self.on_worker is not None and worker_id not in self._workers:
+            self.on_worker(worker_id, "back" if worker_id in self._departed else "new", ())
         self._workers[worker_id] = now
         self._departed.pop(worker_id, None)  # (back before it was forgotten)
         if assistant and worker_id not in self._assistants:

@@ -13,6 +13,9 @@ the server serves is what is stored. Until a write succeeds again, every state c
 answered 503 with ``Retry-After`` and changes nothing; reads go on, and time changes nothing
 (no retry is woken, no silent worker declared gone). Every error answer is JSON: whatever
 raises is logged once with its traceback and answered ``{"error": ...}`` 500.
+
+The server's plugins (:mod:`.hooks`) are told what a call changed once it is committed, after
+the lock is released and before the call is answered; what was rolled back they never see.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from ..protocol import (
 from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import SchedulerCore
 from .guard import Guard
+from .hooks import REPORT_REFUSED, ServerHooks
 from .hosts import OwnAddress
 from .schema import openapi_document
 from .stores import (
@@ -83,9 +87,16 @@ RETRY_AFTER = 2
 class SchedulerService:
     """Runs policy calls one at a time and commits their changes before returning."""
 
-    def __init__(self, core: SchedulerCore, store: StateStore, where: str = "") -> None:
+    def __init__(
+        self,
+        core: SchedulerCore,
+        store: StateStore,
+        where: str = "",
+        hooks: ServerHooks | None = None,
+    ) -> None:
         """Serve ``core`` (already restored) and persist its changes to ``store``, which
-        ``where`` names in logs (``sqlite state.db``).
+        ``where`` names in logs (``sqlite state.db``); ``hooks`` delivers the committed
+        changes to the server's plugins (None: there are none).
 
         The web UI reads the built-in stores directly (:class:`CanRead`); any other store is
         mirrored, save for save, into a :class:`MemoryStore` that it reads instead.
@@ -107,6 +118,8 @@ class SchedulerService:
             self._mirror.save([to_row(from_row(row)) for row in rows], workers)
         core.track_changes()
         core.keep_history = True
+        self.hooks = hooks or ServerHooks()
+        self.hooks.attach(core)
 
     def read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(connection, *args)`` on the store's read connection: no lock of the
@@ -115,22 +128,32 @@ class SchedulerService:
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Apply ``fn(*args)`` and commit every change it made; :class:`Unstored` (nothing
-        changed) if the store cannot take it."""
-        with self.lock:
-            return self._apply(fn, *args)
+        changed) if the store cannot take it. The plugins are told what it changed after the
+        lock is released."""
+        try:
+            with self.lock:
+                return self._apply(fn, *args)
+        finally:
+            self.hooks.deliver()
 
     def query(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` for an answer: committed like :meth:`call` (time may have changed
         something), or, while the store refuses writes, answered from what is stored (the
         scheduler is frozen meanwhile: nothing changes); Unstored if even that is not known
         (the stored state could not be reloaded)."""
-        with self.lock:
-            if not self.failure:
-                with contextlib.suppress(Unstored):
-                    return self._apply(fn, *args)
-            if not self._reloaded:
-                raise Unstored(self.failure)
-            return fn(*args)
+        try:
+            with self.lock:
+                if not self.failure:
+                    with contextlib.suppress(Unstored):
+                        return self._apply(fn, *args)
+                if not self._reloaded:
+                    raise Unstored(self.failure)
+                try:
+                    return fn(*args)
+                finally:
+                    self.hooks.discard()  # (frozen: nothing it did is stored)
+        finally:
+            self.hooks.deliver()
 
     def _apply(self, fn: Callable[..., T], *args: Any) -> T:
         """:meth:`call` under the lock."""
@@ -175,6 +198,7 @@ class SchedulerService:
             self.core.frozen = True
             self._roll_back()
             raise Unstored(self.failure) from None
+        self.hooks.committed()
 
     def _roll_back(self) -> None:
         """Replace the scheduler's state with what the store holds, as a restart would. If
@@ -188,6 +212,8 @@ class SchedulerService:
             self._reloaded = False
             self.core.frozen = True
             self._note_failure(exc)
+        finally:
+            self.hooks.discard()  # what the plugins were to be told of is undone
 
     def _note_failure(self, exc: Exception) -> None:
         """Remember why writes fail; log each kind of error once until writes succeed."""
@@ -326,7 +352,7 @@ def _error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _post_route(name: str, handler: Callable[[Any], Any]) -> Route:
+def _post_route(name: str, handler: Callable[[Any], Any], hooks: ServerHooks) -> Route:
     request_cls = ROUTES[name].request
 
     async def endpoint(request: Request) -> JSONResponse:
@@ -342,6 +368,9 @@ def _post_route(name: str, handler: Callable[[Any], Any]) -> Route:
             result = await asyncio.to_thread(handler, decoded)
         except StaleReport as exc:  # fenced: another attempt owns the task; nothing changed
             log.warning("stale report refused", route=name, error=str(exc))
+            if hooks.wants(REPORT_REFUSED):
+                who, task, attempt = decoded.worker_id, decoded.task_id, decoded.attempt
+                await asyncio.to_thread(hooks.refused, name, who, task, attempt, str(exc))
             return _error(409, str(exc), "attempt")
         return JSONResponse(encode(result))
 
@@ -396,9 +425,10 @@ def create_app(
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/api/v1/tasks", tasks, methods=["GET"]),
         Route("/api/v1/workers", workers, methods=["GET"]),
-        *(_post_route(name, handlers[name]) for name in ROUTES),
+        *(_post_route(name, handlers[name], service.hooks) for name in ROUTES),
         *ui_routes(service, token=token),
     ]
+    routes += service.hooks.routes(routes)  # (PluginError, exit 2, for one that collides)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)

@@ -49,8 +49,10 @@ def build_service(config: Config, holder: str = "") -> Any:
     """The scheduler policy restored from the configured state store, ready to serve;
     ``holder`` names this server to a second one started on the same state."""
     from .app import SchedulerService
+    from .hooks import load_server_hooks
 
     server = config.server
+    hooks = load_server_hooks(config.plugins)  # (before the store: a bad plugin opens nothing)
     store = build_backend(
         "conveyor.state_stores",
         server.state_store,
@@ -64,7 +66,7 @@ def build_service(config: Config, holder: str = "") -> Any:
     except BaseException:
         store.close()
         raise
-    return SchedulerService(core, store, f"{server.state_store} {server.state_path}")
+    return SchedulerService(core, store, f"{server.state_store} {server.state_path}", hooks)
 
 
 def load_state(store: StateStore, server: ServerSettings) -> tuple[list[TaskRecord], Workers]:

@@ -49,6 +49,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..protocol import TaskStatus
 from . import reads
+from .hooks import UI_ACTION
 from .reads import Filters
 from .stores import Unstored
 
@@ -400,14 +401,19 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
                 break
         done = set(changed)
         skipped = [t for t in dict.fromkeys(ids) if t not in done]
+        who = session_name(session_of(request)) if expected else "open"
         log.info(
             "ui action",
             action=action,
             tasks=changed[:_LOGGED_IDS],
             changed=len(changed),
             skipped=len(skipped),
-            session=session_name(session_of(request)) if expected else "open",
+            session=who,
         )
+        if service.hooks.wants(UI_ACTION):
+            await asyncio.to_thread(
+                service.hooks.ui_action, action, changed, len(skipped), who, _LOGGED_IDS
+            )
         return {"changed": changed, "skipped": skipped, **({"error": refused} if refused else {})}
 
     async def retry(request: Request) -> Any:

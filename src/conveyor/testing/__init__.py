@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 import re
 import threading
@@ -72,9 +73,13 @@ class Recorded:
 
 
 class RecordingPlugin:
-    """A hook plugin implementing every hook; ``records`` keeps each call in order.
+    """A hook plugin implementing every observer hook (each one that receives an ``event``);
+    ``records`` keeps each call in order.
 
-    Register it with ``Worker(plugins=[RecordingPlugin()])``.
+    Register it with ``Worker(plugins=[RecordingPlugin()])``; in a central server (``[plugins]
+    local = ["module:Recorder"]`` naming a subclass or instance) it records the server's
+    ``conveyor_scheduler_*`` events the same way (from several threads: each record is taken
+    under a lock, in delivery order).
     """
 
     def __init__(self, name: str | None = None) -> None:
@@ -114,7 +119,16 @@ def _make_recorder(name: str) -> Any:
     return hookspecs.hookimpl(record)
 
 
-for _name in hook_names():
+def _observer_hooks() -> list[str]:
+    """The hooks whose spec receives one ``event`` (``conveyor_scheduler_routes`` does not)."""
+    return [
+        name
+        for name in hook_names()
+        if tuple(inspect.signature(getattr(hookspecs, name)).parameters) == ("event",)
+    ]
+
+
+for _name in _observer_hooks():
     setattr(RecordingPlugin, _name, _make_recorder(_name))
 
 

@@ -27,6 +27,8 @@ class Node:
     attempts: int = 0
     hand_out: int = 0
     """The scheduler's id of the current attempt (``Work.attempt``), named in its report."""
+    executor: str = ""
+    """The name of the executor running (or that last ran) this worker's current attempt."""
     succeeded: bool = False
     """An attempt of this worker succeeded (the summary's "completed")."""
     found_complete: bool = False

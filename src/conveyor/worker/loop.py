@@ -46,7 +46,7 @@ from ..executors.base import (
 from ..executors.channel import truncate
 from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
 from ..parameters import allow_task_modules, task_modules_named
-from ..plugins import HookRelay, load_hook_plugins
+from ..plugins import load_hook_plugins
 from ..protocol import (
     IDENTIFIER,
     AttemptEnd,
@@ -72,6 +72,7 @@ from ..transports.base import (
 )
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
+from .lifecycle import WorkerHooks
 from .outbox import Outbox
 from .report import RunReport, build_report
 from .signals import install_signal_handlers
@@ -127,7 +128,7 @@ class Worker:
             _check_worker_id(self.id)
             self.clock = clock
             self.rand: Callable[[], float] = random.random  # jitter of the idle waits
-            self.hooks = HookRelay()
+            self.hooks = WorkerHooks()
             self._transit = Transitions(self.id, self.hooks, clock, self.host)
             self._register_plugins(plugins)
             self._transport = scheduler if scheduler is not None else self._make_transport()
@@ -162,6 +163,9 @@ class Worker:
             self._loop_thread = threading.get_ident()
             self._draining = False
             self.report: RunReport | None = None
+            # last: every plugin is registered and the backends are built (a failure above
+            # configures nothing, so nothing is unconfigured either)
+            self.hooks.configure(self.config)
         except BaseException:
             self._undo_init(built_executor=executor is None or isinstance(executor, str))
             raise
@@ -255,13 +259,13 @@ class Worker:
         self.close()
 
     def close(self) -> None:
-        """Release the executors (waits for attempts still running) and finish every run()
-        left suspended at a yield."""
+        """Release the executors (waits for attempts still running), unconfigure the plugins
+        (``conveyor_unconfigure``, with ``[notifiers] flush_timeout``: the notifier dispatch
+        delivers what is queued within it) and finish every run() left suspended at a yield."""
         self._executor.close()
         if self._isolator is not None:
             self._isolator.close()
-        if self._dispatcher is not None:  # what is queued goes out, within flush_timeout
-            self._dispatcher.close(self.config.notifiers.flush_timeout)
+        self.hooks.unconfigure(self.config.notifiers.flush_timeout)
         while self._suspended:
             self._suspended.popitem()[1].close()
         restore_task_defaults(self._previous_defaults)
@@ -485,12 +489,8 @@ class Worker:
         timeout = self._timeout_of(node.task)
         executor = self._executor_for(timeout)
         self._running[node.task_id] = node
-        self._transit(
-            node,
-            Trigger.STARTED,
-            executor=executor.name,
-            attempt=node.attempts,
-        )
+        node.executor = executor.name
+        self._transit(node, Trigger.STARTED, executor=node.executor, attempt=node.attempts)
         graph = self._graph
         known = tuple([graph[d].task for d in node.deps if d in graph])  # (a list: faster)
         request = AttemptRequest(
@@ -618,10 +618,11 @@ class Worker:
             node.succeeded = True
             node.found_complete = outcome.found_complete
             self._outbox.send("task_done", self.id, node.task_id, node.hand_out)
+            ended = _ended_fields(node, outcome)
             if outcome.found_complete:
-                self._transit(node, trigger, duration=outcome.duration, skipped=True)
+                self._transit(node, trigger, skipped=True, **ended)
             else:
-                self._transit(node, trigger, duration=outcome.duration)
+                self._transit(node, trigger, **ended)
             return
         if missing:
             node.reschedules = dict(decision.reschedules)
@@ -640,7 +641,8 @@ class Worker:
             self._outbox.send(
                 "task_failed", self.id, node.task_id, node.error, node.hand_out, _ended(outcome)
             )
-        self._transit(node, trigger, **_failure_fields(trigger, node.error, outcome))
+        fields = _failure_fields(trigger, node.error, outcome)
+        self._transit(node, trigger, **fields, **_ended_fields(node, outcome))
         if decision.reschedule:
             self._walker.walk([node.task], recheck=(node.task_id, *outcome.missing))
 
@@ -812,17 +814,23 @@ def _ended(outcome: Outcome) -> AttemptEnd:
     return AttemptEnd.FAILED
 
 
+def _ended_fields(node: Node, outcome: Outcome) -> dict[str, Any]:
+    """The fields every event that ends an attempt carries: which attempt, which executor ran
+    it, and its wall time in seconds."""
+    return {
+        "attempt": node.attempts,
+        "executor": node.executor,
+        "duration": max(0.0, outcome.duration),
+    }
+
+
 def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str, Any]:
-    """The event fields of a failed, timed-out or dead attempt."""
+    """The event fields of a failed, timed-out or dead attempt, besides :func:`_ended_fields`."""
     if trigger is Trigger.TIMED_OUT:
         return {"timeout": outcome.timeout}
     if trigger is Trigger.PROCESS_DIED:
         return {"exitcode": outcome.exitcode, "signal": outcome.signal}
-    return {
-        "error": error,
-        "exception_type": outcome.exception_type,
-        "duration": outcome.duration,
-    }
+    return {"error": error, "exception_type": outcome.exception_type}
 
 
 _PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"

@@ -6,10 +6,12 @@ It is inert unless ``CONVEYOR_RECORDER_OUT`` names the file to write.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 
 import conveyor
+from conveyor import hookspecs
 from conveyor.testing import hook_names
 
 
@@ -34,4 +36,6 @@ def _recorder(name: str):  # type: ignore[no-untyped-def]
 
 
 for _name in hook_names():
-    setattr(RecorderPlugin, _name, _recorder(_name))
+    # the observer hooks: each receives one event (the lifecycle and route hooks do not)
+    if tuple(inspect.signature(getattr(hookspecs, _name)).parameters) == ("event",):
+        setattr(RecorderPlugin, _name, _recorder(_name))
