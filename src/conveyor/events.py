@@ -246,8 +246,9 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 class SchedulerTaskChanged(Event):
     """The central server moved a task's status, and the change is committed.
 
-    ``worker_id`` is the worker the move concerns (the one it was handed out to, that reported
-    it, or that registered it; ``""`` for a move time or an operator made).
+    ``worker_id`` is the worker of the task's latest attempt (the one it is handed out to,
+    or that ran it last), ``""`` if it was never handed out; not necessarily the worker whose
+    call made the move.
     """
 
     hook: ClassVar[str] = "conveyor_scheduler_task_changed"

@@ -199,8 +199,9 @@ def conveyor_task_process_died(event: ev.ProcessDied) -> None:
 # These fire only in the `conveyor scheduler` process, through its own plugin manager (loaded
 # from the same entry points and [plugins] settings of the server's configuration). Each event
 # is delivered after the server's state lock is released and the change is committed to the
-# state store, on the thread that made the change (a thread of the server's pool, never its
-# event loop), before that request is answered; deliveries are serialised, in commit order.
+# state store, on a thread of the server's pool (never its event loop): the one that made the
+# change, or one already delivering, which takes over the queue; deliveries are serialised, in
+# commit order.
 
 
 @hookspec

@@ -373,6 +373,8 @@ def test_interrupt_kills_the_attempt_on_the_dask_worker(
     assert worker.report.exit_code == SIGTERM_EXIT
     [failed] = rec.events("task_failed", task.task_id)
     assert "interrupt" in f"{failed.exception_type} {failed.error}".lower(), failed
+    # counted as stopped by the interruption, not as a failure of its own
+    assert "1 running task(s) were stopped" in worker.report.summary, worker.report.summary
     assert rec.events("task_succeeded", task.task_id) == []
     assert not task.output().exists()
 

@@ -78,6 +78,8 @@ def encode(message: Message | Stage) -> bytes:
             body["before_run"] = message.before_run
         if message.found_complete:
             body["found_complete"] = True
+        if message.interrupted:  # (a remote supervisor's interruption: older readers ignore it)
+            body["interrupted"] = True
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
@@ -99,6 +101,7 @@ def decode(line: bytes, task_id: str) -> Message | Stage:
             missing=tuple(body["missing"]),
             before_run=str(body.get("before_run", "")),
             found_complete=body.get("found_complete") is True,
+            interrupted=body.get("interrupted") is True,
         )
     except Exception as exc:
         return Outcome(

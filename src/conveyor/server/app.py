@@ -412,7 +412,10 @@ def create_app(
         async def ticker() -> None:
             while True:
                 await asyncio.sleep(1.0)
-                await asyncio.to_thread(service.tick)
+                try:
+                    await asyncio.to_thread(service.tick)
+                except Exception:  # (a fault must not stop the clock: logged, tried again)
+                    log.exception("scheduler tick failed")
 
         task = asyncio.create_task(ticker())
         try:

@@ -140,12 +140,16 @@ class ServerHooks:
 
     def deliver(self) -> None:
         """Deliver every queued event, in order, one delivery at a time (never call this
-        holding the service lock)."""
-        if not self._outbox:
-            return
-        with self._delivering:
-            while self._outbox:
-                self.relay.fire(self._outbox.popleft())
+        holding the service lock). A thread that finds another delivering leaves its events
+        to it and goes on: a slow hook holds up one thread, never every request."""
+        while self._outbox:
+            if not self._delivering.acquire(blocking=False):
+                return
+            try:
+                while self._outbox:
+                    self.relay.fire(self._outbox.popleft())
+            finally:
+                self._delivering.release()
 
     def refused(self, route: str, worker_id: str, task_id: str, attempt: int, why: str) -> None:
         """Deliver a report-refused event, if a plugin wants it."""

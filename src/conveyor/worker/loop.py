@@ -262,13 +262,17 @@ class Worker:
         """Release the executors (waits for attempts still running), unconfigure the plugins
         (``conveyor_unconfigure``, with ``[notifiers] flush_timeout``: the notifier dispatch
         delivers what is queued within it) and finish every run() left suspended at a yield."""
-        self._executor.close()
-        if self._isolator is not None:
-            self._isolator.close()
-        self.hooks.unconfigure(self.config.notifiers.flush_timeout)
-        while self._suspended:
-            self._suspended.popitem()[1].close()
-        restore_task_defaults(self._previous_defaults)
+        try:
+            self._executor.close()
+            if self._isolator is not None:
+                self._isolator.close()
+        finally:  # (an interrupt while waiting must not lose the plugins' last flush)
+            try:
+                self.hooks.unconfigure(self.config.notifiers.flush_timeout)
+                while self._suspended:
+                    self._suspended.popitem()[1].close()
+            finally:
+                restore_task_defaults(self._previous_defaults)
 
     def add(self, task: Task) -> bool:
         """Walk ``task``'s graph and register it; False if any task in it is broken."""

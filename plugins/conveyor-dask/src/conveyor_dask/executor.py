@@ -223,7 +223,7 @@ class DaskExecutor:
             if not self._interrupted:  # not ours: the cluster dropped it (a lost connection)
                 return replace(lost, error="the Dask cluster cancelled the attempt")
             return Outcome(task_id, FAILED, error=f"interrupted by {self._interrupted}",
-                           exception_type="Interrupted")  # fmt: skip
+                           exception_type="Interrupted", interrupted=True)  # fmt: skip
         except Exception as exc:  # the function itself failed on the Dask worker
             return Outcome(
                 task_id,
@@ -235,7 +235,7 @@ class DaskExecutor:
             return lost
         if line == STOPPED:
             return Outcome(task_id, FAILED, error=f"interrupted by {self._interrupted}",
-                           exception_type="Interrupted")  # fmt: skip
+                           exception_type="Interrupted", interrupted=True)  # fmt: skip
         try:
             body = json.loads(line)
             message = decode(str(body["line"]).encode(), task_id)
