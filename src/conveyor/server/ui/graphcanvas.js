@@ -3,6 +3,7 @@
 // so 10,000 nodes cost a handful of fill/stroke calls. Pan by dragging, zoom with the wheel
 // (or the +/−/0 keys), click a node to open it; hit tests look in a grid bucket, not in a scan.
 import { CELL, NODE_H, NODE_W, cellKey, layout } from "./graphlayout.js";
+import { STATUS } from "./names.js";
 
 const MAX_SCALE = 2.5;
 const LABEL_MIN_PX = 15; // node height on screen from which family labels are drawn
@@ -31,7 +32,7 @@ function palette() {
   };
 }
 
-const DARK_TEXT = new Set(["UNKNOWN"]);
+const DARK_TEXT = new Set([STATUS.UNKNOWN]);
 
 export class GraphCanvas {
   constructor(container, { onOpen, onHover }) {

@@ -2,6 +2,7 @@
 // and short lists of what is running and what failed most recently.
 import * as api from "./api.js";
 import { STATES, badge, h, messageCell, replace, stateClass, table, taskLink, tasksHref, timeEl } from "./dom.js";
+import { STATUS } from "./names.js";
 
 function countCard(state, n) {
   return h(
@@ -53,8 +54,8 @@ export function create(ctx) {
   async function refresh(signal) {
     const [summary, failed, running] = await Promise.all([
       api.get("api/summary", signal),
-      optional(api.get("api/tasks?" + api.qs({ state: "FAILED", limit: 10 }), signal)),
-      optional(api.get("api/tasks?" + api.qs({ state: "RUNNING", limit: 10 }), signal)),
+      optional(api.get("api/tasks?" + api.qs({ state: STATUS.FAILED, limit: 10 }), signal)),
+      optional(api.get("api/tasks?" + api.qs({ state: STATUS.RUNNING, limit: 10 }), signal)),
     ]);
     const key = JSON.stringify([summary.counts, summary.total, failed?.tasks, running?.tasks]);
     if (key === lastKey) return summary.seq;
@@ -70,8 +71,8 @@ export function create(ctx) {
         h("a", { href: "#/tasks", "data-testid": "count-total" }, String(summary.total ?? 0)),
         " tasks",
       ),
-      shortList("Running now", "running-now", "Status message", running?.tasks, "RUNNING", counts.RUNNING ?? 0),
-      shortList("Failed most recently", "failed-recently", "Reason", failed?.tasks, "FAILED", counts.FAILED ?? 0),
+      shortList("Running now", "running-now", "Status message", running?.tasks, STATUS.RUNNING, counts.RUNNING ?? 0),
+      shortList("Failed most recently", "failed-recently", "Reason", failed?.tasks, STATUS.FAILED, counts.FAILED ?? 0),
     );
     return summary.seq;
   }

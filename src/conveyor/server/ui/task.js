@@ -17,7 +17,7 @@ import {
   tasksHref,
   timeEl,
 } from "./dom.js";
-import { ATTEMPT_ENDS } from "./names.js";
+import { ATTEMPT_ENDS, STATUS } from "./names.js";
 
 
 function trackingUrl(url) {
@@ -50,13 +50,13 @@ function blockedBy(task) {
 function actions(task, ctx) {
   const id = task.task_id;
   const buttons = [];
-  if (task.status === "FAILED") {
+  if (task.status === STATUS.FAILED) {
     const run = () => api.post("api/retry", { task_ids: [id] });
     buttons.push(
       h("button", { type: "button", onclick: () => confirmed(`Retry ${id} now?`, run, ctx.refreshNow) }, "Retry now"),
     );
   }
-  if (task.status === "DISABLED") {
+  if (task.status === STATUS.DISABLED) {
     const run = () => api.post("api/reenable", { task_ids: [id] });
     const q = `Re-enable ${id}? Its failure count is reset and it becomes PENDING.`;
     buttons.push(h("button", { type: "button", onclick: () => confirmed(q, run, ctx.refreshNow) }, "Re-enable"));

@@ -3,6 +3,7 @@
 import * as api from "./api.js";
 import { confirmed } from "./dialog.js";
 import { STATES, badge, fmtParams, h, messageCell, plural, replace, table, taskLink, tasksHref, timeEl } from "./dom.js";
+import { STATUS } from "./names.js";
 
 const PAGE = 50;
 const FILTERS = ["state", "family", "worker", "q"];
@@ -93,7 +94,7 @@ export function create(ctx) {
     const f = filters();
     ensureOption(field("family"), f.family);
     for (const k of FILTERS) if (document.activeElement !== field(k)) field(k).value = f[k];
-    const onlyFailed = !f.state || f.state === "FAILED";
+    const onlyFailed = !f.state || f.state === STATUS.FAILED;
     retryAll.disabled = !onlyFailed;
     retryAll.title = onlyFailed ? "Retry every FAILED task matching the filters" : "The state filter excludes FAILED tasks";
     ctx.setTitle(f.state ? `${f.state} tasks` : "Tasks");
@@ -141,7 +142,7 @@ export function create(ctx) {
     const { family, worker, q } = filters();
     let question = "Retry every FAILED task matching the current filters?";
     try {
-      const d = await api.get("api/tasks?" + api.qs({ state: "FAILED", family, worker, q, limit: 500 }));
+      const d = await api.get("api/tasks?" + api.qs({ state: STATUS.FAILED, family, worker, q, limit: 500 }));
       const n = d.tasks.length;
       question = `Retry ${d.next ? `${n}+ failed tasks` : plural(n, "failed task")} matching the current filters now?`;
     } catch (err) {
