@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from conveyor.events import SchedulerTaskChanged
-from conveyor.plugins import HookRelay
+from conveyor.plugins import LifecycleRelay
 from conveyor.protocol import TaskSpec
 from conveyor.scheduler.policy import SchedulerCore
 from conveyor.server.app import SchedulerService
@@ -63,6 +63,18 @@ def _write(event):
 @conveyor.hookimpl
 def conveyor_scheduler_task_changed(event):
     _write(event)
+
+
+@conveyor.hookimpl
+def conveyor_configure(config):
+    with open(OUT, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"hook": "conveyor_configure", "port": config.server.port}) + "\\n")
+
+
+@conveyor.hookimpl
+def conveyor_unconfigure(flush_timeout):
+    with open(OUT, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"hook": "conveyor_unconfigure", "flush": flush_timeout}) + "\\n")
 
 
 @conveyor.hookimpl
@@ -155,12 +167,14 @@ class Server(SchedulerProcess):
         """POST ``body`` to ``/api/v1/<route>``."""
         return self.request("POST", f"/api/v1/{route}", body)
 
-    def events(self) -> list[dict[str, Any]]:
-        """Every event the recording plugin wrote, in order."""
+    def events(self, lifecycle: bool = False) -> list[dict[str, Any]]:
+        """Every event the recording plugin wrote, in order (the lifecycle calls too, if
+        ``lifecycle``)."""
         if not self.events_file.exists():
             return []
         lines = self.events_file.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines]
+        records = [json.loads(line) for line in lines]
+        return [r for r in records if lifecycle or r["hook"] not in _LIFECYCLE]
 
     def work(self, worker: str) -> dict[str, Any]:
         """One ``get_work`` for ``worker``: the work handed out."""
@@ -176,6 +190,9 @@ def marker() -> Any:
     value = uuid.uuid4().hex
     yield value
     kill_marked(MARKER_VARIABLE, value)
+
+
+_LIFECYCLE = ("conveyor_configure", "conveyor_unconfigure")
 
 
 def _moves(events: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
@@ -194,8 +211,10 @@ def test_server_plugin_sees_committed_changes_in_order(tmp_path: Path, marker: s
     server.start()
     tasks = [{"task_id": t, "family": "Fam", "params": {"p": t}} for t in ("A", "B")]
     assert server.post("add_tasks", {"worker_id": W1, "tasks": tasks}).status == 200
-    seen = server.events()
-    assert [e["hook"] for e in seen] == ["conveyor_scheduler_worker_seen"]
+    seen = server.events(lifecycle=True)
+    assert [e["hook"] for e in seen] == ["conveyor_configure", "conveyor_scheduler_worker_seen"]
+    assert seen[0]["port"] == server.port  # (the server's own configuration)
+    seen = seen[1:]
     assert seen[0]["worker_id"] == W1 and seen[0]["returned"] is False
 
     first = server.work(W1)
@@ -346,7 +365,7 @@ def test_a_rolled_back_change_is_never_delivered():
     """A move whose commit fails (and is rolled back) fires no task_changed; once the store
     takes writes again, the move made then is delivered."""
     recorder = RecordingPlugin()
-    relay = HookRelay()
+    relay = LifecycleRelay()
     relay.register(recorder, recorder.name)
     store = FailingStore()
     service = SchedulerService(SchedulerCore(), store, hooks=ServerHooks(relay))
@@ -384,3 +403,17 @@ def test_check_routes_refuses_built_in_paths(path: str):
     builtin = [Route("/health", lambda r: None), Route("/ui/{name:str}", lambda r: None)]
     with pytest.raises(PluginError, match="'mine'"):
         check_routes("mine", Route(path, lambda r: None), builtin, {})
+
+
+def test_a_server_plugin_is_unconfigured_when_the_server_stops(tmp_path: Path, marker: str):
+    """``conveyor_configure`` comes first, once the state is loaded; a SIGTERM'd server
+    calls ``conveyor_unconfigure`` with ``[notifiers] flush_timeout`` as it shuts down."""
+    server = Server(tmp_path, marker, ["hookrec"], extra="\n[notifiers]\nflush_timeout = 3\n")
+    server.start()
+    assert [e["hook"] for e in server.events(lifecycle=True)] == ["conveyor_configure"]
+    assert server.proc is not None
+    server.proc.terminate()
+    server.proc.wait(timeout=60)  # (uvicorn re-raises the SIGTERM once it has shut down)
+    hooks = [(e["hook"], e.get("flush")) for e in server.events(lifecycle=True)]
+    assert hooks == [("conveyor_configure", None), ("conveyor_unconfigure", 3.0)]
+    assert not (tmp_path / "state.db.lock").exists()  # the store was closed too

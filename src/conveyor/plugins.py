@@ -27,12 +27,13 @@ import structlog
 from stevedore import NamedExtensionManager
 
 from . import hookspecs
-from .config import PluginSettings
+from .config import Config, PluginSettings
 from .errors import PluginError
 from .events import Event
 
 __all__ = [
     "HookRelay",
+    "LifecycleRelay",
     "LoadFailure",
     "PluginSource",
     "blocked_names",
@@ -329,3 +330,70 @@ def _check_required(
 
 def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
+
+
+_CONFIGURE = "conveyor_configure"
+_UNCONFIGURE = "conveyor_unconfigure"
+
+
+class LifecycleRelay(HookRelay):
+    """A :class:`HookRelay` that also configures and unconfigures its plugins: a worker's
+    and the central server's.
+
+    ``conveyor_configure(config)`` is historic (as pytest's ``pytest_configure``): every plugin
+    is called once with the configuration, those registered later too;
+    ``conveyor_unconfigure(flush_timeout)`` once, at the end. Each implementation is called on
+    its own: one that raises is logged with its plugin's name and the others still run
+    (pluggy's own ``call_historic`` would stop at the first that raises, and raise out of a
+    late ``register``)."""
+
+    def __init__(self) -> None:
+        """A relay whose plugins are not configured yet."""
+        super().__init__()
+        self._config: Config | None = None
+        self._unconfigured = False
+
+    @property
+    def configured(self) -> bool:
+        """Whether :meth:`configure` was called (and so :meth:`unconfigure` will do something)."""
+        return self._config is not None
+
+    def configure(self, config: Config) -> None:
+        """Call every ``conveyor_configure`` with ``config``, and remember it for plugins
+        registered later; a second call does nothing (configured once)."""
+        if self._config is not None:
+            return
+        self._config = config
+        self._call_each(_CONFIGURE, {"config": config})
+
+    def register(self, plugin: object, name: str) -> None:
+        """Register ``plugin`` (PluginError as for any relay); once configured,
+        call the plugin's own ``conveyor_configure`` with the configuration."""
+        super().register(plugin, name)
+        if self._config is not None and not self._unconfigured:
+            self._call_each(_CONFIGURE, {"config": self._config}, only=plugin)
+
+    def unconfigure(self, flush_timeout: float) -> None:
+        """Call every ``conveyor_unconfigure`` once, if the plugins were configured."""
+        if self._config is None or self._unconfigured:
+            return
+        self._unconfigured = True
+        self._call_each(_UNCONFIGURE, {"flush_timeout": flush_timeout})
+
+    def _call_each(
+        self, hook: str, kwargs: Mapping[str, object], only: object | None = None
+    ) -> None:
+        """Call the implementations of ``hook`` (of plugin ``only``, if given) in pluggy's
+        order, each guarded on its own."""
+        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+            if only is not None and impl.plugin is not only:
+                continue
+            try:
+                impl.function(*[kwargs[arg] for arg in impl.argnames])
+            except Exception:
+                log.error(
+                    "hook implementation raised",
+                    plugin=impl.plugin_name,
+                    hook=hook,
+                    error=traceback.format_exc(),
+                )

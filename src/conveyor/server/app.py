@@ -109,6 +109,7 @@ class SchedulerService:
         """Why the store refuses writes ("" while it takes them); the server answers 503."""
         self._logged: set[str] = set()  # kinds of storage error logged since the last success
         self._reloaded = True  # whether the state in memory is known to be what is stored
+        self._closed = False
         self._mirror: MemoryStore | None = None
         if isinstance(store, SqliteStore):  # (MemoryStore is one too)
             self.reads: CanRead = store
@@ -238,6 +239,18 @@ class SchedulerService:
         self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
         if self._mirror is not None:
             self._mirror.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
+
+    def close(self, flush_timeout: float) -> None:
+        """Unconfigure the plugins (``conveyor_unconfigure``, bounded by ``flush_timeout``
+        each), then close the store; again is a no-op. Called as the server shuts down (its
+        lifespan's end: uvicorn re-raises a SIGTERM after that, so nothing later runs)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.hooks.relay.unconfigure(flush_timeout)
+        finally:
+            self.store.close()
 
     def tick(self) -> None:
         """Apply time-based changes (retries, disconnected workers) even when nobody calls,
@@ -378,9 +391,15 @@ def _post_route(name: str, handler: Callable[[Any], Any], hooks: ServerHooks) ->
 
 
 def create_app(
-    service: SchedulerService, *, token: str, max_request_bytes: int, address: OwnAddress
+    service: SchedulerService,
+    *,
+    token: str,
+    max_request_bytes: int,
+    address: OwnAddress,
+    flush_timeout: float = 5.0,
 ) -> Starlette:
-    """The ASGI application serving ``service`` as the server at ``address``."""
+    """The ASGI application serving ``service`` as the server at ``address``; when it shuts
+    down, the service is closed (its plugins given ``flush_timeout`` to flush)."""
     handlers = _handlers(service)
     document = openapi_document()
     guard = Guard(None, token=token, max_request_bytes=max_request_bytes, address=address)
@@ -422,6 +441,7 @@ def create_app(
             yield
         finally:
             task.cancel()
+            await asyncio.to_thread(service.close, flush_timeout)
 
     routes = [
         Route("/health", health, methods=["GET"]),

@@ -2,7 +2,8 @@
 
 The server loads plugins as the worker does (:func:`conveyor.plugins.load_hook_plugins`: the
 ``conveyor.plugins`` entry points, ``[plugins] local``, ``disable`` lists) into a
-:class:`~conveyor.plugins.HookRelay` of its own, which isolates each implementation.
+:class:`~conveyor.plugins.LifecycleRelay` of its own, which isolates each implementation and
+calls ``conveyor_configure`` once the state is loaded and ``conveyor_unconfigure`` at shutdown.
 
 Theory of operation. The scheduling policy tells :class:`ServerHooks` about status moves and
 workers through its observers (``on_move``, ``on_worker``), under the service's lock; the
@@ -34,7 +35,7 @@ from ..events import (
     SchedulerWorkerLost,
     SchedulerWorkerSeen,
 )
-from ..plugins import HookRelay, load_hook_plugins
+from ..plugins import LifecycleRelay, load_hook_plugins
 from ..scheduler.policy import SchedulerCore, StatusMove
 
 __all__ = ["ServerHooks", "check_routes", "load_server_hooks"]
@@ -52,7 +53,7 @@ def load_server_hooks(
 ) -> ServerHooks:
     """The server's plugins, loaded by the worker's rules from ``settings`` (its ``[plugins]``);
     PluginError (exit 2) for a ``local`` entry that fails or a required plugin missing."""
-    relay = HookRelay()
+    relay = LifecycleRelay()
     sources, _failures = load_hook_plugins(settings, environ)
     for source in sources:
         relay.register(source.plugin, source.name)
@@ -62,9 +63,9 @@ def load_server_hooks(
 class ServerHooks:
     """Collects the server's events while a call runs and delivers the committed ones."""
 
-    def __init__(self, relay: HookRelay | None = None) -> None:
+    def __init__(self, relay: LifecycleRelay | None = None) -> None:
         """Deliver through ``relay`` (None: no plugin; nothing is ever collected)."""
-        self.relay = relay or HookRelay()
+        self.relay = relay or LifecycleRelay()
         self._pending: list[Event] = []  # collected under the service lock, not yet committed
         self._outbox: collections.deque[Event] = collections.deque()
         self._delivering = threading.Lock()

@@ -66,7 +66,9 @@ def build_service(config: Config, holder: str = "") -> Any:
     except BaseException:
         store.close()
         raise
-    return SchedulerService(core, store, f"{server.state_store} {server.state_path}", hooks)
+    service = SchedulerService(core, store, f"{server.state_store} {server.state_path}", hooks)
+    hooks.relay.configure(config)  # (once the state is loaded: ready to serve)
+    return service
 
 
 def load_state(store: StateStore, server: ServerSettings) -> tuple[list[TaskRecord], Workers]:
@@ -148,6 +150,7 @@ def serve(config: Config) -> int:
                 token=server.token,
                 max_request_bytes=server.max_request_bytes,
                 address=address,
+                flush_timeout=config.notifiers.flush_timeout,
             )
             print(
                 f"conveyor scheduler on {url} (state: {server.state_store} {server.state_path})",
@@ -156,8 +159,8 @@ def serve(config: Config) -> int:
             )
             settings = uvicorn.Config(app, log_level="warning", access_log=False)
             uvicorn.Server(settings).run(sockets=[listener])
-        finally:
-            service.store.close()
+        finally:  # (after a clean stop the lifespan did this already)
+            service.close(config.notifiers.flush_timeout)
     finally:
         listener.close()
     return 0

@@ -46,7 +46,7 @@ from ..executors.base import (
 from ..executors.channel import truncate
 from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
 from ..parameters import allow_task_modules, task_modules_named
-from ..plugins import load_hook_plugins
+from ..plugins import LifecycleRelay, load_hook_plugins
 from ..protocol import (
     IDENTIFIER,
     AttemptEnd,
@@ -72,7 +72,6 @@ from ..transports.base import (
 )
 from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
 from .graph import Node
-from .lifecycle import WorkerHooks
 from .outbox import Outbox
 from .report import RunReport, build_report
 from .signals import install_signal_handlers
@@ -128,7 +127,7 @@ class Worker:
             _check_worker_id(self.id)
             self.clock = clock
             self.rand: Callable[[], float] = random.random  # jitter of the idle waits
-            self.hooks = WorkerHooks()
+            self.hooks = LifecycleRelay()
             self._transit = Transitions(self.id, self.hooks, clock, self.host)
             self._register_plugins(plugins)
             self._transport = scheduler if scheduler is not None else self._make_transport()
