@@ -91,6 +91,23 @@ class Server(SchedulerProcess):
         text = self.stderr.read_text(encoding="utf-8", errors="replace")
         return [e for e in json_lines(text) if e.get("event") == REFUSED_WRITE]
 
+    def start_elsewhere(self) -> subprocess.CompletedProcess[str]:
+        """Another ``conveyor scheduler`` on this one's state and configuration, on another
+        port, expected to stop at start-up (bounded: it is killed after 60 s)."""
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "conveyor", "scheduler"),
+                *("--port", str(free_port()), "--state-path", str(self.state)),
+                *("--config", str(self.config)),
+            ],
+            env=self.env,
+            cwd=self.directory,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
     def restart(self) -> None:
         """``kill -9`` and start again on the same port and state."""
         self.kill()
@@ -291,19 +308,7 @@ def test_a_second_server_on_the_same_state_exits_2_naming_the_first(
     first = Server(tmp_path, marker)
     first.start()
     assert first.register(["a"]).status == 200
-    second = subprocess.run(
-        [
-            *(sys.executable, "-m", "conveyor", "scheduler"),
-            *("--port", str(free_port()), "--state-path", str(first.state)),
-            *("--config", str(first.config)),
-        ],
-        env=first.env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    second = first.start_elsewhere()
     assert second.returncode == 2, second
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("conveyor: error:"), second.stderr
@@ -351,19 +356,7 @@ def test_a_read_only_state_directory_stops_the_start_with_one_line(
     server.kill()
     remount = ["mount", "-o", "remount,ro", str(tmpfs)]
     subprocess.run(remount, check=True, capture_output=True)
-    refused = subprocess.run(
-        [
-            *(sys.executable, "-m", "conveyor", "scheduler"),
-            *("--port", str(free_port()), "--state-path", str(server.state)),
-            *("--config", str(server.config)),
-        ],
-        env=server.env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = server.start_elsewhere()
     assert refused.returncode == 2, refused
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1, refused.stderr

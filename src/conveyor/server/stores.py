@@ -244,6 +244,7 @@ class SqliteStore:
         self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
         self._seq = 0  # the latest change number (the changes table's)
         self._rescued: str | None = None  # what _rescue() did, once it did
+        self._identity: tuple[int, int] | None = None  # the file opened, once it is
         try:
             self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
@@ -322,7 +323,7 @@ class SqliteStore:
     def _check_file(self) -> None:
         """StateStoreError if the file at the state path is no longer the one opened: a
         write would go to a deleted file and be lost at the next start."""
-        if getattr(self, "_identity", None) is None:  # (still opening)
+        if self._identity is None:  # (still opening)
             return
         try:
             now = _identity(self._path)
