@@ -189,8 +189,9 @@ class SpawnsTree(Base):
 
 
 class TermNoticer(Base):
-    """Times out after SET_UP s; on SIGTERM it writes ``got-term`` and lives on until AfterGrace
-    is done (bounded), so the grace period provably overlaps AfterGrace whatever the load."""
+    """Times out after SET_UP s; on SIGTERM it writes ``got-term`` and lives on until the worker
+    has reported AfterGrace succeeded (``AfterGrace-succeeded``, written by the test's plugin;
+    bounded), so the grace period provably overlaps AfterGrace whatever the load."""
 
     worker_timeout = SET_UP
 
@@ -200,7 +201,7 @@ class TermNoticer(Base):
 
         signal.signal(signal.SIGTERM, noticed)
         deadline = time.time() + 120
-        while not os.path.exists(self.path("AfterGrace-0.out")) and time.time() < deadline:
+        while not os.path.exists(self.path("AfterGrace-succeeded")) and time.time() < deadline:
             time.sleep(0.05)
 
 
@@ -733,8 +734,18 @@ def test_timeout_kills_children_and_grandchildren_that_ignore_sigterm(
 def test_worker_keeps_scheduling_during_the_kill_grace_period(
     executor: str, mod: Any, tmp_path: Path
 ) -> None:
-    """While a timed-out task waits out its kill grace, the worker starts and finishes others."""
-    rec = RecordingPlugin()
+    """While a timed-out task waits out its kill grace, the worker starts and finishes others.
+    (TermNoticer ends once the worker has reported AfterGrace's success, not when AfterGrace's
+    output appears: the report of its success then comes first whatever the machine's load.)"""
+
+    class MarksSuccess(RecordingPlugin):
+        @conveyor.hookimpl
+        def conveyor_task_succeeded(self, event: Any) -> None:
+            self._record(event)
+            if event.family == "AfterGrace":
+                (tmp_path / "AfterGrace-succeeded").touch()
+
+    rec = MarksSuccess()
     noticer = mod.TermNoticer(root=str(tmp_path))
     after = mod.AfterGrace(root=str(tmp_path))
     result = run_worker(
