@@ -85,7 +85,7 @@ class _State:
 
     def measure(self) -> dict[str, float]:
         """The file now, and the longest tick and compaction since the last call."""
-        free = self.store.read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])
+        free = self.store._read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])
         wal = self.path + "-wal"
         point = {
             "state_mib": round(os.path.getsize(self.path) / 2**20, 2),

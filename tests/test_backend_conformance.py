@@ -12,10 +12,10 @@ import pytest
 
 import conveyor
 from conveyor.backends import load_backend
-from conveyor.protocol import TaskStatus
+from conveyor.protocol import Statuses, StatusesAnswer, TaskStatus, encode
 from conveyor.server.stores import StoreContext
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
-from conveyor.testing.stores import check_state_store
+from conveyor.testing.stores import READ_CHECKS, check_state_store
 from conveyor.testing.transports import check_transport
 from conveyor.transports.base import TransportContext
 
@@ -23,7 +23,7 @@ TOKEN = "conformance-token"
 MARKER = "CONFORMANCE_MARKER"
 TRANSPORT_CHECKS = [
     "ping", "add_tasks", "get_work", "work_left", "annotate", "task_list", "merge", "task_done",
-    "task_failed", "attempts", "explanation", "statuses",
+    "task_failed", "attempts", "explanation", "statuses", "release",
 ]  # fmt: skip
 
 
@@ -43,7 +43,9 @@ def server(tmp_path: Path) -> Iterator[SchedulerProcess]:
 def test_the_local_transport_conforms() -> None:
     """The in-process scheduler, as the ``local`` transport builds it, passes every check."""
     transport = load_backend("conveyor.schedulers", "local")(TransportContext.of(conveyor.Config()))
-    assert check_transport(transport) == TRANSPORT_CHECKS
+    assert check_transport(transport, transport.task_list) == TRANSPORT_CHECKS
+    without_list = [name for name in TRANSPORT_CHECKS if name not in ("task_list", "merge")]
+    assert check_transport(transport) == without_list  # (the task list is a read, not a call)
 
 
 def test_the_http_transport_conforms_against_a_real_server(server: SchedulerProcess) -> None:
@@ -52,8 +54,8 @@ def test_the_http_transport_conforms_against_a_real_server(server: SchedulerProc
     config = conveyor.Config().with_overrides(scheduler_url=server.url)
     config = config.with_section("scheduler", token=TOKEN)
     transport = load_backend("conveyor.schedulers", "http")(TransportContext.of(config))
-    assert check_transport(transport) == TRANSPORT_CHECKS
-    assert check_transport(transport) == TRANSPORT_CHECKS
+    assert check_transport(transport, transport.task_list) == TRANSPORT_CHECKS
+    assert check_transport(transport, transport.task_list) == TRANSPORT_CHECKS
 
 
 class _StringlyStatuses:
@@ -62,24 +64,42 @@ class _StringlyStatuses:
     def __init__(self) -> None:
         self.inner = conveyor.Scheduler()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def call(self, request: Any) -> Any:
+        answer = self.inner.call(request)
+        if isinstance(request, Statuses):
+            return StatusesAnswer({k: v.lower() for k, v in answer.statuses.items()})
+        return answer
 
-    def statuses(self, task_ids: Any) -> dict[str, str]:
-        return {k: v.lower() for k, v in self.inner.statuses(task_ids).items()}
+
+class _UntypedAnswers:
+    """A broken transport: answers with plain JSON data instead of the protocol's values."""
+
+    def __init__(self) -> None:
+        self.inner = conveyor.Scheduler()
+
+    def call(self, request: Any) -> Any:
+        return encode(self.inner.call(request))
 
 
 def test_the_transport_check_catches_a_broken_transport() -> None:
     """A transport whose statuses are not the protocol's fails the check with a message."""
     with pytest.raises(AssertionError, match="done"):
-        check_transport(_StringlyStatuses())  # type: ignore[arg-type]
+        check_transport(_StringlyStatuses())
+
+
+def test_the_transport_check_catches_answers_of_the_wrong_type() -> None:
+    """A transport answering plain dicts instead of the route's answer type fails the check,
+    naming the request and the type expected."""
+    expected = r"call\(Ping\) answered \{'ok': True\}, expected an answer of type Ok"
+    with pytest.raises(AssertionError, match=expected):
+        check_transport(_UntypedAnswers())
 
 
 def test_the_memory_store_conforms() -> None:
     """``memory`` passes every check except durability, which it does not promise."""
     store_cls = load_backend("conveyor.state_stores", "memory")
     assert check_state_store(lambda: store_cls(StoreContext()), durable=False) == [
-        "empty", "save-load", "upsert", "workers", "round-trip", "remove",
+        "empty", "save-load", "upsert", "workers", "round-trip", "remove", *READ_CHECKS,
     ]  # fmt: skip
 
 

@@ -163,7 +163,7 @@ def test_http_transport_reports_a_wrong_shaped_answer_instead_of_crashing(
         config = conveyor.Config().with_overrides(scheduler_url=url)
         config = config.with_section("scheduler", rpc_retries=3, rpc_retry_wait=0.01)
         with pytest.raises(SchedulerUnavailable) as caught:
-            HttpTransport(config).get_work("w")
+            HttpTransport(config).call(p.GetWork("w"))
     finally:
         server.shutdown()
         server.server_close()

@@ -447,6 +447,46 @@ def test_wrong_fields_get_a_4xx_json_error_naming_the_field(
         assert field in error["field"], error
 
 
+def test_every_route_takes_a_request_without_its_defaulted_fields(api: Server) -> None:
+    """The compatibility rule, server side: each route answers 200 to a request the http
+    transport encodes at its defaults (every defaulted field left out, as a worker older than
+    such a field sends it), and refuses a field it does not know with a 422 naming it."""
+    from conveyor import protocol as p
+
+    requests = [
+        p.Ping("compat"),
+        p.AddTasks("compat", (p.TaskSpec("compat-t"),)),
+        p.GetWork("compat"),
+        p.WorkLeftRequest("compat"),
+        p.Annotate("compat-t", p.NoteKind.STATUS_MESSAGE, "hi"),
+        p.TaskFailed("compat", "compat-t", "boom"),
+        p.TaskDone("compat", "compat-t"),
+        p.Statuses(("compat-t",)),
+        p.Explanation("compat-t"),
+        p.Release("compat"),
+    ]
+    assert {type(r) for r in requests} == {route.request for route in ROUTES.values()}
+    for request in requests:
+        route = p.route_of(request)
+        body = p.encode_request(request)
+        assert body == {f: v for f, v in body.items() if f not in _defaulted(route.request)}
+        reply = api.post(route.name, body)
+        assert reply.status == 200, (route.name, reply)
+        assert isinstance(p.decode(route.answer, reply.json()), route.answer)
+        refused = api.post(route.name, {**body, "added_later": 1})
+        assert refused.status == 422 and refused.json()["field"] == "added_later", refused
+
+
+def _defaulted(cls: type[Any]) -> set[str]:
+    """The names of the fields of dataclass ``cls`` that have a default."""
+    missing = dataclasses.MISSING
+    return {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is not missing or f.default_factory is not missing
+    }
+
+
 def test_an_unknown_route_is_a_404(api: Server) -> None:
     """An unknown /api/v1 route answers 404."""
     assert api.request("POST", "/api/v1/no_such_route", b"{}").status == 404

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 import conveyor
+from conveyor.protocol import AddTasks
 from conveyor.scheduler import TaskSpec
 from conveyor.testing.processes import (
     SchedulerProcess,
@@ -434,7 +435,7 @@ def register(server: Server, tmp_path: Path, specs: list[TaskSpec]) -> None:
         tmp_path / "registrar.toml",
         f'[scheduler]\ntransport = "http"\nurl = "{server.url}"\ntoken = "{TOKEN}"\n',
     )
-    HttpTransport(conveyor.load_config(registrar)).add_tasks("registrar", specs)
+    HttpTransport(conveyor.load_config(registrar)).call(AddTasks("registrar", tuple(specs)))
 
 
 def spec_of(task: conveyor.Task) -> TaskSpec:

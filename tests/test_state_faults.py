@@ -444,10 +444,10 @@ def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
         store.load()
         rows = _rows(3000, 3000)
         store.save(rows, [])
-        store.read(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        store._read(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
         high = path.stat().st_size
         store.save([], [], gone_tasks=[r["task_id"] for r in rows])
-        free = store.read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])
+        free = store._read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])
         assert free > 512
         assert store.compact() == 512  # one bounded step, and it really frees that much
         given = 512
@@ -479,7 +479,7 @@ def test_an_older_state_file_is_switched_to_incremental_vacuum(tmp_path: Path) -
     try:
         rows, _ = again.load()
         assert len(rows) == 10
-        assert again.read(lambda db: db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2
+        assert again._read(lambda db: db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2
     finally:
         again.close()
 

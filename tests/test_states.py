@@ -25,6 +25,7 @@ S, T = TaskState, Trigger
 WORKER_HOOKS = {
     "conveyor_worker_started",
     "conveyor_worker_stopped",
+    "conveyor_worker_summary",
     "conveyor_configure",
     "conveyor_unconfigure",
 }

@@ -167,7 +167,7 @@ def test_stages_and_the_before_run_explanation_travel_as_json_lines() -> None:
     """The channel carries an attempt's stages and a timeout's ``before_run`` as JSON (what a
     remote supervisor, the Dask plugin's, sends back in an outcome's line)."""
     line = encode(Stage(AttemptStage.RUNNING))
-    assert json.loads(line) == {"t": "stage", "stage": "running"}
+    assert json.loads(line) == {"message": "stage", "stage": "running"}  # (protocol's codec)
     assert decode(line, "T_1") == Stage(AttemptStage.RUNNING)
     timed_out = Outcome("T_1", AttemptOutcome.TIMED_OUT, before_run="interpreter start-up")
     decoded = decode(encode(timed_out), "T_1")

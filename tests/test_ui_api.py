@@ -14,6 +14,7 @@ deadline, and every process a test starts carries a marker and is killed afterwa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.resources
 import json
 import os
@@ -34,10 +35,10 @@ from urllib.parse import quote, urlencode
 
 import pytest
 
-from conveyor.protocol import TaskStatus
+from conveyor.errors import ConfigError
+from conveyor.protocol import TaskFilters, TaskStatus
 from conveyor.scheduler.persist import from_row, to_row
 from conveyor.scheduler.policy import SchedulerCore, TaskRecord
-from conveyor.server import reads
 from conveyor.server.stores import SqliteStore, StoreContext
 from conveyor.server.webui import SESSION_COOKIE
 from conveyor.testing.processes import (
@@ -1588,11 +1589,26 @@ def test_the_workers_view_shows_running_tasks_and_resource_holders(
     ]
 
 
-# --- a store the UI cannot query -----------------------------------------------------------
+# --- a store without SQL, and one without reads ------------------------------------------------
+
+
+def as_json(answer: Any) -> Any:
+    """A typed ``TaskReads`` answer as the UI's JSON has it (field for field)."""
+    return json.loads(json.dumps(dataclasses.asdict(answer)))
+
+
+def seeded_dict_store(rows: Sequence[dict[str, Any]]) -> Any:
+    """The third-party ``dict`` store of tests/thirdparty-plugin (public API only, no SQL),
+    in memory, holding ``rows``."""
+    from conveyor_recorder_plugin.dictstore import DictStore as ThirdPartyStore
+
+    store = ThirdPartyStore()
+    store.save(rows, [])
+    return store
 
 
 class DictStore:
-    """A third-party-style state store: rows in a dict, no SQL, so no ``read``."""
+    """A state store of before ``TaskReads``: rows in a dict, and no reads."""
 
     settings_schema: ClassVar[dict[str, Any]] = {}
 
@@ -1648,10 +1664,10 @@ def served(build: Callable[[int], Any]) -> Iterator[int]:
         listener.close()
 
 
-def test_a_store_without_sql_is_mirrored_for_the_ui() -> None:
-    """A state store that is not SQLite: the service mirrors it, so the UI reads (through the
-    real app on uvicorn) see the rows it loaded and every change since, and actions reach the
-    store itself."""
+def test_a_store_without_sql_serves_the_ui() -> None:
+    """A state store that is not SQLite (the third-party ``dict`` store: TaskReads in pure
+    Python): the UI reads it (through the real app on uvicorn) and sees the rows it loaded and
+    every change since, and actions reach the store itself."""
     from conveyor.server.app import SchedulerService, create_app
     from conveyor.server.hosts import OwnAddress
 
@@ -1676,15 +1692,15 @@ def test_a_store_without_sql_is_mirrored_for_the_ui() -> None:
         stakeholders=("w0",),
         runners=("w0",),
     )
-    store = DictStore([to_row(up), to_row(down)])
+    store = seeded_dict_store([to_row(up), to_row(down)])
     assert not isinstance(store, SqliteStore)
     core = SchedulerCore(retry_delay=3600)
     rows, workers = store.load()
     core.restore([from_row(r) for r in rows], workers)
     service = SchedulerService(core, store)
-    direct = service.read(reads.summary)
-    assert direct["counts"]["FAILED"] == 1 and direct["counts"]["PENDING"] == 1
-    assert direct["total"] == 2
+    direct = service.reads.summary()
+    assert direct.counts["FAILED"] == 1 and direct.counts["PENDING"] == 1
+    assert direct.total == 2
 
     def app_for(port: int) -> Any:
         address = OwnAddress.of(LOOPBACK, port)
@@ -1721,27 +1737,47 @@ def test_a_store_without_sql_is_mirrored_for_the_ui() -> None:
 
         answer = post("/ui/api/retry", {"task_ids": ["seeded-up", "live-1"]})
         assert answer == {"changed": ["seeded-up"], "skipped": ["live-1"]}
-        assert store.rows["seeded-up"]["status"] == "PENDING"  # the store has it
-        assert get("/ui/api/task?id=seeded-up")["task"]["status"] == "PENDING"  # the mirror
-        assert "live-1" in store.rows
-        assert service.read(reads.summary) == get("/ui/api/summary")
+        stored = {row["task_id"]: row for row in store.load()[0]}
+        assert stored["seeded-up"]["status"] == "PENDING"  # the store has it
+        assert get("/ui/api/task?id=seeded-up")["task"]["status"] == "PENDING"  # read from it
+        assert "live-1" in stored
+        assert as_json(service.reads.summary()) == get("/ui/api/summary")
 
 
-def test_a_store_holding_rows_from_before_the_attempt_history_is_mirrored() -> None:
+def test_a_store_without_reads_is_refused() -> None:
+    """A state store written before ``TaskReads`` (save and load only) is refused with one
+    ConfigError (exit 2 at start-up) naming it and what it lacks, and it is closed; nothing
+    mirrors it."""
+    from conveyor.server.app import SchedulerService
+
+    store = DictStore([])
+    closed: list[bool] = []
+    store.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    with pytest.raises(
+        ConfigError,
+        match=r"state store dict x\.json \(.*DictStore\) does not "
+        r"implement TaskReads: it lacks summary, families, page, detail, graph, "
+        r"changes_since, workers",
+    ):
+        SchedulerService(SchedulerCore(), store, "dict x.json")
+    assert closed == [True]
+
+
+def test_a_store_holding_rows_from_before_the_attempt_history_is_read() -> None:
     """A third-party store's rows saved by an older conveyor have no 'attempts' field, which
     from_row accepts (ADDED_FIELDS): the service must still start, and the UI read them."""
     from conveyor.server.app import SchedulerService
 
     row = to_row(TaskRecord(task_id="old", seq=1, family="Old", module="m", registered=True))
     del row["attempts"]
-    store = DictStore([row])
+    store = seeded_dict_store([row])
     core = SchedulerCore()
     rows, workers = store.load()
     core.restore([from_row(r) for r in rows], workers)
     service = SchedulerService(core, store)
-    assert service.read(reads.summary)["counts"]["PENDING"] == 1
-    detail = service.read(reads.detail, "old")
-    assert detail is not None and detail["attempts"] == []
+    assert service.reads.summary().counts["PENDING"] == 1
+    detail = service.reads.detail("old")
+    assert detail is not None and as_json(detail)["attempts"] == []
 
 
 # --- schema migration ------------------------------------------------------------------------
@@ -1814,28 +1850,27 @@ def test_a_version_1_database_is_migrated_and_the_ui_reads_it(tmp_path: Path) ->
     make_v1_database(path, _old_rows())
     store = SqliteStore(StoreContext(str(path)))
     try:
-        version = "PRAGMA user_version"
-        assert store.read(lambda db: db.execute(version).fetchone()[0]) == 1  # (not yet)
+        assert _user_version(path) == 1  # (not yet)
         rows, workers = store.load()
-        assert store.read(lambda db: db.execute(version).fetchone()[0]) == 2
+        assert _user_version(path) == 2
         assert sorted(r["task_id"] for r in rows) == ["ghost", "mid", "side", "top", "up"]
         assert workers == [("w-old", False)]
         assert all(from_row(r).attempts == [] for r in rows)
-        summary = store.read(reads.summary)
+        summary = as_json(store.summary())
         expected = {**dict.fromkeys(STATES, 0), "PENDING": 2, "DONE": 1, "FAILED": 1}
         assert summary["counts"] == expected and summary["total"] == 4  # not the ghost
-        page, nxt = store.read(lambda db: reads.page(db, reads.Filters(), None, 50))
-        assert ids_of(page) == ["top", "mid", "side", "up"] and nxt is None
-        mid = store.read(lambda db: reads.detail(db, "mid"))
+        page = as_json(store.page(TaskFilters(), None, 50))
+        assert ids_of(page["tasks"]) == ["top", "mid", "side", "up"] and page["next"] is None
+        mid = as_json(store.detail("mid"))
         assert mid is not None
         assert mid["deps"] == [ref("up", "Up", "FAILED")]
         assert mid["dependents"] == [ref("top", "Top", "PENDING")]
         assert mid["dependents_total"] == 1
         assert mid["blocked_by"] == [ref("up", "Up", "FAILED")]
         assert mid["attempts"] == []
-        up = store.read(lambda db: reads.detail(db, "up"))
+        up = as_json(store.detail("up"))
         assert up is not None and ids_of(up["dependents"]) == ["mid"]
-        graph = store.read(lambda db: reads.graph(db, "top", False))
+        graph = as_json(store.graph("top", False))
         assert graph is not None
         layers, edges = _named(graph)
         assert layers == {"top": 0, "mid": 1, "side": 1, "up": 2}
@@ -1845,7 +1880,7 @@ def test_a_version_1_database_is_migrated_and_the_ui_reads_it(tmp_path: Path) ->
     assert _user_version(path) == 2
     again = SqliteStore(StoreContext(str(path)))
     try:
-        assert again.read(reads.summary)["counts"] == summary["counts"]
+        assert as_json(again.summary())["counts"] == summary["counts"]
         assert len(again.load()[0]) == 5
     finally:
         again.close()

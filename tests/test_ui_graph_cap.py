@@ -5,13 +5,16 @@ A graph answer holds at most a cap of nodes, the nearest first. The walk behind 
 whole next breadth-first layer, every edge and every node row of it, before applying the cap:
 a task with 100,000 dependencies cost ten times one with 10,000 for the same 10,000 nodes.
 These tests count the rows SQLite hands to Python and the statements run (a row factory and
-a trace callback on the store's own read connection), never the clock, on real SQLite stores
+a trace callback on the store's own read connection: these tests are of the SQLite store's
+queries, so they use its connection), never the clock, on real SQLite stores
 in tmp_path holding graphs 30 times the cap; and they check that the bounded walk returns
 exactly what reading whole layers returns, on seeded random graphs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -24,7 +27,7 @@ import pytest
 from conveyor.protocol import TaskStatus
 from conveyor.scheduler.persist import to_row
 from conveyor.scheduler.policy import TaskRecord
-from conveyor.server import reads
+from conveyor.server.sqlite import reads
 from conveyor.server.stores import SqliteStore, StoreContext
 
 T = TypeVar("T")
@@ -89,7 +92,14 @@ def _counted(store: SqliteStore, read: Callable[[sqlite3.Connection], T]) -> tup
             db.row_factory = factory
             db.set_trace_callback(None)
 
-    return store.read(run), counted
+    return _as_json(store._read(run)), counted
+
+
+def _as_json(answer: Any) -> Any:
+    """A typed read answer (``TaskGraph``, ``TaskDetail``) as the UI's JSON has it."""
+    if dataclasses.is_dataclass(answer) and not isinstance(answer, type):
+        return json.loads(json.dumps(dataclasses.asdict(answer)))
+    return answer
 
 
 def _fan_in(leaves: int) -> list[Any]:
@@ -270,7 +280,7 @@ def test_the_bounded_walk_keeps_the_nodes_order_edges_and_flag_of_whole_layers(
                 for cap in sorted({1, 2, 3, 8, 40, rng.randrange(1, size + 2), size + 10}):
                     for down in (False, True):
                         for through_done in (True, False):
-                            walk = store.read(
+                            walk = store._read(
                                 lambda db, r=root, c=cap, d=down, p=through_done: reads._walk(
                                     db, r, d, c, p
                                 )

@@ -20,10 +20,17 @@ from typing import Any
 import pytest
 
 from conveyor.config import SchedulerSettings
-from conveyor.protocol import AttemptEnd, TaskSpec, TaskStatus
+from conveyor.errors import ConveyorError
+from conveyor.protocol import (
+    AttemptEnd,
+    TaskEntry,
+    TaskFailed,
+    TaskFilters,
+    TaskSpec,
+    TaskStatus,
+)
 from conveyor.scheduler.persist import to_row
 from conveyor.scheduler.policy import SchedulerCore, TaskRecord
-from conveyor.server import reads
 from conveyor.server.stores import MemoryStore, SqliteStore, StoreContext
 from conveyor.testing import FakeClock
 from conveyor.transports.base import TransportContext
@@ -46,7 +53,19 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
 
 
 def _latest(store: SqliteStore) -> int:
-    return store.read(reads.latest)
+    return store.changes_since(0, 0).seq
+
+
+def _every_entry(store: SqliteStore, limit: int) -> list[TaskEntry]:
+    """The whole task list, read page by page (``limit`` a page)."""
+    seen: list[TaskEntry] = []
+    cursor = None
+    while True:
+        page = store.page(TaskFilters(), cursor, limit)
+        seen += page.tasks
+        if page.next is None:
+            return seen
+        cursor = page.next
 
 
 def test_change_numbers_stay_unique_while_the_ui_reads(store: SqliteStore) -> None:
@@ -56,7 +75,7 @@ def test_change_numbers_stay_unique_while_the_ui_reads(store: SqliteStore) -> No
 
     def reader() -> None:
         while not stop.is_set():
-            store.read(reads.latest)
+            store.changes_since(0, 0)
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -66,17 +85,10 @@ def test_change_numbers_stay_unique_while_the_ui_reads(store: SqliteStore) -> No
     finally:
         stop.set()
         thread.join(10)
-    rows, distinct = store.read(
-        lambda db: db.execute("SELECT count(*), count(DISTINCT seq) FROM tasks").fetchone()
-    )
+    entries = _every_entry(store, 7)
+    rows, distinct = len(entries), len({e.seq for e in entries})
     assert rows == distinct == 3000
-    seen: list[str] = []
-    cursor = None
-    while True:
-        page, cursor = store.read(lambda db, c=cursor: reads.page(db, reads.Filters(), c, 7))
-        seen += [r["task_id"] for r in page]
-        if cursor is None:
-            break
+    seen = [e.task_id for e in entries]
     assert len(seen) == len(set(seen)) == 3000
 
 
@@ -100,7 +112,7 @@ def test_the_change_number_grows_with_removals_and_across_restarts(tmp_path: Pat
     try:
         assert _latest(again) == last
         again.save([_row("d")], [])
-        numbers = again.read(lambda db: [s for (s,) in db.execute("SELECT seq FROM tasks")])
+        numbers = [e.seq for e in _every_entry(again, 500)]
         assert len(numbers) == len(set(numbers)) and max(numbers) > last
     finally:
         again.close()
@@ -135,7 +147,7 @@ def test_a_read_never_waits_for_the_writer(tmp_path: Path, store_kind: str) -> N
             reading.set()
             release.wait(30)
 
-        opened.read(hold)
+        opened._read(hold)  # (the store's own connection: a read held open half way)
 
     thread = threading.Thread(target=slow_read)
     thread.start()
@@ -163,17 +175,26 @@ def test_the_memory_store_leaves_nothing_behind() -> None:
     assert not where.exists()
 
 
+_DEPS = "abcde"
+
+
 def _edges(store: SqliteStore, task_id: str) -> set[str]:
-    return store.read(
-        lambda db: {
-            d for (d,) in db.execute("SELECT dep_id FROM edges WHERE task_id = ?", (task_id,))
-        }
-    )
+    """The dependencies of ``task_id`` as the edges table has them, read through
+    ``TaskReads``: each of :data:`_DEPS` (saved tasks) whose dependents (read from the edges
+    table) name it."""
+    found = set()
+    for dep in _DEPS:
+        detail = store.detail(dep)
+        assert detail is not None, dep
+        if task_id in {ref.task_id for ref in detail.dependents}:
+            found.add(dep)
+    return found
 
 
 def test_edges_follow_every_change_of_the_dependencies(store: SqliteStore) -> None:
     """Merged (appended), replaced, reordered and emptied dependencies, and a removed task:
     the edges table always holds exactly the row's dependencies."""
+    store.save([_row(dep) for dep in _DEPS], [])
     for deps in [("a",), ("a", "b", "c"), ("c", "d"), ("d", "c"), (), ("e",)]:
         store.save([_row("t", deps)], [])
         assert _edges(store, "t") == set(deps), deps
@@ -187,6 +208,7 @@ def test_edges_are_right_after_a_restart(tmp_path: Path) -> None:
     path = str(tmp_path / "state.db")
     first = SqliteStore(StoreContext(path))
     first.load()
+    first.save([_row(dep) for dep in _DEPS], [])
     first.save([_row("t", ("a", "b"))], [])
     first.close()
     second = SqliteStore(StoreContext(path))
@@ -246,8 +268,10 @@ class _OldScheduler(BaseHTTPRequestHandler):
 
 
 def test_a_worker_reports_failures_to_a_server_that_predates_outcomes() -> None:
-    """A plain failure is sent without an outcome; a timed-out one that the server refuses
-    for its outcome is sent again without it, and later ones go without it at once."""
+    """A plain failure is sent without an outcome (a field at its default is left out), so
+    a server older than the field takes it; a timed-out one names its outcome, which such a
+    server refuses (422): the rule is that a newer worker talks to an older server while it
+    uses no field the server lacks, with no retry guessed from the error's text."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _OldScheduler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -256,12 +280,12 @@ def test_a_worker_reports_failures_to_a_server_that_predates_outcomes() -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         settings = SchedulerSettings(transport="http", url=url, rpc_retries=1)
         transport = HttpTransport(TransportContext(scheduler=settings))
-        assert transport.task_failed("w", "a", "boom", 1) == TaskStatus.FAILED
+        answer = transport.call(TaskFailed("w", "a", "boom", 1))
+        assert answer.status == TaskStatus.FAILED
         assert "outcome" not in _OldScheduler.bodies[-1]
-        assert transport.task_failed("w", "b", "slow", 2, AttemptEnd.TIMED_OUT) == TaskStatus.FAILED
-        assert [("outcome" in b) for b in _OldScheduler.bodies[1:]] == [True, False]
-        transport.task_failed("w", "c", "slow", 3, AttemptEnd.TIMED_OUT)
-        assert "outcome" not in _OldScheduler.bodies[-1] and len(_OldScheduler.bodies) == 4
+        with pytest.raises(ConveyorError, match="HTTP 422 outcome: unknown field"):
+            transport.call(TaskFailed("w", "b", "slow", 2, AttemptEnd.TIMED_OUT))
+        assert [("outcome" in b) for b in _OldScheduler.bodies] == [False, True]
     finally:
         server.shutdown()
         server.server_close()

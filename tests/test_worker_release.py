@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import conveyor
-from conveyor.protocol import TaskStatus
+from conveyor.protocol import AddTasks, Ping, Release, TaskStatus
 from conveyor.scheduler import TaskSpec
 from conveyor.testing import FakeClock
 from conveyor.testing.processes import (
@@ -197,9 +197,9 @@ def test_release_to_a_server_that_predates_it_is_silent_and_asked_once() -> None
     try:
         config = conveyor.Config().with_overrides(scheduler_url=old.url)
         transport = HttpTransport(config)
-        transport.release(WORKER)
-        transport.release(WORKER)
-        transport.ping(WORKER)
+        transport.call(Release(WORKER))
+        transport.call(Release(WORKER))
+        transport.call(Ping(WORKER))
     finally:
         old.close()
     assert old.asked == ["/api/v1/release", "/api/v1/ping"]
@@ -303,12 +303,11 @@ class _FailingRelease:
         self._error = error
         self.released: list[tuple[str, object]] = []
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._scheduler, name)
-
-    def release(self, worker_id: str, task_ids: object = None) -> None:
-        self.released.append((worker_id, task_ids))
-        raise self._error
+    def call(self, request: object) -> object:
+        if isinstance(request, Release):
+            self.released.append((request.worker_id, request.task_ids))
+            raise self._error
+        return self._scheduler.call(request)
 
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), OSError("gone")])
@@ -324,29 +323,58 @@ def test_a_release_that_raises_anything_does_not_escape_run(
     rec = RecordingPlugin()
     config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
     task = Touch(path=str(tmp_path / "one"))
-    with conveyor.Worker(transport, config=config, worker_id=WORKER, plugins=[rec]) as worker:  # type: ignore[arg-type]
+    with conveyor.Worker(transport, config=config, worker_id=WORKER, plugins=[rec]) as worker:
         assert worker.add(task)
         assert worker.run() is True
     assert transport.released == [(WORKER, (task.task_id,))]
     assert len(rec.events("worker_stopped")) == 1
 
 
-def test_a_release_from_a_transport_without_task_ids_names_the_worker_id_only(
+class _MethodStyle:
+    """A transport of the earlier method-style protocol: the scheduler's named methods, no
+    ``call()``; ``release`` is the one given (None: it has none)."""
+
+    def __init__(self, scheduler: conveyor.Scheduler, release: object = None) -> None:
+        self._scheduler = scheduler
+        self._release = release
+
+    def __getattr__(self, name: str) -> object:
+        if name == "call" or (name == "release" and self._release is None):
+            raise AttributeError(name)
+        if name == "release":
+            return self._release
+        return getattr(self._scheduler, name)
+
+
+def test_a_method_style_release_names_the_runs_tasks_and_one_without_task_ids_is_skipped(
     tmp_path: Path,
 ) -> None:
-    """A transport whose release predates task_ids is called with the worker id alone."""
-    scheduler = conveyor.Scheduler(conveyor.Config())
-    calls: list[str] = []
-
-    class Old(_FailingRelease):
-        def release(self, worker_id: str) -> None:  # type: ignore[override]
-            calls.append(worker_id)
-
+    """A transport of the earlier method-style protocol (wrapped in MethodTransport) has its
+    release called with the run's task ids; one whose release predates task_ids, or that has
+    no release at all, fails to release (logged, as any release failure): the run's result
+    stands and the tasks are left to be pruned when the worker is gone."""
     config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
-    with conveyor.Worker(Old(scheduler, RuntimeError()), config=config, worker_id=WORKER) as worker:  # type: ignore[arg-type]
-        assert worker.add(Touch(path=str(tmp_path / "one")))
-        assert worker.run() is True
-    assert calls == [WORKER]
+    calls: list[tuple[str, object]] = []
+
+    def current(worker_id: str, task_ids: object = None) -> None:
+        calls.append((worker_id, task_ids))
+
+    def old(worker_id: str) -> None:
+        calls.append((worker_id, "old"))
+
+    tasks = [Touch(path=str(tmp_path / f"t{n}")) for n in range(3)]
+    for n, release in enumerate((current, old, None)):
+        transport = _MethodStyle(conveyor.Scheduler(conveyor.Config()), release)
+        if n == 0:  # (warned once per class)
+            with pytest.warns(DeprecationWarning, match="has no call"):
+                worker = conveyor.Worker(transport, config=config, worker_id=WORKER)
+        else:
+            worker = conveyor.Worker(transport, config=config, worker_id=WORKER)
+        with worker:
+            assert worker.add(tasks[n])
+            assert worker.run() is True
+        assert tasks[n].output().exists()
+    assert calls == [(WORKER, (tasks[0].task_id,))]
 
 
 def test_the_http_release_is_one_attempt_when_the_server_is_gone() -> None:
@@ -361,11 +389,11 @@ def test_the_http_release_is_one_attempt_when_the_server_is_gone() -> None:
     slept: list[float] = []
     transport.sleep = slept.append
     with pytest.raises(conveyor.SchedulerUnavailable):
-        transport.release(WORKER, [f"t{i}" for i in range(3)])
+        transport.call(Release(WORKER, tuple(f"t{i}" for i in range(3))))
     assert slept == []
-    transport.release(WORKER, [])  # nothing named: nothing sent
+    transport.call(Release(WORKER, ()))  # nothing named: nothing sent
     with pytest.raises(conveyor.SchedulerUnavailable):
-        transport.ping(WORKER)  # the other calls still retry
+        transport.call(Ping(WORKER))  # the other calls still retry
     assert slept
 
 
@@ -377,8 +405,8 @@ def test_the_http_release_names_the_runs_tasks(tmp_path: Path, marker: str) -> N
     try:
         config = conveyor.Config().with_overrides(scheduler_url=server.url)
         transport = HttpTransport(config)
-        transport.add_tasks(WORKER, [TaskSpec("keep-A"), TaskSpec("drop-B")])
-        transport.release(WORKER, ["drop-B"])
+        transport.call(AddTasks(WORKER, (TaskSpec("keep-A"), TaskSpec("drop-B"))))
+        transport.call(Release(WORKER, ("drop-B",)))
         wait_for(lambda: "drop-B" not in _listed(server), 30, "B to be pruned")
         assert "keep-A" in _listed(server)
         reply = server.request("POST", "/api/v1/release", {"worker_id": WORKER})

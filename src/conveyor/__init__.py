@@ -76,7 +76,16 @@ if TYPE_CHECKING:
     from .run import RunResult, build
     from .scheduler import Scheduler
     from .targets import LocalTarget, Target
-    from .task import DynamicRequirements, ExternalTask, Settings, Task, WrapperTask, flatten
+    from .task import (
+        DynamicRequirements,
+        ExternalTask,
+        Settings,
+        Task,
+        TaskDefaults,
+        WrapperTask,
+        flatten,
+    )
+    from .tasklike import TaskLike, TaskLoader, TaskPolicy
     from .util import inherits, requires
     from .worker.loop import Worker
 
@@ -167,6 +176,10 @@ _EXPORTS = {
     "ExternalTask": ("conveyor.task", "ExternalTask"),
     "Settings": ("conveyor.task", "Settings"),
     "Task": ("conveyor.task", "Task"),
+    "TaskDefaults": ("conveyor.task", "TaskDefaults"),
+    "TaskLike": ("conveyor.tasklike", "TaskLike"),
+    "TaskLoader": ("conveyor.tasklike", "TaskLoader"),
+    "TaskPolicy": ("conveyor.tasklike", "TaskPolicy"),
     "WrapperTask": ("conveyor.task", "WrapperTask"),
     "flatten": ("conveyor.task", "flatten"),
     "Worker": ("conveyor.worker.loop", "Worker"),
@@ -255,9 +268,13 @@ __all__ = [
     "StaleReport",
     "Target",
     "Task",
+    "TaskDefaults",
     "TaskDefinitionError",
+    "TaskLike",
     "TaskLoadError",
+    "TaskLoader",
     "TaskParameter",
+    "TaskPolicy",
     "TimeDeltaParameter",
     "TupleParameter",
     "Worker",

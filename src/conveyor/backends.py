@@ -17,6 +17,7 @@ from stevedore.exception import NoMatches
 from .errors import BackendNotFound, PluginError
 from .plugins import entry_point_names, load_local_plugins
 from .settings import check_backend_settings, schema_of
+from .tasklike import TaskLoader
 
 if TYPE_CHECKING:
     from .config import Config
@@ -30,6 +31,7 @@ __all__ = [
     "describe_installed",
     "installed_names",
     "load_backend",
+    "load_task_loader",
 ]
 
 GROUPS = {
@@ -37,6 +39,7 @@ GROUPS = {
     "scheduler": "conveyor.schedulers",
     "notifier": "conveyor.notifiers",
     "state_store": "conveyor.state_stores",
+    "task_loader": "conveyor.task_loaders",
 }
 HOOK_GROUP = "conveyor.plugins"
 TABLES = {
@@ -89,6 +92,16 @@ def load_backend(group: str, name: str) -> Any:
         raise _import_failed(group, name, err) from None
     _cache[key] = manager.driver
     return manager.driver
+
+
+def load_task_loader(name: str) -> TaskLoader:
+    """The task loader ``name`` of ``conveyor.task_loaders`` (``"conveyor"``: conveyor's own
+    classes), built once per process; BackendNotFound or PluginError as for any backend."""
+    key = ("conveyor.task_loaders#instance", name)
+    if key not in _cache:
+        _cache[key] = load_backend("conveyor.task_loaders", name)()
+    loader: TaskLoader = _cache[key]
+    return loader
 
 
 def build_backend(

@@ -6,7 +6,8 @@ process, on the worker's loop thread, in the order of the worker's transitions; 
 child processes are forwarded first. The central server's (``conveyor_scheduler_*``, at the end
 of this module) run in the server's process, after the change they report was committed. The
 exceptions: the lifecycle hooks ``conveyor_configure``/``conveyor_unconfigure`` take a
-configuration and a timeout, and ``conveyor_scheduler_routes`` returns routes.
+configuration and a timeout, ``conveyor_worker_summary`` returns the summary text (or None), and
+``conveyor_scheduler_routes`` returns routes.
 conveyor calls each implementation separately: one that raises is logged with its plugin's name
 and does not stop the other implementations, the task or the worker.
 
@@ -30,6 +31,12 @@ Rules every plugin can rely on:
 * ``conveyor_configure(config)`` comes before every other hook of a worker, exactly once per
   plugin (it is historic), and ``conveyor_unconfigure(flush_timeout)`` after every other, from
   ``Worker.close()``. These two take their named argument instead of an ``event``.
+
+conveyor's own features are plugins of these hooks, registered first and by name
+(:data:`conveyor.plugins.BUILTIN_PLUGINS`): ``conveyor.transition-log``,
+``conveyor.failure-log``, ``conveyor.summary`` (``conveyor_worker_summary``) and
+``conveyor.notify`` (the notifier dispatch: ``conveyor_configure`` builds the notifiers,
+``conveyor_worker_started`` starts its sender thread, ``conveyor_unconfigure`` flushes it).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import pluggy
 
 from . import events as ev
 from .config import Config
+from .core.summary import WorkerSummary
 
 PROJECT = "conveyor"
 
@@ -66,6 +74,16 @@ def conveyor_configure(config: Config) -> None:
     ``conveyor_worker_started``. An implementation that raises is logged with its plugin's name
     and does not stop the other implementations or the worker (the plugin's other hooks still
     fire).
+
+    On a worker, one exception is the way to refuse a configuration that can never work:
+    raising :class:`~conveyor.errors.ConfigError` or :class:`~conveyor.errors.PluginError`
+    (``BackendNotFound`` included) makes the worker's construction fail with that error
+    (``conveyor run`` exits 2 with its message; conveyor's notifier dispatch refuses an
+    ``email`` notifier with nobody to mail this way). The plugins configured before are then
+    unconfigured (``flush_timeout`` 0), the ones after are not configured, and the worker
+    undoes the rest of its set-up (its executor is closed). A plugin that refuses cleans up
+    what its own ``conveyor_configure`` started: it is not unconfigured. For a plugin
+    registered late, the refusal is raised from ``register`` and the plugin is unregistered.
     """
 
 
@@ -89,8 +107,35 @@ def conveyor_unconfigure(flush_timeout: float) -> None:
 def conveyor_worker_started(event: ev.WorkerStarted) -> None:
     """A worker begins ``run()``.
 
-    Fires once per ``Worker.run()`` call, before any task is asked for. The task fields of the
-    event are ``""`` and ``{}``; ``worker_id`` names the worker.
+    Fires once per ``Worker.run()`` call, before any task is asked for, and after the worker
+    has started the fork servers of its process executors (the one its timed tasks need
+    included): a thread started here is never alive when those fork, which is why conveyor's
+    notifier dispatch starts its sender thread here. The task fields of the event are ``""``
+    and ``{}``; ``worker_id`` names the worker.
+    """
+
+
+@hookspec(firstresult=True)
+def conveyor_worker_summary(event: WorkerSummary) -> str | None:
+    """A ``Worker.run()`` has finished: return its execution summary's text, or None.
+
+    Called once per ``run()``, after every attempt's outcome hook and before
+    ``conveyor_worker_stopped`` (whose ``summary`` is the text returned here, as is
+    ``RunReport.summary``, which ``conveyor run`` prints). ``event.facts`` is a frozen
+    :class:`~conveyor.core.summary.SummaryFacts`: every task of the graph with its
+    :class:`~conveyor.core.summary.Category` (where it ended, from the scheduler's final
+    statuses and this worker's books), its family, a ``label(task_id)`` function, the requested
+    tasks, the one-line reasons of failed and broken tasks, the tasks' notes and parameters,
+    the interruption or outage that stopped the run, and its duration.
+
+    Unlike the observers, the first string returned is used: the implementation registered
+    last is asked first, and conveyor's own (``conveyor.summary``, registered first, which
+    returns :func:`~conveyor.core.summary.render_summary` of the facts) last. A plugin
+    replaces the summary by returning its text, adds to it by returning
+    ``render_summary(event.facts)`` plus its own lines, and only observes by returning None.
+    One that raises or returns neither a str nor None is logged with its plugin's name and the
+    next is asked; if none answers (``conveyor.summary`` disabled), the summary is empty. The
+    exit code and ``RunReport.ok`` come from the facts, never from the text.
     """
 
 

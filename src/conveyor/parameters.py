@@ -45,9 +45,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, TypeVar, cast, 
 from .errors import ParameterError
 from .intervals import FORMS as INTERVAL_FORMS
 from .intervals import DateInterval, IntervalKind, is_interval_form
+from .task_registry import registered_task_classes, task_class_key
 
-if TYPE_CHECKING:
-    from .task import Task
+# A task class. Typed loosely: the task API imports this module, so this one does not import
+# it (the registry of task classes is a module of its own).
+TaskClass = type[Any]
 
 __all__ = [
     "NO_DEFAULT",
@@ -1115,16 +1117,10 @@ def _module_prefixes(text: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)]
 
 
-def _task_registry() -> Mapping[tuple[str, str], type[Task]]:
-    from . import task  # (task.py imports this module: the registry is looked up at run time)
-
-    return task._REGISTRY
-
-
-def _find_task_class(text: str) -> type[Task] | None:
+def _find_task_class(text: str) -> TaskClass | None:
     """The defined task class ``text`` names, as ``module.Family`` or (as Luigi writes it) a
     bare family; None if there is none; ValueError if it could be more than one."""
-    registry = _task_registry()
+    registry = registered_task_classes()
     exact = {
         registry[key]
         for module in _module_prefixes(text)
@@ -1138,7 +1134,7 @@ def _find_task_class(text: str) -> type[Task] | None:
     return next(iter(exact), None)
 
 
-class TaskParameter(Parameter["type[Task]"]):
+class TaskParameter(Parameter[TaskClass]):
     """A task class (not an instance); the string form is ``module.Family``.
 
     Parsing finds the class among the task classes already defined, by ``module.Family`` or,
@@ -1150,7 +1146,7 @@ class TaskParameter(Parameter["type[Task]"]):
     type_name = "task (module.Family)"
     _expected = "a task class as module.Family, defined or in an allowed module"
 
-    def parse(self, text: str) -> type[Task]:
+    def parse(self, text: str) -> TaskClass:
         """Find the task class ``text`` names (see the class docstring)."""
         try:
             found = self._resolve(text)
@@ -1162,17 +1158,16 @@ class TaskParameter(Parameter["type[Task]"]):
             raise self._error(self._expected, text, f"no such task class; {hint}")
         return found
 
-    def serialize(self, value: type[Task]) -> str:
+    def serialize(self, value: TaskClass) -> str:
         """``module.Family``."""
         return f"{value.__module__}.{value.get_task_family()}"
 
-    def _coerce(self, value: object) -> type[Task]:
-        from .task import Task
-
-        if isinstance(value, type) and issubclass(value, Task):
-            key = (value.__module__, value.get_task_family())
-            if _task_registry().get(key) is value:
-                return value
+    def _coerce(self, value: object) -> TaskClass:
+        key = task_class_key(value)
+        if key is not None:
+            found = registered_task_classes().get(key)
+            if found is not None and found is value:
+                return found
             raise self._error(
                 "a task class registered under its module and family",
                 value,
@@ -1181,7 +1176,7 @@ class TaskParameter(Parameter["type[Task]"]):
         raise self._error("a Task subclass", value)
 
     @staticmethod
-    def _resolve(text: str) -> type[Task] | None:
+    def _resolve(text: str) -> TaskClass | None:
         found = _find_task_class(text)
         allowed = allowed_task_modules()
         for module in _module_prefixes(text):
@@ -1405,7 +1400,7 @@ class OptionalChoiceListParameter(OptionalKind[tuple[str, ...]]):
     kind = ChoiceListParameter
 
 
-class OptionalTaskParameter(OptionalKind["type[Task]"]):
+class OptionalTaskParameter(OptionalKind[TaskClass]):
     """A :class:`TaskParameter` value, or ``None`` (string form ``""``)."""
 
     kind = TaskParameter

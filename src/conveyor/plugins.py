@@ -4,10 +4,12 @@
 calls every implementation separately (pluggy itself would stop at the first that raises), logs
 a failing one with its plugin's name, and carries on.
 
-Plugins come from three places, in this order: the ``conveyor.plugins`` entry points (unless
-``CONVEYOR_DISABLE_PLUGIN_AUTOLOAD=1``), ``[plugins] local`` modules, and objects handed to
-``Worker(plugins=...)``. Names in ``[plugins] disable`` or ``CONVEYOR_DISABLE_PLUGINS`` are
-blocked before anything is imported. An entry point that fails to import is reported and
+Plugins come from four places, in this order: conveyor's own (:data:`BUILTIN_PLUGINS`: the
+transition and failure logs, the execution summary, the notifier dispatch), the
+``conveyor.plugins`` entry points (unless ``CONVEYOR_DISABLE_PLUGIN_AUTOLOAD=1``),
+``[plugins] local`` modules, and objects handed to ``Worker(plugins=...)``. Names in
+``[plugins] disable`` or ``CONVEYOR_DISABLE_PLUGINS`` are blocked before anything is imported
+(conveyor's own included). An entry point that fails to import is reported and
 skipped, unless it is named in ``[plugins] required``; a ``[plugins] local`` entry that fails is
 fatal (PluginError), since it was asked for by name.
 """
@@ -28,15 +30,19 @@ from stevedore import NamedExtensionManager
 
 from . import hookspecs
 from .config import Config, PluginSettings
-from .errors import PluginError
+from .core.summary import WorkerSummary
+from .errors import ConfigError, PluginError
 from .events import Event
 
 __all__ = [
+    "BUILTIN_PLUGINS",
+    "START_REFUSALS",
     "HookRelay",
     "LifecycleRelay",
     "LoadFailure",
     "PluginSource",
     "blocked_names",
+    "load_builtin_plugins",
     "load_hook_plugins",
     "load_local_plugins",
 ]
@@ -46,6 +52,24 @@ LOCAL = "(local)"  # the distribution of a [plugins] local entry, as reported
 log = structlog.get_logger("conveyor.plugins")
 
 _Impl = tuple[str, Callable[..., Any], bool]
+
+BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("conveyor.transition-log", "conveyor.worker.builtin_plugins:transition_log"),
+    ("conveyor.failure-log", "conveyor.worker.builtin_plugins:failure_log"),
+    ("conveyor.summary", "conveyor.worker.builtin_plugins:SummaryPlugin.for_config"),
+    ("conveyor.notify", "conveyor.notifiers.dispatch:NotifyPlugin.for_config"),
+)
+"""conveyor's own plugins of a worker, registered first and by name, like a third party's:
+``(name, "module:factory")``. The factory is called with the worker's Config and returns the
+plugin, or None when it has nothing to do for that configuration (it is then not registered,
+which keeps the per-task cost of an unused plugin at nothing). They are named by import path,
+as entry points are, so the worker imports none of them (the notifier dispatch especially: an
+import-linter contract keeps ``conveyor.worker`` away from ``conveyor.notifiers``)."""
+
+START_REFUSALS: tuple[type[Exception], ...] = (ConfigError, PluginError)
+"""What a worker's ``conveyor_configure`` implementation raises to refuse the start (a
+notifier that cannot work, a backend that is not installed): the worker's construction fails
+with it, after the plugins already configured are unconfigured. Anything else is logged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +172,34 @@ class HookRelay:
                     error=traceback.format_exc(),
                 )
 
+    def summary(self, event: WorkerSummary) -> str:
+        """The execution summary of a finished run: the first ``conveyor_worker_summary``
+        implementation that returns a string for ``event``, the plugin registered last asked
+        first (so a plugin replaces conveyor's own ``conveyor.summary``, registered first); one
+        that raises or returns something else is logged and the next is asked. ``""`` if none
+        answers."""
+        for impl in reversed(self.pm.hook.conveyor_worker_summary.get_hookimpls()):
+            try:
+                text = impl.function(event)
+            except Exception:
+                log.error(
+                    "hook implementation raised",
+                    plugin=impl.plugin_name,
+                    hook="conveyor_worker_summary",
+                    error=traceback.format_exc(),
+                )
+                continue
+            if isinstance(text, str):
+                return text
+            if text is not None:
+                log.error(
+                    "hook implementation returned neither a str nor None; ignored",
+                    plugin=impl.plugin_name,
+                    hook="conveyor_worker_summary",
+                    returned=type(text).__name__,
+                )
+        return ""
+
     def _collect(self, hook: str) -> tuple[_Impl, ...]:
         caller = getattr(self.pm.hook, hook)
         impls = tuple(
@@ -162,6 +214,27 @@ def blocked_names(settings: PluginSettings, environ: Mapping[str, str]) -> set[s
     """Plugin names blocked by ``[plugins] disable`` and ``CONVEYOR_DISABLE_PLUGINS``."""
     from_env = environ.get("CONVEYOR_DISABLE_PLUGINS", "")
     return set(settings.disable) | {n.strip() for n in from_env.split(",") if n.strip()}
+
+
+def load_builtin_plugins(
+    config: Config, environ: Mapping[str, str] | None = None
+) -> list[PluginSource]:
+    """conveyor's own plugins (:data:`BUILTIN_PLUGINS`) for ``config``, those blocked by
+    ``[plugins] disable`` / ``CONVEYOR_DISABLE_PLUGINS`` and those whose factory returns None
+    left out. They are part of conveyor: one that fails to import is a bug, and raises."""
+    blocked = blocked_names(config.plugins, os.environ if environ is None else environ)
+    loaded: list[PluginSource] = []
+    for name, path in BUILTIN_PLUGINS:
+        if name in blocked:
+            continue
+        module_name, _, attrs = path.partition(":")
+        factory: Any = importlib.import_module(module_name)
+        for attr in attrs.split("."):
+            factory = getattr(factory, attr)
+        plugin = factory(config)
+        if plugin is not None:
+            loaded.append(PluginSource(name, plugin, "conveyor"))
+    return loaded
 
 
 def load_hook_plugins(
@@ -345,13 +418,19 @@ class LifecycleRelay(HookRelay):
     ``conveyor_unconfigure(flush_timeout)`` once, at the end. Each implementation is called on
     its own: one that raises is logged with its plugin's name and the others still run
     (pluggy's own ``call_historic`` would stop at the first that raises, and raise out of a
-    late ``register``)."""
+    late ``register``) — unless what it raises is one of ``refusals`` (a worker's are
+    :data:`START_REFUSALS`): then the start is refused. The plugins configured before it are
+    unconfigured (``flush_timeout`` 0), nothing is configured after it, and the error is
+    raised from :meth:`configure` (from :meth:`register`, for a late plugin, which is then
+    unregistered)."""
 
-    def __init__(self) -> None:
-        """A relay whose plugins are not configured yet."""
+    def __init__(self, refusals: tuple[type[Exception], ...] = ()) -> None:
+        """A relay whose plugins are not configured yet; a configure implementation raising
+        one of ``refusals`` refuses the start (none: every failure is logged)."""
         super().__init__()
         self._config: Config | None = None
         self._unconfigured = False
+        self._refusals = refusals
 
     @property
     def configured(self) -> bool:
@@ -360,18 +439,36 @@ class LifecycleRelay(HookRelay):
 
     def configure(self, config: Config) -> None:
         """Call every ``conveyor_configure`` with ``config``, and remember it for plugins
-        registered later; a second call does nothing (configured once)."""
+        registered later; a second call does nothing (configured once). A refusal (see the
+        class) unconfigures the plugins configured so far and is raised."""
         if self._config is not None:
             return
         self._config = config
-        self._call_each(_CONFIGURE, {"config": config})
+        done: list[object] = []
+        try:
+            for impl in reversed(self.pm.hook.conveyor_configure.get_hookimpls()):
+                self._call_one(impl, _CONFIGURE, {"config": config})
+                done.append(impl.plugin)
+        except self._refusals:
+            self._unconfigured = True  # nothing more: the start is refused
+            for impl in reversed(self.pm.hook.conveyor_unconfigure.get_hookimpls()):
+                if impl.plugin in done:
+                    self._call_one(impl, _UNCONFIGURE, {"flush_timeout": 0.0})
+            raise
 
     def register(self, plugin: object, name: str) -> None:
         """Register ``plugin`` (PluginError as for any relay); once configured,
-        call the plugin's own ``conveyor_configure`` with the configuration."""
+        call the plugin's own ``conveyor_configure`` with the configuration (a refusal
+        unregisters it and is raised)."""
         super().register(plugin, name)
-        if self._config is not None and not self._unconfigured:
+        if self._config is None or self._unconfigured:
+            return
+        try:
             self._call_each(_CONFIGURE, {"config": self._config}, only=plugin)
+        except self._refusals:
+            self.pm.unregister(plugin)
+            self._impls.clear()
+            raise
 
     def unconfigure(self, flush_timeout: float) -> None:
         """Call every ``conveyor_unconfigure`` once, if the plugins were configured."""
@@ -386,14 +483,19 @@ class LifecycleRelay(HookRelay):
         """Call the implementations of ``hook`` (of plugin ``only``, if given) in pluggy's
         order, each guarded on its own."""
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
-            if only is not None and impl.plugin is not only:
-                continue
-            try:
-                impl.function(*[kwargs[arg] for arg in impl.argnames])
-            except Exception:
-                log.error(
-                    "hook implementation raised",
-                    plugin=impl.plugin_name,
-                    hook=hook,
-                    error=traceback.format_exc(),
-                )
+            if only is None or impl.plugin is only:
+                self._call_one(impl, hook, kwargs)
+
+    def _call_one(self, impl: Any, hook: str, kwargs: Mapping[str, object]) -> None:
+        """Call one implementation; a failure is logged, a refusal raised."""
+        try:
+            impl.function(*[kwargs[arg] for arg in impl.argnames])
+        except self._refusals:
+            raise
+        except Exception:
+            log.error(
+                "hook implementation raised",
+                plugin=impl.plugin_name,
+                hook=hook,
+                error=traceback.format_exc(),
+            )

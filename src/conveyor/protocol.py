@@ -72,7 +72,9 @@ __all__ = [
     "WorkLeftRequest",
     "decode",
     "encode",
+    "encode_request",
     "json_schema",
+    "route_of",
 ]
 
 T = TypeVar("T")
@@ -464,11 +466,45 @@ class TaskList:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A worker-facing ``POST /api/v1/<name>`` route: its request and its answer."""
+    """A worker-facing ``POST /api/v1/<name>`` route: its request and its answer.
+
+    ``name`` is also the name of the method that serves it wherever calls are methods (the
+    in-process scheduler's :meth:`~conveyor.scheduler.policy.SchedulerCore.call` and
+    :class:`conveyor.transports.base.MethodTransport` dispatch by it); ``query`` marks a route
+    that only asks (the server answers it from what is stored while its state store refuses
+    writes).
+    """
 
     name: str
     request: type[Any]
     answer: type[Any]
+    query: bool = False
+
+    def arguments(self, request: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``request``'s fields as the arguments of the route's method: the required fields
+        positionally, in the order the request declares them, then every defaulted field whose
+        value is not its default, by keyword. A method written before a defaulted field existed
+        is therefore called as it was, as long as the field is left at its default: the rule of
+        :func:`encode_request`, for calls that are methods."""
+        required, defaulted = _call_plan(self.request)
+        args = tuple(getattr(request, name) for name in required)
+        kwargs = {}
+        for name, default in defaulted:
+            value = getattr(request, name)
+            if not _is_default(value, default):
+                kwargs[name] = value
+        return args, kwargs
+
+    def answer_of(self, result: Any) -> Any:
+        """The route's answer from what its method returned: ``Ok()`` for a route answered
+        :class:`Ok` (the method returns nothing), the result itself if it is the answer type
+        already (:class:`WorkLeft`), else the answer type holding it (``WorkAnswer(work)``)."""
+        answer = self.answer
+        if answer is Ok:
+            return _OK
+        if isinstance(result, answer):
+            return result
+        return answer(result)
 
 
 ROUTES: dict[str, Route] = {
@@ -476,16 +512,130 @@ ROUTES: dict[str, Route] = {
     for route in (
         Route("add_tasks", AddTasks, Ok),
         Route("get_work", GetWork, WorkAnswer),
-        Route("work_left", WorkLeftRequest, WorkLeft),
+        Route("work_left", WorkLeftRequest, WorkLeft, query=True),
         Route("task_done", TaskDone, Ok),
         Route("task_failed", TaskFailed, TaskFailedAnswer),
         Route("annotate", Annotate, Ok),
         Route("ping", Ping, Ok),
-        Route("statuses", Statuses, StatusesAnswer),
-        Route("explanation", Explanation, ExplanationAnswer),
+        Route("statuses", Statuses, StatusesAnswer, query=True),
+        Route("explanation", Explanation, ExplanationAnswer, query=True),
         Route("release", Release, Ok),
     )
 }
+"""Every request a worker sends a scheduler, by route name: the one registry the in-process
+scheduler's dispatcher, the server's routes, ``/openapi.json`` and the ``http`` transport are
+built from."""
+
+_OK = Ok()
+_ROUTE_OF: dict[type[Any], Route] = {route.request: route for route in ROUTES.values()}
+
+
+def route_of(request: Any) -> Route:
+    """The route of a request value (``route_of(Ping("w")).name == "ping"``); TypeError
+    naming what was given if it is not one of :data:`ROUTES`' requests."""
+    route = _ROUTE_OF.get(type(request))
+    if route is None:
+        names = ", ".join(r.request.__name__ for r in ROUTES.values())
+        raise TypeError(
+            f"expected a request of conveyor.protocol.ROUTES ({names}), "
+            f"got {type(request).__name__}"
+        )
+    return route
+
+
+def encode_request(request: Any) -> dict[str, Any]:
+    """A request as JSON data without the fields (at any depth) that equal their default.
+
+    The wire's compatibility rule: a field added to a request later has a default, and a
+    request that leaves it at its default encodes exactly as before the field existed, so an
+    older server (whose :func:`decode` refuses unknown fields) takes it; a newer server fills
+    in the default of a field an older worker does not send. Answers are encoded whole by
+    :func:`encode`, and decoded by clients ignoring fields they do not know.
+    """
+    encoded: dict[str, Any] = _lean_encoder_of(type(request))(request)
+    return encoded
+
+
+_REQUIRED = object()  # (the "default" of a field without one: equal to no value)
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether ``value`` is the field default ``default`` (of the same type: ``True`` is not a
+    default ``1``)."""
+    return default is not _REQUIRED and type(value) is type(default) and value == default
+
+
+def _defaults(cls: type[Any]) -> list[tuple[str, Any]]:
+    """Each field of dataclass ``cls`` with its default (``_REQUIRED`` if it has none)."""
+    out = []
+    for f in _fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out.append((f.name, f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            out.append((f.name, f.default_factory()))
+        else:
+            out.append((f.name, _REQUIRED))
+    return out
+
+
+_CALL_PLANS: dict[type[Any], tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] = {}
+
+
+def _call_plan(cls: type[Any]) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]:
+    """The required field names of request ``cls``, and its defaulted fields with their
+    defaults; worked out once per class."""
+    found = _CALL_PLANS.get(cls)
+    if found is None:
+        fields = _defaults(cls)
+        required = tuple(name for name, default in fields if default is _REQUIRED)
+        defaulted = tuple((name, d) for name, d in fields if d is not _REQUIRED)
+        found = _CALL_PLANS[cls] = (required, defaulted)
+    return found
+
+
+_LEAN: dict[type[Any], _Convert] = {}
+
+
+def _lean_encoder_of(cls: type[Any]) -> _Convert:
+    """A function encoding instances of dataclass ``cls`` without their default-valued
+    fields (nested dataclasses likewise), built once from its annotations."""
+    found = _LEAN.get(cls)
+    if found is not None:
+        return found
+    hints = _hints(cls)
+    steps = [(name, default, _lean_converter(hints[name])) for name, default in _defaults(cls)]
+
+    def encode_one(value: Any) -> dict[str, Any]:
+        out = {}
+        for name, default, convert in steps:  # (the test of _is_default, inlined: hot path)
+            item = getattr(value, name)
+            if default is not _REQUIRED and item == default and type(item) is type(default):
+                continue
+            out[name] = item if convert is None else convert(item)
+        return out
+
+    _LEAN[cls] = encode_one
+    return encode_one
+
+
+def _lean_converter(hint: Any) -> _Convert | None:
+    """How :func:`encode_request` encodes a field of type ``hint``: as :func:`encode` does,
+    except that dataclasses in it leave their default-valued fields out."""
+    if dataclasses.is_dataclass(hint):
+        return _lean_encoder_of(hint)  # type: ignore[arg-type]
+    if typing.get_origin(hint) is tuple and dataclasses.is_dataclass(typing.get_args(hint)[0]):
+        each = _lean_encoder_of(typing.get_args(hint)[0])
+        return lambda v: [each(i) for i in v]
+    if any(dataclasses.is_dataclass(a) for a in typing.get_args(hint)):
+        return _lean_any
+    return _converter(hint)
+
+
+def _lean_any(value: Any) -> Any:
+    """:func:`encode` with the dataclasses in ``value`` encoded by :func:`encode_request`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _lean_encoder_of(type(value))(value)
+    return encode(value)
 
 
 # --- the codec ----------------------------------------------------------------------------------
@@ -860,3 +1010,376 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
     if found is None:
         found = _HINTS[cls] = typing.get_type_hints(cls)
     return found
+
+
+# --- the read model of state stores ---------------------------------------------------------------
+# What ``conveyor.server.stores.TaskReads`` answers: the web UI's JSON is these values, field for
+# field (``dataclasses.asdict``). Statuses are ``TaskStatus`` values; parameters are shown with
+# secret-named ones hidden; texts with their secrets hidden.
+
+__all__ += [
+    "Changes",
+    "GraphNode",
+    "StoredWorker",
+    "TaskDetail",
+    "TaskEntry",
+    "TaskFilters",
+    "TaskGraph",
+    "TaskPage",
+    "TaskRef",
+    "TaskSummary",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilters:
+    """The task list's filters; empty means any. ``text`` matches case-insensitively within
+    the task id or one public parameter as ``name=value`` (secret-named ones are not
+    searched); ``worker`` is the worker running the task, else the last to run it."""
+
+    state: str = ""
+    family: str = ""
+    worker: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """The count of registered tasks in each of the six states, their total, and the number
+    of the latest change saved."""
+
+    counts: Mapping[str, int]
+    total: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEntry:
+    """One line of the task list."""
+
+    task_id: str
+    family: str
+    params: Mapping[str, str]
+    status: str
+    worker: str | None
+    """Running it, else the last to run it (None: nobody yet)."""
+    priority: int
+    status_message: str
+    reason: str
+    """Why a FAILED, DISABLED or UNKNOWN task is so, in one line ("" otherwise)."""
+    progress: float | None
+    changed: float
+    """When the task's row was last saved (seconds since the epoch)."""
+    seq: int
+    """The task's change number: the list is ordered by it, newest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of the task list, newest change first, and the cursor of the next page
+    (None on the last): pass it back as ``cursor`` to get the tasks changed before."""
+
+    tasks: tuple[TaskEntry, ...]
+    next: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRef:
+    """A task named in another's detail: id, family and status (UNKNOWN and "" for a task
+    the store does not have)."""
+
+    task_id: str
+    family: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDetail:
+    """Everything the task detail shows."""
+
+    task_id: str
+    family: str
+    module: str
+    params: Mapping[str, str]
+    status: str
+    worker: str | None
+    priority: int
+    resources: Mapping[str, Any]
+    deps: tuple[TaskRef, ...]
+    dependents: tuple[TaskRef, ...]
+    """At most ``DEPENDENTS_SHOWN`` of them; ``dependents_total`` counts them all."""
+    dependents_total: int
+    status_message: str
+    progress: float | None
+    tracking_url: str
+    explanation: str
+    failures: int
+    retry_count: int
+    attempts: tuple[Mapping[str, Any], ...]
+    attempts_kept: int
+    blocked_by: tuple[TaskRef, ...]
+    """What keeps it from running: upstream tasks FAILED, DISABLED or UNKNOWN, or PENDING
+    with nobody able to run them, reached through tasks that are not DONE."""
+    changed: float
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A task of a graph answer: ``layer`` 0 is the task asked about, 1, 2, … its
+    dependencies outward, -1, -2, … its dependents."""
+
+    id: str
+    family: str
+    status: str
+    layer: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGraph:
+    """The graph around one task (``nodes[root]``), nearest first, at most ``cap`` nodes
+    (``truncated`` when there were more); ``edges`` are (task, dependency) node indices;
+    ``blocking`` the nodes keeping the root from running and ``path`` every node on a path
+    from the root to one of them."""
+
+    root: int
+    nodes: tuple[GraphNode, ...]
+    edges: tuple[tuple[int, int], ...]
+    truncated: bool
+    cap: int
+    blocking: tuple[int, ...]
+    path: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """The number of the latest change saved (it grows with every save, removals included,
+    and never goes back), and the ids of the tasks saved after the change asked about,
+    oldest first, as many as asked for (``more``: there are others)."""
+
+    seq: int
+    task_ids: tuple[str, ...] = ()
+    more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWorker:
+    """A worker as the state store holds it."""
+
+    worker_id: str
+    assistant: bool
+
+
+# --- attempts as data ---------------------------------------------------------------------------
+# What crosses from a worker to the process that runs one attempt (an :class:`AttemptSpec`), and
+# what comes back (:data:`AttemptMessage` values), in the codec above. On a pipe or a remote
+# runner's stdout each message is one JSON line: the message's fields and ``"message"``, its
+# kind (:func:`encode_attempt_message`). ``python -m conveyor.attempt`` speaks exactly this.
+
+__all__ += [
+    "ATTEMPT_MESSAGES",
+    "AttemptMessage",
+    "AttemptMessageKind",
+    "AttemptSpec",
+    "AttemptStage",
+    "DependencyRef",
+    "Died",
+    "Failed",
+    "FailureCause",
+    "NeedsDependencies",
+    "Note",
+    "Stage",
+    "Succeeded",
+    "TimedOut",
+    "attempt_message_kind",
+    "decode_attempt_message",
+    "encode_attempt_message",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DependencyRef:
+    """A dependency named by what rebuilds it in another process: module, family, params."""
+
+    module: str = field(metadata=_NAMED)
+    family: str = field(metadata=_NAMED)
+    params: Mapping[str, str] = field(default_factory=dict, metadata=_PARAMS)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    """One attempt of one task, as it travels to the process (or machine) that runs it.
+
+    The task is named by ``module``, ``family`` and string ``params`` (never a pickle) and
+    rebuilt there; its rebuilt id must be ``task_id``. ``timeout`` (seconds, 0: none) and
+    ``kill_grace`` are enforced by the supervisor of ``python -m conveyor.attempt``.
+    ``check_complete``: skip ``run()`` for a task already complete. ``deps``: the requirements
+    the worker already knows (so ``requires()`` is not called again; None: call it).
+    ``task_defaults`` / ``task_default_sources`` / ``task_id_style``: the worker's ``[tasks.*]``
+    tables and ``[worker] task_id_style`` in force, for the tasks made there.
+    """
+
+    module: str = field(metadata=_NAMED)
+    family: str = field(metadata=_NAMED)
+    task_id: str = field(metadata=_ID)
+    params: Mapping[str, str] = field(default_factory=dict, metadata=_PARAMS)
+    attempt: int = field(default=0, metadata=_NON_NEGATIVE)
+    timeout: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    check_complete: bool = True
+    deps: tuple[DependencyRef, ...] | None = None
+    task_defaults: Mapping[str, Any] = field(default_factory=dict)
+    task_default_sources: Mapping[str, str] = field(default_factory=dict)
+    task_id_style: str = "conveyor"
+    kill_grace: float = field(default=5.0, metadata=_NON_NEGATIVE)
+    log_level: str = "info"
+    log_format: str = "json"
+
+
+class AttemptStage(enum.StrEnum):
+    """How far an attempt's process has got, as it tells its supervisor."""
+
+    LOADED = "loaded"
+    """The task is rebuilt (its module imported); its dependencies are checked next."""
+    RUNNING = "running"
+    """``run()`` is about to be called."""
+
+
+class FailureCause(enum.StrEnum):
+    """Why a :class:`Failed` attempt failed (a field to test, never an exception's name)."""
+
+    ERROR = "error"
+    """The task raised, its dependencies were incomplete, or its outputs were missing."""
+    TASK_LOAD = "task_load"
+    """The task could not be rebuilt where the attempt runs (module, class or id)."""
+    INTERRUPTED = "interrupted"
+    """The attempt was stopped by an interruption of its worker or runner."""
+
+
+class AttemptMessageKind(enum.StrEnum):
+    """The ``"message"`` discriminator of one attempt message on the wire."""
+
+    STAGE = "stage"
+    NOTE = "note"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    DIED = "died"
+    NEEDS_DEPENDENCIES = "needs_dependencies"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """The attempt's process reached ``stage`` (its supervisor uses it to explain a timeout)."""
+
+    stage: AttemptStage
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something ``run()`` published: a status message, a progress (0 to 100) or a URL."""
+
+    kind: NoteKind
+    value: str | float = field(
+        metadata=_variants(
+            "kind",
+            {
+                NoteKind.STATUS_MESSAGE: (str, {}),
+                NoteKind.PROGRESS: (float, {"minimum": 0, "maximum": 100}),
+                NoteKind.TRACKING_URL: (str, {}),
+            },
+        )
+    )
+
+    def __post_init__(self) -> None:
+        """The value fits its kind (as for :class:`Annotate`)."""
+        _check_variants(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """``run()`` returned and the outputs exist; ``found_complete``: ``run()`` was not called,
+    the task being complete already."""
+
+    duration: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    found_complete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The attempt failed: ``error`` explains, ``exception_type`` names the exception's class
+    (for people: code tests ``cause``), ``missing`` the ids of incomplete dependencies."""
+
+    duration: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    error: str = ""
+    exception_type: str = ""
+    cause: FailureCause = FailureCause.ERROR
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    """The attempt's ``timeout`` ran out and its process tree was killed; ``before_run`` is
+    what it was still doing if ``run()`` had not started ("" once it had)."""
+
+    duration: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    timeout: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    error: str = ""
+    before_run: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Died:
+    """The attempt's process ended without reporting a result (``exitcode`` or ``signal``)."""
+
+    duration: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    error: str = ""
+    exitcode: int | None = None
+    signal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsDependencies:
+    """``run()`` yielded tasks that are not complete: run ``new_deps``, then the task again."""
+
+    duration: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    new_deps: tuple[DependencyRef, ...] = ()
+
+
+AttemptMessage = Stage | Note | Succeeded | Failed | TimedOut | Died | NeedsDependencies
+"""Everything an attempt's process reports: stages and notes while it runs, then one end."""
+
+ATTEMPT_MESSAGES: Mapping[AttemptMessageKind, type[Any]] = {
+    AttemptMessageKind.STAGE: Stage,
+    AttemptMessageKind.NOTE: Note,
+    AttemptMessageKind.SUCCEEDED: Succeeded,
+    AttemptMessageKind.FAILED: Failed,
+    AttemptMessageKind.TIMED_OUT: TimedOut,
+    AttemptMessageKind.DIED: Died,
+    AttemptMessageKind.NEEDS_DEPENDENCIES: NeedsDependencies,
+}
+"""Each message kind and its class (the one table both directions use)."""
+_KIND_OF: Mapping[type[Any], AttemptMessageKind] = {c: k for k, c in ATTEMPT_MESSAGES.items()}
+
+
+def attempt_message_kind(message: AttemptMessage) -> AttemptMessageKind:
+    """The kind of ``message`` (its ``"message"`` on the wire)."""
+    kind: AttemptMessageKind = _KIND_OF[type(message)]
+    return kind
+
+
+def encode_attempt_message(message: AttemptMessage) -> dict[str, Any]:
+    """``message`` as JSON data: its fields and its kind under ``"message"``."""
+    return {"message": str(_KIND_OF[type(message)]), **encode(message)}
+
+
+def decode_attempt_message(data: Any) -> AttemptMessage:
+    """The message JSON data ``data`` holds; FieldError if it is not one (fields unknown to
+    this version are ignored, so a newer runner's messages still read)."""
+    if not isinstance(data, dict):
+        raise FieldError("message", "expected a JSON object")
+    kind = data.get("message")
+    cls = ATTEMPT_MESSAGES.get(kind) if isinstance(kind, str) else None  # type: ignore[call-overload]
+    if cls is None:
+        raise FieldError("message", "expected one of " + ", ".join(AttemptMessageKind))
+    body = {k: v for k, v in data.items() if k != "message"}
+    message: AttemptMessage = decode(cls, body, strict=False)
+    return message

@@ -202,7 +202,7 @@ class RangeBase(WrapperTask):
     def __repr__(self) -> str:
         """``RangeDaily(of=..., start=..., stop=...)`` and the other parameters that are not
         at their default."""
-        strings = self._string_params()
+        strings = self.task_params
         shown = []
         for name, param in self.parameters():
             value = strings[name]
@@ -391,9 +391,10 @@ class RangeBase(WrapperTask):
 
     def _check(self) -> None:
         of: type[Task] = self.of
-        unknown = sorted(set(self.of_params) - of._param_names)
+        names = {name for name, _ in of.parameters()}
+        unknown = sorted(set(self.of_params) - names)
         if unknown:
-            expected = ", ".join(sorted(of._param_names)) or "none"
+            expected = ", ".join(sorted(names)) or "none"
             raise self._error(
                 f"of_params sets {unknown[0]!r}, which is not a parameter of "
                 f"{of.get_task_family()}; expected one of: {expected}",

@@ -17,7 +17,9 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from typing import Any, ClassVar, TypeVar, overload
 
 from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
@@ -32,24 +34,33 @@ from .parameters import (
 )
 from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
+from .task_registry import register_task_class, registered_task_classes
+from .tasklike import DEFAULT_LOADER, TaskPolicy
 
 __all__ = [
+    "ConveyorLoader",
     "DynamicRequirements",
     "ExternalTask",
     "Settings",
     "Task",
+    "TaskDefaults",
     "WrapperTask",
+    "clone",
+    "common_params",
     "flatten",
     "is_secret_name",
     "load_task_class",
+    "outputs_of",
+    "rebuild_task",
+    "reporting",
+    "task_defaults_in_use",
+    "use_task_defaults",
 ]
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _ID_MAX = 128
 _HASH_LEN = 10
 _ID_STYLES = (None, "conveyor", "luigi")  # Task.task_id_style
-
-_REGISTRY: dict[tuple[str, str], type[Task]] = {}
 
 
 # Bindings remembered per (class, keyword arguments), so that the many equal tasks a graph's
@@ -91,8 +102,6 @@ class _Binding(Params):
         object.__setattr__(self, "param_values", values)
         object.__setattr__(self, "task_id", task_id)
 
-
-_BOUND: dict[tuple[Any, ...], _Binding] = {}
 
 #: Called with (kind, value) by ``set_status_message`` and friends while an attempt runs.
 Reporter = Callable[[str, object], None]
@@ -166,7 +175,7 @@ class DynamicRequirements:
     @property
     def paths(self) -> Any:
         """The outputs of the requirements, in the same nesting."""
-        return _outputs_of(self.requirements)
+        return outputs_of(self.requirements)
 
     def complete(self, complete_fn: Callable[[Task], bool] | None = None) -> bool:
         """Whether every requirement is complete: ``custom_complete(complete_fn)`` when given,
@@ -221,6 +230,9 @@ class Task:
     retry_count: ClassVar[int | None] = None
     disabled: ClassVar[bool] = False
     owner_email: ClassVar[str | list[str] | None] = None
+    task_loader: ClassVar[str] = DEFAULT_LOADER
+    """The :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that
+    rebuilds the task in an attempt's process: conveyor's own, ``"conveyor"``."""
     task_id_style: ClassVar[str | None] = None
     """How task ids are made: ``"conveyor"`` (the default), ``"luigi"`` (as Luigi 3 makes
     them, so outputs named after task ids keep their names across a port; the exceptions are
@@ -270,14 +282,15 @@ class Task:
         cls._memoizable = cls.__init__ is Task.__init__ and all(
             type(param).__module__ == Parameter.__module__ for _, param in cls._params
         )
-        _REGISTRY[(cls.__module__, cls._family)] = cls
+        register_task_class(cls, cls._family)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Bind parameters from positional (declaration order) and keyword arguments."""
         self._hash = None
         self._reporter = None
         key = _bound_key(type(self), kwargs) if self._memoizable and not args else None
-        bound = _BOUND.get(key) if key is not None else None
+        memo = _bound_memo() if key is not None else None
+        bound = memo.get(key) if memo is not None and key is not None else None
         if bound is not None and bound.cls is type(self):  # an equal task was made before
             self._str_params, self._task_id = bound, bound.task_id
             self._set_values(dict(zip(self._param_order, bound.param_values, strict=True)))
@@ -299,11 +312,13 @@ class Task:
         self._str_params = None
         self._task_id = None
         if key is not None:
-            if len(_BOUND) >= _BOUND_MAX:
-                _BOUND.clear()
             binding = self._string_params()
             binding.seal(type(self), tuple(values.values()), self.task_id)
-            _BOUND[key] = binding
+            memo = _bound_memo()  # (making the id may have read the configuration)
+            if memo is not None:
+                if len(memo) >= _BOUND_MAX:
+                    memo.clear()
+                memo[key] = binding
 
     def _set_values(self, values: dict[str, Any]) -> None:
         self.param_kwargs = values
@@ -366,6 +381,28 @@ class Task:
         """Every parameter in its string form (the wire and CLI representation)."""
         return dict(self._string_params())
 
+    @property
+    def task_params(self) -> Mapping[str, str]:
+        """Every parameter in its string form, read-only (:class:`~conveyor.TaskLike`'s
+        ``task_params``; one object per task, handed to every event as is)."""
+        return self._string_params()
+
+    def task_policy(self) -> TaskPolicy:
+        """How the task is scheduled (:class:`~conveyor.TaskPolicy`), from its attributes:
+        ``worker_timeout``, ``priority``, ``resources``, ``retry_count``, ``owner_email``,
+        ``disabled``, whether it is external and ``task_loader``."""
+        owners = self.owner_email
+        return TaskPolicy(
+            timeout=self.worker_timeout,
+            priority=self.priority,
+            resources=self.resources,
+            retry_count=self.retry_count,
+            owners=(owners,) if isinstance(owners, str) else tuple(owners or ()),
+            disabled=self.disabled,
+            external=self.is_external(),
+            loader=self.task_loader,
+        )
+
     def _string_params(self) -> _Binding:
         """The cached string form, read-only (the worker hands it to every event as is)."""
         if self._str_params is None:
@@ -378,8 +415,6 @@ class Task:
     def clone(self, cls: type[Task] | None = None, **overrides: Any) -> Task:
         """A task of ``cls`` (default: this task's class) made from this task's parameters that
         ``cls`` also has, plus ``overrides`` (see docs/tasks.md and :func:`conveyor.util.clone`)."""
-        from .util import clone  # (the helpers build on this module)
-
         return clone(self, cls, **overrides)
 
     @classmethod
@@ -421,7 +456,7 @@ class Task:
 
     def input(self) -> Any:
         """The outputs of the requirements, in the same nesting as ``requires()``."""
-        return _outputs_of(self.requires())
+        return outputs_of(self.requires())
 
     def output(self) -> Any:
         """The targets this task makes: a Target or any nesting of them (default none)."""
@@ -546,51 +581,105 @@ def _not_a_task(settings: Settings) -> str:
 # --- parameter defaults from the configuration ([tasks."module.Family"] in worker.toml) ---------
 
 
-class _Configured:
-    """The ``[tasks]`` tables in use: family key -> {parameter: value}, and where each was set;
-    and the ``[worker] task_id_style`` of the same configuration."""
+class TaskDefaults:
+    """A set of ``[tasks]`` tables in force: family key -> {parameter: value}, where each was
+    set, and the ``[worker] task_id_style`` of the same configuration.
+
+    Each :class:`~conveyor.Worker` holds one, made from its configuration, and applies it
+    (:meth:`applied`) around everything that makes tasks on its behalf, so two workers with
+    different ``[tasks]`` tables in one process do not see each other's defaults. Outside any
+    worker the process's defaults apply (:func:`use_task_defaults`, or those discovered from
+    ``--config``, ``$CONVEYOR_CONFIG`` or ``./worker.toml``). It also keeps what it derives:
+    each class's checked defaults and the memo of bindings made under it.
+    """
 
     def __init__(
         self,
         tables: Mapping[str, Mapping[str, Any]],
-        sources: Mapping[str, str],
+        sources: Mapping[str, str] | None = None,
         id_style: str = "conveyor",
-    ):
+    ) -> None:
+        """Defaults from ``tables`` (a Config's ``tasks``), ``sources`` (its
+        ``task_sources``) and ``id_style`` (its ``worker.task_id_style``)."""
         self.tables = tables
-        self.sources = sources
+        self.sources: Mapping[str, str] = sources or {}
         self.id_style = id_style
         # CONVEYOR_TASKS__<family>__<param> variables arrive lower-cased
         self.folded = {key.casefold(): key for key in tables}
+        self.per_class: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
+        self.bound: dict[tuple[Any, ...], _Binding] = {}  # bindings made under these defaults
 
     def find(self, key: str) -> str | None:
         """The table key for the family key ``key`` (exact, else without regard to case)."""
         return key if key in self.tables else self.folded.get(key.casefold())
 
+    def in_use(self) -> DefaultsInUse:
+        """``(tables, sources, id_style)``, as :func:`task_defaults_in_use` returns them."""
+        return (self.tables, self.sources, self.id_style)
 
-_CONFIGURED: _Configured | None = None  # None: not set yet; the configuration is discovered
+    @contextmanager
+    def applied(self) -> Iterator[TaskDefaults]:
+        """Within the block (in this thread, and the threads started with a copy of its
+        context), tasks are made with these defaults."""
+        token = _IN_CONTEXT.set(self)
+        try:
+            yield self
+        finally:
+            _IN_CONTEXT.reset(token)
+
+    def enter(self) -> Token[TaskDefaults | None]:
+        """Apply these defaults in the current context until :meth:`leave` (what a Worker
+        does from its construction to its ``close()``, so that tasks made in a ``with Worker(...)``
+        block take its defaults); returns what :meth:`leave` takes."""
+        return _IN_CONTEXT.set(self)
+
+    def leave(self, token: Token[TaskDefaults | None]) -> None:
+        """Undo :meth:`enter`: put back the defaults that were in force in this context before
+        it (from another context, or after a later ``enter`` left unbalanced, only if these
+        are still the ones in force)."""
+        try:
+            _IN_CONTEXT.reset(token)
+        except ValueError:  # another context, or already reset
+            if _IN_CONTEXT.get() is self:
+                _IN_CONTEXT.set(None)
+
+
+#: The defaults applied in this context (a Worker's); None: the process's.
+_IN_CONTEXT: ContextVar[TaskDefaults | None] = ContextVar("conveyor_task_defaults", default=None)
+_PROCESS: TaskDefaults | None = None  # None: not set yet; the configuration is discovered
 _DISCOVERY_FAILED = False  # discovering it for an id failed: not tried again until one is set
-_PER_CLASS: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
 
 #: What :func:`task_defaults_in_use` returns: the tables, their sources and the id style.
 DefaultsInUse = tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str], str]
 
 
+def _in_force() -> TaskDefaults | None:
+    """The defaults tasks are made with here: this context's, else the process's."""
+    return _IN_CONTEXT.get() or _PROCESS
+
+
+def _bound_memo() -> dict[tuple[Any, ...], _Binding] | None:
+    """The memo of bindings made under the defaults in force (None: none is set yet)."""
+    found = _in_force()
+    return None if found is None else found.bound
+
+
 def task_defaults_in_use() -> DefaultsInUse | None:
-    """The tables, sources and task id style of :func:`use_task_defaults` in use (None: not
-    set yet)."""
-    if _CONFIGURED is None:
-        return None
-    return (_CONFIGURED.tables, _CONFIGURED.sources, _CONFIGURED.id_style)
+    """The tables, sources and task id style in force here: those of the Worker applying its
+    defaults in this context, else the process's (:func:`use_task_defaults`); None: not set
+    yet."""
+    found = _in_force()
+    return None if found is None else found.in_use()
 
 
 def restore_task_defaults(previous: DefaultsInUse | None) -> None:
-    """Put back what :func:`task_defaults_in_use` returned (a Worker does, when it closes)."""
-    global _CONFIGURED, _DISCOVERY_FAILED
+    """Put back the process's defaults as :func:`task_defaults_in_use` returned them (None:
+    none, so the configuration is discovered again when needed)."""
+    global _PROCESS, _DISCOVERY_FAILED
     if previous is None:
-        _CONFIGURED = None
+        _PROCESS = None
         _DISCOVERY_FAILED = False
-        _PER_CLASS.clear()
-        _BOUND.clear()
+        _IN_CONTEXT.set(None)  # (as use_task_defaults: what is set by hand applies here)
     else:
         use_task_defaults(*previous)
 
@@ -601,47 +690,53 @@ def use_task_defaults(
     id_style: str | None = None,
 ) -> None:
     """Take parameter defaults from ``tables`` (a Config's ``tasks``, keyed ``module.Family``
-    or ``Family``) for every task made from now on; ``sources`` names where each was set;
-    ``id_style`` is ``[worker] task_id_style`` (for classes whose ``task_id_style`` is None;
-    None keeps the style in use, ``"conveyor"`` if none is).
+    or ``Family``) for every task made from now on outside a Worker; ``sources`` names where
+    each was set; ``id_style`` is ``[worker] task_id_style`` (for classes whose
+    ``task_id_style`` is None; None keeps the style in use, ``"conveyor"`` if none is).
 
-    Called by the worker with its configuration (so ``conveyor run --config``, ``build()`` and
-    ``Worker`` set it); until then the configuration is discovered (``--config``,
-    ``$CONVEYOR_CONFIG``, ``./worker.toml``) the first time a task is made with a parameter
-    left out, or its id is made.
+    These are the process's defaults (``conveyor run --config`` and an attempt's process set
+    them). A :class:`~conveyor.Worker` applies its own configuration's instead, to the tasks it
+    makes and to those made in its ``with`` block (:class:`TaskDefaults`); calling this in
+    that block makes the tasks made there afterwards take ``tables`` again. Until either is set
+    the configuration is discovered (``--config``, ``$CONVEYOR_CONFIG``, ``./worker.toml``) the
+    first time a task is made with a parameter left out, or its id is made.
     """
-    global _CONFIGURED, _DISCOVERY_FAILED
+    global _PROCESS, _DISCOVERY_FAILED
     if id_style is None:
-        id_style = _CONFIGURED.id_style if _CONFIGURED is not None else "conveyor"
-    _CONFIGURED = _Configured(tables, sources or {}, id_style)
+        current = _in_force()
+        id_style = current.id_style if current is not None else "conveyor"
+    _PROCESS = TaskDefaults(tables, sources or {}, id_style)
     _DISCOVERY_FAILED = False
-    _PER_CLASS.clear()
-    _BOUND.clear()  # (bindings made with other defaults)
+    # what is set by hand applies in this context from now on, over the defaults of a Worker
+    # made in it (its own walks and run apply its defaults again)
+    _IN_CONTEXT.set(None)
 
 
-def _discover() -> None:
+def _discover() -> TaskDefaults:
     """Use the discovered configuration's ``[tasks]`` tables and id style."""
     from .config import load_config  # (the task API reads the configuration only here)
 
     config = load_config()
     use_task_defaults(config.tasks, config.task_sources, config.worker.task_id_style)
+    assert _PROCESS is not None
+    return _PROCESS
 
 
 def _default_id_style() -> str:
-    """``[worker] task_id_style`` of the configuration in use (discovered if none is set; a
+    """``[worker] task_id_style`` of the configuration in force (discovered if none is set; a
     configuration that cannot be read gives the default here, once, and its error where it is
     used)."""
     global _DISCOVERY_FAILED
-    if _CONFIGURED is None:
+    found = _in_force()
+    if found is None:
         if _DISCOVERY_FAILED:
             return "conveyor"
         try:
-            _discover()
+            found = _discover()
         except ConfigError:
             _DISCOVERY_FAILED = True  # (not read again for each id, until one is set)
             return "conveyor"
-    assert _CONFIGURED is not None
-    return _CONFIGURED.id_style
+    return found.id_style
 
 
 def task_id_afresh(task: Task) -> str:
@@ -661,25 +756,24 @@ def take_id_style_in_use(task: Task) -> None:
 
 
 def configured_defaults(cls: type[Task]) -> Mapping[str, Any]:
-    """The configured defaults of ``cls``'s parameters, normalized; ConfigError naming the
-    file, the section and the key for a key that is not a parameter or a bad value.
+    """The configured defaults of ``cls``'s parameters under the defaults in force, normalized;
+    ConfigError naming the file, the section and the key for a key that is not a parameter or
+    a bad value.
 
     ``[tasks.Family]`` applies, and ``[tasks."module.Family"]`` over it.
     """
-    found = _PER_CLASS.get(cls)
+    defaults = _in_force() or _discover()
+    found = defaults.per_class.get(cls)
     if found is not None:
         return found
-    if _CONFIGURED is None:
-        _discover()
-    assert _CONFIGURED is not None
     family = cls.get_task_family()
     merged: dict[str, Any] = {}
     for wanted in (family, f"{cls.__module__}.{family}"):
-        key = _CONFIGURED.find(wanted)
-        if key is not None and _CONFIGURED.tables[key]:
-            source = _CONFIGURED.sources.get(key, "configuration")
-            merged.update(_checked(cls, key, _CONFIGURED.tables[key], source))
-    _PER_CLASS[cls] = merged
+        key = defaults.find(wanted)
+        if key is not None and defaults.tables[key]:
+            source = defaults.sources.get(key, "configuration")
+            merged.update(_checked(cls, key, defaults.tables[key], source))
+    defaults.per_class[cls] = merged
     return merged
 
 
@@ -817,6 +911,63 @@ def _plain_json(value: object) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+@contextmanager
+def reporting(task: object, report: Reporter) -> Iterator[None]:
+    """Within the block, ``task``'s ``set_status_message()``, ``set_progress_percentage()`` and
+    ``set_tracking_url()`` call ``report(kind, value)`` (an executor's attempt does this around
+    ``run()``); afterwards they go nowhere again. A task that is not a :class:`Task` has no such
+    methods here: the block runs without a reporter."""
+    if not isinstance(task, Task):
+        yield
+        return
+    task._reporter = report
+    try:
+        yield
+    finally:
+        task._reporter = None
+
+
+T = TypeVar("T", bound=Task)
+U = TypeVar("U", bound=Task)
+
+
+@overload
+def clone(task: T, cls: None = None, **overrides: Any) -> T: ...
+
+
+@overload
+def clone(task: Task, cls: type[U], **overrides: Any) -> U: ...
+
+
+def clone(task: Task, cls: type[Task] | None = None, **overrides: Any) -> Task:
+    """A task of ``cls`` (default: ``task``'s class) with the values of ``task``'s parameters
+    that ``cls`` also has, and ``overrides`` on top (also ``conveyor.util.clone``).
+
+    Parameters of ``cls`` that ``task`` lacks take their default (or configured default). An
+    override that is not a parameter of ``cls`` is a :class:`~conveyor.errors.ParameterError`
+    (Luigi ignores it silently).
+    """
+    target = type(task) if cls is None else cls
+    if not (isinstance(target, type) and issubclass(target, Task)):
+        raise TypeError(f"clone() needs a Task class, got {target!r}")
+    unknown = sorted(set(overrides) - target._param_names)
+    if unknown:
+        family = target.get_task_family()
+        expected = ", ".join(sorted(target._param_names)) or "none"
+        raise ParameterError(
+            f"clone(): {family} has no parameter {unknown[0]!r}; expected one of: {expected}",
+            task=family,
+            parameter=unknown[0],
+        )
+    return target(**{**common_params(task, target), **overrides})
+
+
+def common_params(task: Task, cls: type[Task]) -> dict[str, Any]:
+    """The values of ``task``'s parameters that ``cls`` also has, by name (as Luigi's)."""
+    values = task.param_kwargs
+    return {name: values[name] for name, _ in cls.parameters() if name in values}
+
+
 def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     """Flatten ``struct`` and check every leaf is a Task, naming the owner and what it returned."""
     if isinstance(struct, Task) and not isinstance(struct, Settings):
@@ -849,25 +1000,27 @@ def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     return out
 
 
-def _outputs_of(struct: object) -> Any:
+def outputs_of(struct: object) -> Any:
     """The outputs of the tasks in ``struct``, in the same nesting (any other iterable, a
-    generator included, becomes a list, as in Luigi)."""
+    generator included, becomes a list, as in Luigi): what a ``yield`` in ``run()`` evaluates
+    to, and what ``input()`` returns for ``requires()``."""
     if isinstance(struct, Task):
         return struct.output()
     if isinstance(struct, DynamicRequirements):
         return struct.paths
     if isinstance(struct, Mapping):
-        return {key: _outputs_of(value) for key, value in struct.items()}
+        return {key: outputs_of(value) for key, value in struct.items()}
     if isinstance(struct, list | tuple):
-        return type(struct)(_outputs_of(item) for item in struct)
+        return type(struct)(outputs_of(item) for item in struct)
     if _is_nesting(struct):
-        return [_outputs_of(item) for item in struct]  # type: ignore[attr-defined]
+        return [outputs_of(item) for item in struct]  # type: ignore[attr-defined]
     return struct
 
 
 def load_task_class(module: str, family: str) -> type[Task]:
     """Import ``module`` and return its task class of ``family``; TaskLoadError if impossible."""
-    found = _REGISTRY.get((module, family))
+    registry = registered_task_classes()
+    found = registry.get((module, family))
     if found is not None:
         return found
     try:
@@ -876,9 +1029,9 @@ def load_task_class(module: str, family: str) -> type[Task]:
         raise TaskLoadError(
             f"cannot import task module {module!r}: {type(exc).__name__}: {exc}"
         ) from None
-    found = _REGISTRY.get((module, family)) or _reexported(module, family)
+    found = registry.get((module, family)) or _reexported(module, family)
     if found is None:
-        known = sorted(fam for mod, fam in _REGISTRY if mod == module)
+        known = sorted(fam for mod, fam in registry if mod == module)
         hint = ", ".join(known) or "none"
         raise TaskLoadError(
             f"module {module!r} has no task family {family!r}; tasks defined there: {hint}"
@@ -902,3 +1055,14 @@ def rebuild_task(module: str, family: str, params: Mapping[str, str]) -> Task:
     cls = load_task_class(module, family)
     with allow_task_modules(task_modules_named(cls.parameters(), params)):
         return cls.from_str_params(params)
+
+
+class ConveyorLoader:
+    """The default :class:`~conveyor.TaskLoader` (entry point ``conveyor`` of
+    ``conveyor.task_loaders``): conveyor's own task classes, found by :func:`load_task_class`
+    and built by :func:`rebuild_task`."""
+
+    def load(self, module: str, family: str, params: Mapping[str, str]) -> Task:
+        """The task ``module``/``family`` built from its string ``params`` under the defaults
+        in force; TaskLoadError if the class cannot be found."""
+        return rebuild_task(module, family, params)

@@ -20,52 +20,15 @@ in the constructor's positional order (like inherited parameters), then the clas
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from .errors import ParameterError
 from .parameters import Parameter
-from .task import Task
+from .task import Task, clone, common_params
 
 __all__ = ["clone", "common_params", "inherits", "requires"]
 
 T = TypeVar("T", bound=Task)
-U = TypeVar("U", bound=Task)
-
-
-@overload
-def clone(task: T, cls: None = None, **overrides: Any) -> T: ...
-
-
-@overload
-def clone(task: Task, cls: type[U], **overrides: Any) -> U: ...
-
-
-def clone(task: Task, cls: type[Task] | None = None, **overrides: Any) -> Task:
-    """A task of ``cls`` (default: ``task``'s class) with the values of ``task``'s parameters
-    that ``cls`` also has, and ``overrides`` on top.
-
-    Parameters of ``cls`` that ``task`` lacks take their default (or configured default). An
-    override that is not a parameter of ``cls`` is a :class:`~conveyor.errors.ParameterError`
-    (Luigi ignores it silently).
-    """
-    target = type(task) if cls is None else cls
-    _check_task_class(target, "clone()")
-    unknown = sorted(set(overrides) - target._param_names)
-    if unknown:
-        family = target.get_task_family()
-        expected = ", ".join(sorted(target._param_names)) or "none"
-        raise ParameterError(
-            f"clone(): {family} has no parameter {unknown[0]!r}; expected one of: {expected}",
-            task=family,
-            parameter=unknown[0],
-        )
-    return target(**{**common_params(task, target), **overrides})
-
-
-def common_params(task: Task, cls: type[Task]) -> dict[str, Any]:
-    """The values of ``task``'s parameters that ``cls`` also has, by name (as Luigi's)."""
-    values = task.param_kwargs
-    return {name: values[name] for name, _ in cls.parameters() if name in values}
 
 
 def inherits(*task_classes: type[Task], **named: type[Task]) -> Callable[[type[T]], type[T]]:

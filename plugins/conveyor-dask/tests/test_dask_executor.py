@@ -27,9 +27,8 @@ from conveyor.backends import build_backend
 from conveyor.config import load_config
 from conveyor.errors import ConfigError
 from conveyor.executors.base import ExecutorContext
-from conveyor.executors.proctree import MARK_VARIABLE as ATTEMPT_MARK
 from conveyor.testing import RecordingPlugin
-from conveyor.testing.executors import check_executor
+from conveyor.testing.executors import ATTEMPT_MARK, check_executor
 from conveyor.testing.processes import gone_within, marked, put, wait_for
 
 import dask_tasks_for_tests as dt

@@ -16,13 +16,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import ClassVar
 
+from ..events import Event
 from ..reasons import REASON_MAX, failure_reason
 from ..secrets import is_secret_name
 
 __all__ = [
     "Category",
     "SummaryFacts",
+    "WorkerSummary",
     "exit_code",
     "first_line",
     "format_duration",
@@ -87,6 +90,18 @@ class SummaryFacts:
     here is ordered by its id)."""
     duration: float | None = None
     """The run's wall time in seconds, said in the verdict (None: not said)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSummary(Event):
+    """A ``Worker.run()`` has finished: the facts its execution summary is made of.
+
+    Delivered to ``conveyor_worker_summary`` (which returns the summary text) before
+    ``conveyor_worker_stopped``; the task fields are empty, as for every worker-level event.
+    """
+
+    hook: ClassVar[str] = "conveyor_worker_summary"
+    facts: SummaryFacts
 
 
 _INTERRUPT_CODES = {"SIGINT": 130, "SIGTERM": 143}

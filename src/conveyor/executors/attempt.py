@@ -20,9 +20,10 @@ from ..task import (
     DynamicRequirements,
     Task,
     WrapperTask,
-    _outputs_of,
     checked_tasks,
     flatten,
+    outputs_of,
+    reporting,
     settled,
 )
 from .base import (
@@ -72,17 +73,16 @@ def run_attempt(
     def report(kind: str, value: object) -> None:
         sink(Note(task_id, NoteKind(kind), value))
 
-    task._reporter = report
     tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
     outcome: Outcome | None = None
     try:
-        outcome = _attempt(task, request, started, suspend, on_run)
+        with reporting(task, report):
+            outcome = _attempt(task, request, started, suspend, on_run)
         return outcome
     finally:
         if request.resume is not None and (outcome is None or outcome.suspended is None):
             request.resume.close()  # not paused again: finish it now, not at garbage collection
         structlog.contextvars.reset_contextvars(**tokens)
-        task._reporter = None
 
 
 def _attempt(
@@ -189,7 +189,7 @@ def _drive(
                         return incomplete, Suspended(result, yielded)
                     result.close()
                     return incomplete, None
-                value = _outputs_of(yielded)
+                value = outputs_of(yielded)
             yielded = settled(result.send(value))  # (a generator in it is looked at twice)
     except StopIteration:
         return (), None

@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from ..clock import SYSTEM, Clock
 from ..protocol import AttemptOutcome, NoteKind
 from ..task import Task
 
@@ -120,6 +121,9 @@ class Outcome:
     interrupted: bool = False
     """With failed: the attempt was stopped by an interruption of the worker (a signal, a
     drain), not by an error of its own (its ``exception_type`` is then ``Interrupted``)."""
+    load_error: bool = False
+    """With failed: the task could not be rebuilt where the attempt was to run (its module or
+    class not found, or its rebuilt id different); ``run()`` was never called."""
 
 
 Message = Note | Outcome
@@ -135,6 +139,9 @@ class ExecutorContext:
     settings: Mapping[str, Any] = field(default_factory=dict)
     log_level: str = "info"
     log_format: str = "json"
+    clock: Clock = SYSTEM
+    """The time an executor's deadlines are measured in: the worker passes its own clock
+    (see :mod:`conveyor.executors.deadline`)."""
 
 
 @runtime_checkable

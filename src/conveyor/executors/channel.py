@@ -1,49 +1,45 @@
-"""The structured channel between an attempt's child process and the worker.
+"""The structured channel between an attempt's process and its supervisor.
 
-Messages are JSON lines on a pipe, one object each, tagged by ``"t"``: ``note`` (a status
-message, progress or tracking URL), ``stage`` (how far the attempt has got: its task is loaded,
-its ``run()`` starts; read by the supervisor alone, to explain a timeout) or ``outcome``. An
-outcome's ``before_run`` says, for a timeout, what the process was still doing before
-``run()`` (a supervisor on another machine, the Dask plugin's, passes it on in the outcome's
-line). Dynamic dependencies travel as
-``[module, family, params]`` triples and are rebuilt from the task registry: no pickle. Long
-texts are truncated with a marker before they are sent, so a task that raises with a
-megabyte-long message can neither deadlock nor bloat the worker.
+The wire format is :mod:`conveyor.protocol`'s: each message is one JSON line holding an
+:data:`~conveyor.protocol.AttemptMessage` (:func:`~conveyor.protocol.encode_attempt_message`),
+tagged by ``"message"``: ``stage`` (how far the attempt has got: its task is loaded, its
+``run()`` starts; read by the supervisor alone, to explain a timeout), ``note`` (a status
+message, progress or tracking URL) or how the attempt ended. The same lines are what ``python
+-m conveyor.attempt`` writes on its standard output.
+
+This module translates between those wire values and the executor protocol's live
+:class:`~.base.Note` / :class:`~.base.Outcome` (:func:`to_wire`, :func:`from_wire`). Dynamic
+dependencies travel as :class:`~conveyor.protocol.DependencyRef` and are rebuilt from the task
+registry: no pickle. Long texts are truncated with a marker before they are sent, so a task
+that raises with a megabyte-long message can neither deadlock nor bloat the worker.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any
 
-from ..protocol import AttemptOutcome, NoteKind
+from .. import protocol as p
+from ..protocol import AttemptOutcome, AttemptStage, FailureCause, Stage
 from ..task import Task, rebuild_task
 from .base import FAILED, Message, Note, Outcome
 
-__all__ = ["AttemptStage", "LineReader", "PipeSink", "Stage", "decode", "encode", "truncate"]
+__all__ = [
+    "AttemptStage",
+    "LineReader",
+    "PipeSink",
+    "Stage",
+    "decode",
+    "encode",
+    "from_wire",
+    "task_ref",
+    "to_wire",
+    "truncate",
+]
 
 MAX_TEXT = 64 * 1024
 MAX_LINE = 16 * 1024 * 1024
-
-
-class AttemptStage(enum.StrEnum):
-    """How far an attempt's process has got, as it tells its supervisor."""
-
-    LOADED = "loaded"
-    """The task is rebuilt (its module imported); its dependencies are checked next."""
-    RUNNING = "running"
-    """``run()`` is about to be called."""
-
-
-@dataclass(slots=True)
-class Stage:
-    """An attempt's process reached ``stage`` (never forwarded to the worker's sink)."""
-
-    stage: AttemptStage
 
 
 def truncate(text: str, limit: int = MAX_TEXT) -> str:
@@ -55,54 +51,94 @@ def truncate(text: str, limit: int = MAX_TEXT) -> str:
     return f"{text[:keep]}\n[... truncated {cut} characters ...]\n{text[-keep:]}"
 
 
-def encode(message: Message | Stage) -> bytes:
-    """One message as a JSON line."""
+def task_ref(task: Task) -> p.DependencyRef:
+    """What rebuilds ``task`` in another process."""
+    return p.DependencyRef(task.task_module, task.task_family, task.to_str_params())
+
+
+def to_wire(message: Message | Stage) -> p.AttemptMessage:
+    """The protocol value of an executor message (texts truncated)."""
     if isinstance(message, Stage):
-        body: dict[str, Any] = {"t": "stage", "stage": str(message.stage)}
-    elif isinstance(message, Note):
+        return message
+    if isinstance(message, Note):
         value = truncate(message.value) if isinstance(message.value, str) else message.value
-        body = {"t": "note", "kind": message.kind, "value": value}
-    else:
-        body = {
-            "t": "outcome",
-            "kind": message.kind,
-            "duration": message.duration,
-            "error": truncate(message.error),
-            "exception_type": message.exception_type[:200],
-            "new_deps": [
-                [t.task_module, t.task_family, t.to_str_params()] for t in message.new_deps
-            ],
-            "missing": list(message.missing),
-        }
-        if message.before_run:  # (only a timeout's, and only then: older readers ignore it)
-            body["before_run"] = message.before_run
-        if message.found_complete:
-            body["found_complete"] = True
-        if message.interrupted:  # (a remote supervisor's interruption: older readers ignore it)
-            body["interrupted"] = True
+        return p.Note(message.kind, value)
+    return _end_to_wire(message)
+
+
+def _end_to_wire(outcome: Outcome) -> p.AttemptMessage:
+    kind, duration, error = outcome.kind, outcome.duration, truncate(outcome.error)
+    if kind is AttemptOutcome.SUCCEEDED:
+        return p.Succeeded(duration, outcome.found_complete)
+    if kind is AttemptOutcome.NEEDS_DEPS:
+        return p.NeedsDependencies(duration, tuple(task_ref(t) for t in outcome.new_deps))
+    if kind is AttemptOutcome.TIMED_OUT:
+        return p.TimedOut(duration, outcome.timeout, error, outcome.before_run)
+    if kind is AttemptOutcome.PROCESS_DIED:
+        return p.Died(duration, error, outcome.exitcode, outcome.signal)
+    cause = FailureCause.ERROR
+    if outcome.interrupted:
+        cause = FailureCause.INTERRUPTED
+    elif outcome.load_error:
+        cause = FailureCause.TASK_LOAD
+    return p.Failed(duration, error, outcome.exception_type[:200], cause, outcome.missing)
+
+
+def from_wire(message: p.AttemptMessage, task_id: str) -> Message | Stage:
+    """The executor message for a protocol value of attempt ``task_id`` (a dynamic
+    dependency is rebuilt from its module, family and parameters)."""
+    if isinstance(message, Stage):
+        return message
+    if isinstance(message, p.Note):
+        return Note(task_id, message.kind, message.value)
+    if isinstance(message, p.Succeeded):
+        found = message.found_complete
+        return Outcome(task_id, AttemptOutcome.SUCCEEDED, message.duration, found_complete=found)
+    if isinstance(message, p.NeedsDependencies):
+        deps = tuple(rebuild_task(d.module, d.family, d.params) for d in message.new_deps)
+        return Outcome(task_id, AttemptOutcome.NEEDS_DEPS, message.duration, new_deps=deps)
+    if isinstance(message, p.TimedOut):
+        return Outcome(
+            task_id,
+            AttemptOutcome.TIMED_OUT,
+            message.duration,
+            message.error,
+            "Timeout",
+            timeout=message.timeout,
+            before_run=message.before_run,
+        )
+    if isinstance(message, p.Died):
+        return Outcome(
+            task_id,
+            AttemptOutcome.PROCESS_DIED,
+            message.duration,
+            message.error,
+            "ProcessDied",
+            exitcode=message.exitcode,
+            signal=message.signal,
+        )
+    return Outcome(
+        task_id,
+        FAILED,
+        message.duration,
+        message.error,
+        message.exception_type,
+        missing=message.missing,
+        interrupted=message.cause is FailureCause.INTERRUPTED,
+        load_error=message.cause is FailureCause.TASK_LOAD,
+    )
+
+
+def encode(message: Message | Stage) -> bytes:
+    """One message as a JSON line of the protocol's codec."""
+    body = p.encode_attempt_message(to_wire(message))
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
 def decode(line: bytes, task_id: str) -> Message | Stage:
     """A message from one JSON line (a garbled line becomes a failed outcome)."""
     try:
-        body = json.loads(line)
-        if body["t"] == "stage":
-            return Stage(AttemptStage(body["stage"]))
-        if body["t"] == "note":
-            return Note(task_id, NoteKind(body["kind"]), body["value"])
-        return Outcome(
-            task_id,
-            AttemptOutcome(body["kind"]),
-            float(body["duration"]),
-            error=str(body["error"]),
-            exception_type=str(body["exception_type"]),
-            new_deps=tuple(_rebuild(*triple) for triple in body["new_deps"]),
-            missing=tuple(body["missing"]),
-            before_run=str(body.get("before_run", "")),
-            found_complete=body.get("found_complete") is True,
-            interrupted=body.get("interrupted") is True,
-        )
+        return from_wire(p.decode_attempt_message(json.loads(line)), task_id)
     except Exception as exc:
         return Outcome(
             task_id,
@@ -110,10 +146,6 @@ def decode(line: bytes, task_id: str) -> Message | Stage:
             error=truncate(f"unreadable message from the task's process ({exc}): {line[:200]!r}"),
             exception_type="ChannelError",
         )
-
-
-def _rebuild(module: str, family: str, params: dict[str, str]) -> Task:
-    return rebuild_task(module, family, params)
 
 
 class PipeSink:

@@ -14,11 +14,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConveyorError
-from ..task import Task, rebuild_task, task_defaults_in_use, use_task_defaults
+from ..errors import ConveyorError, TaskLoadError
+from ..loaders import task_loader
+from ..protocol import AttemptSpec
+from ..task import Task, task_defaults_in_use, use_task_defaults
+from ..tasklike import DEFAULT_LOADER
 from .attempt import run_attempt
-from .base import FAILED, AttemptRequest, Outcome
-from .channel import AttemptStage, PipeSink, Stage
+from .base import FAILED, AttemptRequest, ExecutorContext, Outcome
+from .channel import AttemptStage, PipeSink, Stage, task_ref
 
 __all__ = [
     "arm_parent_death",
@@ -96,75 +99,63 @@ def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
             stream.flush()
 
 
-def attempt_spec(request: AttemptRequest) -> dict[str, Any]:
-    """The attempt as it travels to another process: module, family, string parameters, task
-    id, attempt number, whether to check completeness (no pickle; see rebuild_and_run)."""
+def attempt_spec(request: AttemptRequest, context: ExecutorContext | None = None) -> AttemptSpec:
+    """The attempt as it travels to another process (no pickle; see rebuild_and_run), with
+    ``context``'s kill grace and logging settings."""
     task = request.task
     deps = request.deps
     in_use = task_defaults_in_use()
-    return {
-        "module": task.task_module,
-        "family": task.task_family,
-        "params": task.to_str_params(),
-        "task_id": request.task_id,
-        "attempt": request.attempt,
-        "check_complete": request.check_complete,
+    context = context or ExecutorContext()
+    return AttemptSpec(
+        module=task.task_module,
+        family=task.task_family,
+        task_id=request.task_id,
+        params=task.to_str_params(),
+        attempt=request.attempt,
+        timeout=request.timeout,
+        check_complete=request.check_complete,
         # the requirements the worker knows, so that the child checks those rather than
         # calling requires() again (a range's would look at its dates again)
-        "deps": None
-        if deps is None or len(deps) > _DEPS_SENT
-        else [[d.task_module, d.task_family, d.to_str_params()] for d in deps],
+        deps=None if deps is None or len(deps) > _DEPS_SENT else tuple(map(task_ref, deps)),
         # the [tasks.*] defaults in use, for the tasks the child makes (requires(), input())
-        "task_defaults": None if not in_use or not in_use[0] else _plain_tables(*in_use[:2]),
+        task_defaults=_plain(in_use[0]) if in_use and in_use[0] else {},
+        task_default_sources=dict(in_use[1]) if in_use and in_use[0] else {},
         # and [worker] task_id_style, so that the child's task ids are the worker's
-        "task_id_style": in_use[2] if in_use else "conveyor",
-    }
+        task_id_style=in_use[2] if in_use else "conveyor",
+        kill_grace=context.kill_grace,
+        log_level=context.log_level,
+        log_format=context.log_format,
+    )
 
 
 _DEPS_SENT = 1000  # more requirements than this: the child calls requires() itself
 
 
-def _plain_tables(
-    tables: Mapping[str, Mapping[str, Any]], sources: Mapping[str, str]
-) -> dict[str, Any]:
+def _plain(value: Any) -> Any:
     """The defaults as JSON data (TOML dates and times as their ISO text, which parameters
     read back)."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {str(k): plain(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [plain(v) for v in value]
-        if isinstance(value, datetime.date | datetime.time):
-            return value.isoformat()
-        return value
-
-    return {"tables": plain(tables), "sources": dict(sources)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return value
 
 
-def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
+def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     """Rebuild the task ``spec`` names (module, family, string params) and run its attempt.
 
     A task that cannot be rebuilt, or whose rebuilt id differs, is reported as a failed
-    attempt with the reason.
+    attempt with the reason (``load_error``).
     """
-    task_id = str(spec["task_id"])
-    defaults = spec.get("task_defaults")
-    style = str(spec.get("task_id_style") or "conveyor")
-    if isinstance(defaults, dict):
-        use_task_defaults(defaults["tables"], defaults["sources"], style)
-    else:
-        use_task_defaults({}, {}, style)
+    task_id = spec.task_id
+    use_task_defaults(spec.task_defaults, spec.task_default_sources, spec.task_id_style)
     deps: tuple[Task, ...] | None = None
     try:
-        task: Task = rebuild_task(
-            str(spec["module"]),
-            str(spec["family"]),
-            spec["params"],  # type: ignore[arg-type]
-        )
-        known = spec.get("deps")
-        if isinstance(known, list):
-            deps = tuple(rebuild_task(m, f, p) for m, f, p in known)
+        task: Task = _load(spec.module, spec.family, spec.params)
+        if spec.deps is not None:
+            deps = tuple(_load(d.module, d.family, d.params) for d in spec.deps)
         if task.task_id != task_id:
             raise ConveyorError(
                 f"the task rebuilt in the attempt's process has id {task.task_id}, expected "
@@ -172,10 +163,21 @@ def rebuild_and_run(spec: dict[str, object], msg_fd: int) -> None:
                 "task_id_style and [tasks] tables be those in force when the task was made)"
             )
     except ConveyorError as exc:
-        failure = Outcome(task_id, FAILED, error=str(exc), exception_type=type(exc).__name__)
+        failure = Outcome(
+            task_id, FAILED, error=str(exc), exception_type=type(exc).__name__, load_error=True
+        )
         PipeSink(msg_fd)(failure)
         return
     PipeSink(msg_fd)(Stage(AttemptStage.LOADED))  # start-up is over: dependencies next
-    attempt = int(spec["attempt"])  # type: ignore[call-overload]
-    check = bool(spec["check_complete"])
-    run_in_child(AttemptRequest(task, task_id, attempt, 0.0, check, deps), msg_fd)
+    request = AttemptRequest(task, task_id, spec.attempt, 0.0, spec.check_complete, deps)
+    run_in_child(request, msg_fd)
+
+
+def _load(module: str, family: str, params: Mapping[str, str]) -> Task:
+    """The task rebuilt by its :class:`~conveyor.TaskLoader` (entry point of
+    ``conveyor.task_loaders``; conveyor's own classes: ``"conveyor"``), under the defaults set
+    above; TaskLoadError for what is not a :class:`~conveyor.Task` (what this runner runs)."""
+    task = task_loader(DEFAULT_LOADER).load(module, family, params)
+    if not isinstance(task, Task):
+        raise TaskLoadError(f"the task loader made {task!r}, not a conveyor.Task")
+    return task

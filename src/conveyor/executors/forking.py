@@ -45,7 +45,7 @@ class ForkExecutor(ProcessExecutor):
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Have the fork server fork a child for the attempt and hand it to the supervisor."""
-        spec = attempt_spec(request)
+        spec = attempt_spec(request, self.context)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -56,9 +56,9 @@ class ForkExecutor(ProcessExecutor):
             server = self._server
             msg_r, msg_w = os.pipe()
             dog_r, dog_w = os.pipe()
-            spec["mark"] = mark = self.supervisor.next_mark()
+            mark = self.supervisor.next_mark()
             try:
-                pid = server.spawn(spec, [msg_w, dog_r])
+                pid = server.spawn(spec, [msg_w, dog_r], mark)
             except ServerGone:
                 if retry:
                     self._abandon(mark, msg_r, dog_w)
@@ -75,6 +75,7 @@ class ForkExecutor(ProcessExecutor):
                         FAILED,
                         error=self._why(exc),
                         exception_type=exc.exception_type,
+                        load_error=exc.load_error,
                     )
                 )
                 return
@@ -98,7 +99,7 @@ class ForkExecutor(ProcessExecutor):
 
     def _why(self, refused: SpawnRefused) -> str:
         why = str(refused)
-        if refused.exception_type == "TaskLoadError" and not self._server.forked:
+        if refused.load_error and not self._server.forked:
             why += (
                 "; this worker's fork server is a fresh interpreter (the worker already had "
                 "threads when the executor was created), where a task defined in __main__ "

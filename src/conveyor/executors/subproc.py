@@ -1,7 +1,8 @@
 """The ``subprocess`` executor: a fresh Python interpreter per attempt.
 
-The child (``python -m conveyor.executors.runner``) receives the task as module, family and
-string parameters on its standard input — never a pickle — imports the module, rebuilds the
+The child (``python -m conveyor.executors.runner``) receives the task as an
+:class:`~conveyor.protocol.AttemptSpec` (module, family and string parameters) on its standard
+input — never a pickle — imports the module, rebuilds the
 task and runs it. It works where forking is unsafe, at the price of an interpreter start per
 attempt. The worker's ``sys.path`` is passed on, so the child imports what the worker could.
 """
@@ -12,8 +13,9 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ..protocol import AttemptSpec, encode
 from .base import AttemptRequest, Sink
 from .child import attempt_spec
 from .proctree import MARK_VARIABLE
@@ -29,24 +31,16 @@ class SubprocessExecutor(ProcessExecutor):
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Start the runner for the attempt and hand it to the supervisor."""
-        self.start_spec(attempt_spec(request), request.timeout, sink)
+        self.start_spec(attempt_spec(request, self.context), sink)
 
-    def start_spec(self, spec: dict[str, Any], timeout: float, sink: Sink) -> int:
-        """Start the runner for an attempt described by ``spec`` (see
-        :func:`~conveyor.executors.child.attempt_spec`; no task object needed, so a process
-        that never imported the task's module can run it, as a Dask worker does); its pid."""
+    def start_spec(self, spec: AttemptSpec, sink: Sink) -> int:
+        """Start the runner for an attempt described by ``spec`` (no task object needed, so a
+        process that never imported the task's module can run it, as ``python -m
+        conveyor.attempt`` does); its pid. ``spec.timeout`` is enforced here."""
         msg_r, msg_w = os.pipe()
         dog_r, dog_w = os.pipe()
-        ctx = self.context
-        payload = json.dumps(
-            {
-                **spec,
-                "msg_fd": msg_w,
-                "worker_pid": os.getpid(),
-                "dog_fd": dog_r,
-                "logging": {"level": ctx.log_level, "format": ctx.log_format},
-            }
-        )
+        payload = json.dumps(encode(spec), separators=(",", ":"))
+        runner_args = (msg_w, dog_r, os.getpid())
         mark = self.supervisor.next_mark()
         env = {
             **os.environ,
@@ -55,7 +49,7 @@ class SubprocessExecutor(ProcessExecutor):
         }
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "conveyor.executors.runner"],
+                [sys.executable, "-m", "conveyor.executors.runner", *map(str, runner_args)],
                 stdin=subprocess.PIPE,
                 pass_fds=(msg_w, dog_r),
                 start_new_session=True,
@@ -69,14 +63,13 @@ class SubprocessExecutor(ProcessExecutor):
         finally:
             os.close(msg_w)
             os.close(dog_r)
-        task_id = str(spec["task_id"])
         child = Child(
             proc.pid,
-            task_id,
+            spec.task_id,
             sink,
             msg_r,
             dog_w,
-            timeout,
+            spec.timeout,
             popen=proc,
             mark=mark,
             startup="interpreter start-up",

@@ -6,6 +6,13 @@ It enforces deadlines (SIGTERM to the whole tree, SIGKILL ``kill_grace`` seconds
 every child, kills what is left of its process group, and reports exactly one outcome per
 attempt: the child's own, or TIMED_OUT, PROCESS_DIED, or an interruption.
 
+When to stop a process, and how, is not decided here: each child has a
+:class:`~.deadline.Deadline` of the supervisor's :class:`~.deadline.DeadlinePolicy`, measured on
+the executor's injected clock (``ExecutorContext.clock``, the worker's own), which says which
+:class:`~.deadline.Step` is due; the supervisor only performs it. So a
+``conveyor.testing.FakeClock`` drives timeouts: moving it past a deadline wakes the supervisor,
+which terminates the attempt as if the time had passed.
+
 A child tells how far it got (:class:`~.channel.Stage`: its task loaded, its ``run()``
 starting); a timeout that fires before ``run()`` started says so, and what the process was
 still doing (its start-up, or checking the task's dependencies), since a timeout clock that
@@ -29,15 +36,17 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psutil
 import structlog
 
+from ..clock import SYSTEM, Clock
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import AttemptStage, LineReader, Stage, decode
+from .deadline import Announcing, Deadline, DeadlinePolicy, Step
 from .proctree import MARK_VARIABLE, descendants, marked_leftovers, signal_tree
 
 if TYPE_CHECKING:
@@ -47,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["Child", "ProcessExecutor", "Supervisor"]
 
 _POLL = 0.1  # seconds between waitpid() polls where pidfd_open is unavailable
+_NEVER = float("inf")
 SWEEP_EVERY = 0.25  # seconds between two searches for left-behind processes while busy
 log = structlog.get_logger("conveyor.executors")
 
@@ -69,7 +79,6 @@ class Child:
     msg_fd: int
     dog_fd: int
     timeout: float
-    started: float = field(default_factory=time.monotonic)
     pidfd: int | None = None
     reader: LineReader = field(default_factory=LineReader)
     outcome: Outcome | None = None
@@ -77,7 +86,6 @@ class Child:
     """Why the supervisor stopped it (None: it was not stopped)."""
     interrupted_by: str = ""
     """With :attr:`_Stop.INTERRUPTED`: what interrupted it (``SIGTERM``...)."""
-    kill_at: float | None = None
     tree: list[psutil.Process] = field(default_factory=list)
     popen: Any = None
     closed: bool = False
@@ -91,11 +99,8 @@ class Child:
     (``interpreter start-up`` for a fresh interpreter)."""
     stage: AttemptStage | None = None
     """How far the process has said it got (None: nothing said yet)."""
-
-    @property
-    def deadline(self) -> float:
-        """When the attempt times out (monotonic seconds), or infinity."""
-        return self.started + self.timeout if self.timeout > 0 else float("inf")
+    deadline: Deadline = field(init=False, default_factory=lambda: Deadline(0.0, 0.0, 0.0))
+    """Its timeout and the escalation so far (none until :meth:`Supervisor.watch` sets it)."""
 
     def stop_for(self, why: _Stop, by: str = "") -> None:
         """Record why it is being stopped, unless it is being stopped already (the first
@@ -115,9 +120,11 @@ class Child:
 class Supervisor:
     """Owns every running attempt process of one executor."""
 
-    def __init__(self, kill_grace: float) -> None:
-        """Create an idle supervisor; its thread starts with the first child."""
+    def __init__(self, kill_grace: float, clock: Clock = SYSTEM) -> None:
+        """Create an idle supervisor whose deadlines run on ``clock``; its thread starts with
+        the first child."""
         self.kill_grace = kill_grace
+        self.policy = DeadlinePolicy(kill_grace, clock)
         self._lock = threading.RLock()  # re-entered by a signal handler on the loop thread
         self._children: dict[int, Child] = {}
         self._selector = selectors.DefaultSelector()
@@ -137,6 +144,9 @@ class Supervisor:
         self._due: list[tuple[Child, int]] = []  # their children, to reap on the loop
         self.interrupts = 0  # how many interrupt() calls so far (see watch's ``since``)
         self._interrupt: tuple[str, bool] = ("", False)  # the last one's reason and hardness
+        self._unsubscribe: Callable[[], None] | None = None
+        if not clock.blocks and isinstance(clock, Announcing):  # woken when it is moved
+            self._unsubscribe = clock.on_advance(self._wake)
 
     def next_mark(self) -> str:
         """A new attempt's mark, ``<token>-<serial>``: live from now on (its process may be
@@ -158,6 +168,7 @@ class Supervisor:
         :attr:`interrupts` before its process was asked for; an interrupt that came while it
         was being started applies to it too."""
         server = child.server
+        child.deadline = self.policy.start(child.timeout)
         # a fork server's child has a pidfd too (not watched: the server reports the exit),
         # to kill it surely if the server dies
         child.pidfd = _pidfd(child.pid)
@@ -243,6 +254,8 @@ class Supervisor:
             while self._children:
                 self._idle.wait(timeout=1.0)
             self._closing = True
+        if self._unsubscribe is not None:  # (before the wake pipe's descriptors are closed)
+            self._unsubscribe()
         for _ in range(3):  # a leftover may have started another before it was killed
             if not self.sweep():
                 break
@@ -309,7 +322,7 @@ class Supervisor:
         """Its fork server died: kill the attempt (its pidfd names it surely; its group is
         dying of the server's death already) and report it once it is gone."""
         child.stop_for(_Stop.SERVER_DIED)
-        child.kill_at = float("inf")
+        child.deadline.enter(Step.KILL, self.policy.now())
         with contextlib.suppress(OSError):
             os.killpg(child.pid, signal.SIGKILL)
         if child.pidfd is None:
@@ -321,14 +334,15 @@ class Supervisor:
             self._selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
 
     def _next_timeout(self) -> float | None:
+        """How long the selector may wait: until the next step of a deadline is due (as its
+        clock allows, see :meth:`DeadlinePolicy.wait`), the next sweep (real time) or poll."""
         with self._lock:
             children = list(self._children.values())
-        times = [c.kill_at if c.kill_at is not None else c.deadline for c in children]
+        wait = self.policy.wait(min((c.deadline.next_at for c in children), default=_NEVER))
         polling = any(c.pidfd is None and c.server is None for c in children)
         if self._sweep_due:
-            times.append(self._swept + SWEEP_EVERY)
-        nearest = min(times, default=float("inf"))
-        wait = max(0.0, nearest - time.monotonic()) if nearest != float("inf") else None
+            sweep = max(0.0, self._swept + SWEEP_EVERY - time.monotonic())
+            wait = sweep if wait is None else min(wait, sweep)
         if polling:
             wait = _POLL if wait is None else min(wait, _POLL)
         return wait
@@ -352,8 +366,8 @@ class Supervisor:
                 child.stage = message.stage
             elif isinstance(message, Outcome):
                 child.outcome = message
-                if child.kill_at is None:  # it should exit now; if it lingers, end it
-                    child.kill_at = time.monotonic() + self.kill_grace
+                # it should exit now; if it lingers, KILL after kill_grace
+                child.deadline.enter(Step.FINISHING, self.policy.now())
             else:
                 child.sink(message)
 
@@ -371,31 +385,34 @@ class Supervisor:
             self._deliver(child, data)
 
     def _check_clocks(self) -> None:
-        now = time.monotonic()
-        if self._sweep_due and now - self._swept >= SWEEP_EVERY:
+        if self._sweep_due and time.monotonic() - self._swept >= SWEEP_EVERY:
             self.sweep()
         with self._lock:
             children = list(self._children.values())
+        now = self.policy.now()
         for child in children:
             if child.closed:
                 continue
-            if child.kill_at is not None and now >= child.kill_at:
-                child.kill_at = float("inf")
+            step = child.deadline.due(now)
+            if step is Step.KILL:
+                child.deadline.enter(Step.KILL, now)
                 self._signal(child, signal.SIGKILL)
-            elif child.kill_at is None and now >= child.deadline and child.outcome is None:
+            elif step is Step.TERMINATE:
                 child.stop_for(_Stop.TIMED_OUT)
                 self._terminate(child, hard=False)
             if child.pidfd is None and child.server is None:
                 self._poll_exit(child)
 
     def _terminate(self, child: Child, hard: bool) -> None:
+        """TERMINATE (SIGTERM now, KILL after kill_grace) unless the escalation is past
+        RUNNING already; KILL at once if ``hard``."""
         if child.server is None:  # (a fork server finds its child's tree itself)
             child.tree = child.tree or descendants(child.pid)
+        now = self.policy.now()
         if hard:
-            child.kill_at = float("inf")
+            child.deadline.enter(Step.KILL, now)
             self._signal(child, signal.SIGKILL)
-        elif child.kill_at is None:
-            child.kill_at = time.monotonic() + self.kill_grace
+        elif child.deadline.enter(Step.TERMINATE, now):
             self._signal(child, signal.SIGTERM)
 
     @staticmethod
@@ -457,7 +474,7 @@ class Supervisor:
             self._idle.notify_all()
 
     def _outcome_of(self, child: Child, status: int | None) -> Outcome:
-        elapsed = time.monotonic() - child.started
+        elapsed = child.deadline.elapsed(self.policy.now())
         if child.stopped is _Stop.TIMED_OUT:
             # (its last messages are read by now: the stage is the last one it sent)
             before_run = child.before_run()
@@ -541,7 +558,7 @@ class ProcessExecutor:
     def __init__(self, context: ExecutorContext | None = None) -> None:
         """Create the executor; its supervisor thread starts with the first attempt."""
         self.context = context or ExecutorContext()
-        self.supervisor = Supervisor(self.context.kill_grace)
+        self.supervisor = Supervisor(self.context.kill_grace, self.context.clock)
 
     def interrupt(self, reason: str, hard: bool = False) -> None:
         """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""

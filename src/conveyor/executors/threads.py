@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, ClassVar
@@ -32,7 +33,9 @@ class ThreadExecutor:
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Queue the attempt on the pool; its outcome arrives through ``sink``."""
-        self._pool.submit(_run_and_report, request, sink)
+        # in a copy of the caller's context: tasks run() makes (dynamic dependencies) take the
+        # [tasks.*] defaults of the worker that started it, held in a ContextVar
+        self._pool.submit(contextvars.copy_context().run, _run_and_report, request, sink)
 
     def interrupt(self, reason: str, hard: bool = False) -> None:
         """Threads cannot be killed: running attempts are left to finish."""

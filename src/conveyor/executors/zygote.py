@@ -15,7 +15,8 @@ so each attempt is forked from a process with exactly one.
 Protocol, over two Unix socket pairs (no pickle: tasks travel as module, family and string
 parameters):
 
-- **requests** (worker → server): length-prefixed JSON. ``spawn`` carries the attempt (and,
+- **requests** (worker → server): length-prefixed JSON. ``spawn`` carries the attempt (its
+  :class:`~conveyor.protocol.AttemptSpec` in the protocol's codec, and its mark) (and,
   when they changed since the last one, the worker's environment, working directory and
   ``sys.path``) with the attempt's message-pipe and watchdog descriptors attached
   (``SCM_RIGHTS``); the server answers one JSON line, ``{"pid": n}`` or ``{"error": why}``.
@@ -48,6 +49,7 @@ from typing import Any
 import psutil
 
 from ..errors import ConveyorError, TaskLoadError
+from ..protocol import AttemptSpec, decode, encode
 from ..task import load_task_class
 from .child import arm_parent_death, rebuild_and_run, reset_signals
 from .proctree import MARK_VARIABLE, descendants, signal_tree
@@ -65,12 +67,14 @@ class ServerGone(ConveyorError):
 
 class SpawnRefused(ConveyorError):
     """The fork server could not start the attempt (its task class could not be loaded, or
-    ``fork()`` failed); ``exception_type`` names what went wrong there."""
+    ``fork()`` failed); ``exception_type`` names what went wrong there, ``load_error`` says
+    whether it was the task class that could not be loaded."""
 
-    def __init__(self, message: str, exception_type: str = "") -> None:
-        """Carry the server's explanation and the exception's class name."""
+    def __init__(self, message: str, exception_type: str = "", load_error: bool = False) -> None:
+        """Carry the server's explanation, the exception's class name and its kind."""
         super().__init__(message)
         self.exception_type = exception_type or "SpawnRefused"
+        self.load_error = load_error
 
 
 def _close_worker_ends() -> None:
@@ -170,13 +174,14 @@ class ForkServer:
                 self._gone = os.waitpid(self.pid, os.WNOHANG)[0] != 0
         return not self._gone
 
-    def spawn(self, attempt: Mapping[str, Any], fds: list[int]) -> int:
+    def spawn(self, attempt: AttemptSpec, fds: list[int], mark: str) -> int:
         """Have the server fork the attempt (``fds``: its message and watchdog descriptors, kept
-        open here); its pid. ServerGone if the server is gone, SpawnRefused with its reason."""
+        open here; ``mark``: the value of its mark variable); its pid. ServerGone if the
+        server is gone, SpawnRefused with its reason."""
         if self._gone:
             raise ServerGone("the fork server exited")
         with self._lock:
-            message = {"op": "spawn", **attempt, **self._changes()}
+            message = {"op": "spawn", "attempt": encode(attempt), "mark": mark, **self._changes()}
             try:
                 self._send(message, fds)
                 line = self._reply_line()
@@ -192,7 +197,9 @@ class ForkServer:
             raise ServerGone("the fork server exited")
         reply = json.loads(line)
         if "error" in reply:
-            raise SpawnRefused(str(reply["error"]), str(reply.get("type", "")))
+            raise SpawnRefused(
+                str(reply["error"]), str(reply.get("type", "")), reply.get("load_error") is True
+            )
         pid: int = reply["pid"]
         return pid
 
@@ -371,8 +378,9 @@ class _Server:
         if "path" in message:
             sys.path[:] = message["path"]
         try:
+            attempt = decode(AttemptSpec, message["attempt"], strict=False)
             # imported here, once: every later attempt of the family forks with it loaded
-            load_task_class(message["module"], message["family"])
+            load_task_class(attempt.module, attempt.family)
         except BaseException as exc:  # SystemExit at import included: the server stays up
             self._refuse(fds, exc)
             return
@@ -388,7 +396,7 @@ class _Server:
             try:
                 self._become_attempt(message["mark"])
                 arm_parent_death(server_pid, dog_r)
-                rebuild_and_run(message, msg_w)
+                rebuild_and_run(attempt, msg_w)
             except BaseException:  # the worker sees PROCESS_DIED with this code
                 code = 70
             finally:
@@ -411,7 +419,8 @@ class _Server:
             )
         else:
             why = f"the fork server could not start the attempt: {type(exc).__name__}: {exc}"
-        self._reply({"error": why, "type": type(exc).__name__})
+        load_error = isinstance(exc, TaskLoadError)
+        self._reply({"error": why, "type": type(exc).__name__, "load_error": load_error})
 
     def _become_attempt(self, mark: str) -> None:
         os.setpgid(0, 0)

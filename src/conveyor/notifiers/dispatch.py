@@ -1,13 +1,14 @@
 """Dispatching notifications: a hook plugin of the worker feeding one sender thread.
 
-:class:`NotifyPlugin` is registered like any plugin and sees exactly the events every plugin
-sees. Its hooks only append ``(kind, event)`` to a bounded inbox — the worker's loop never waits
-for a notifier. The :class:`Dispatcher`'s sender thread turns them into
-:class:`~conveyor.notifiers.Message` objects (redacted, truncated), aggregates bursts, and
-delivers each message to every enabled notifier with a timeout on every send, bounded retries
-with backoff (a notifier's ``RetryAfter`` sets the wait), and a failure log line per notifier at
-most once per :data:`FAILURE_LOG_INTERVAL`. At exit, :meth:`Dispatcher.close` delivers what is
-queued within ``flush_timeout`` in total.
+:class:`NotifyPlugin` is registered like any plugin (by name, ``conveyor.notify``, from
+:data:`conveyor.plugins.BUILTIN_PLUGINS`), sets itself up in ``conveyor_configure`` and sees
+exactly the events every plugin sees. Its hooks only append ``(kind, event)`` to a bounded
+inbox — the worker's loop never waits for a notifier. The :class:`Dispatcher`'s sender thread
+turns them into :class:`~conveyor.notifiers.Message` objects (redacted, truncated),
+aggregates bursts, and delivers each message to every enabled notifier with a timeout on every
+send, bounded retries with backoff (a notifier's ``RetryAfter`` sets the wait), and a failure
+log line per notifier at most once per :data:`FAILURE_LOG_INTERVAL`. At exit,
+:meth:`Dispatcher.close` delivers what is queued within ``flush_timeout`` in total.
 
 Aggregation: within a window of ``aggregate_window`` seconds starting at its first
 notification, the first ``aggregate_after`` notifications are sent one by one; the rest are held
@@ -419,23 +420,56 @@ def _scrub(text: str, secrets: Iterable[str]) -> str:
 
 
 class NotifyPlugin:
-    """The worker's hook plugin that hands the selected events to a :class:`Dispatcher`."""
+    """The notifier dispatch as a hook plugin of the worker (``conveyor.notify``), registered
+    from :data:`conveyor.plugins.BUILTIN_PLUGINS` like conveyor's other built-ins.
+
+    Its life follows the worker's lifecycle hooks: ``conveyor_configure`` builds the notifiers
+    of ``[notifiers] enabled`` and the :class:`Dispatcher` (a notifier that is not installed
+    or whose table cannot work refuses the start: BackendNotFound / ConfigError, exit 2);
+    ``conveyor_worker_started`` lets its sender thread run — a thread must not be alive when
+    a process executor forks its fork server, and the worker starts those before that event;
+    ``conveyor_unconfigure`` delivers what is queued within ``flush_timeout`` and stops. In
+    between, the selected events are queued for the sender thread (never sent on the worker's
+    loop). Given a ``dispatcher``, it uses that one instead of building its own.
+    """
 
     name = "conveyor.notify"
 
-    def __init__(self, dispatcher: Dispatcher, on: Iterable[str]) -> None:
-        """Forward the kinds in ``on`` (``failed``, ``timed_out``, ... ``run_finished``)."""
+    def __init__(self, dispatcher: Dispatcher | None = None, on: Iterable[str] = ()) -> None:
+        """Forward the kinds in ``on`` (``failed``, ``timed_out``, ... ``run_finished``) to
+        ``dispatcher``; without one, both come from the configuration at configure time."""
         self.dispatcher = dispatcher
         self.on = frozenset(on)
 
+    @classmethod
+    def for_config(cls, config: Config) -> NotifyPlugin | None:
+        """The plugin for a worker with this configuration: None when ``[notifiers] enabled``
+        is empty (nothing to dispatch; the plugin then costs nothing per event)."""
+        return cls() if config.notifiers.enabled else None
+
+    @hookimpl
+    def conveyor_configure(self, config: Config) -> None:
+        """Build the notifiers and the dispatcher (BackendNotFound / ConfigError refuse the
+        start); no thread starts yet."""
+        if self.dispatcher is None:
+            self.dispatcher = build_dispatcher(config)
+            self.on = frozenset(config.notifiers.on)
+
+    @hookimpl
+    def conveyor_worker_started(self, event: ev.WorkerStarted) -> None:
+        """A run starts (after the worker's fork servers): the sender thread may run."""
+        if self.dispatcher is not None:
+            self.dispatcher.start()
+
     def _send(self, kind: str, event: ev.Event) -> None:
-        if kind in self.on:
+        if kind in self.on and self.dispatcher is not None:
             self.dispatcher.notify(kind, event)
 
     @hookimpl
     def conveyor_unconfigure(self, flush_timeout: float) -> None:
         """The worker closes: deliver what is queued within ``flush_timeout``, then stop."""
-        self.dispatcher.close(flush_timeout)
+        if self.dispatcher is not None:
+            self.dispatcher.close(flush_timeout)
 
     @hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:

@@ -46,7 +46,9 @@ The class is thread-safe (one lock) and does no I/O; the clock is injected.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
+import operator
 import random
 import threading
 import time
@@ -58,7 +60,19 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ..errors import InvalidTransition, StaleReport
-from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
+from ..protocol import (
+    ROUTES,
+    AttemptEnd,
+    NoteKind,
+    Ok,
+    Route,
+    TaskInfo,
+    TaskSpec,
+    TaskStatus,
+    Work,
+    WorkLeft,
+    route_of,
+)
 
 __all__ = [
     "ATTEMPT_HISTORY",
@@ -326,6 +340,25 @@ class SchedulerCore:
         self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
         self._removed: set[str] = set()  # task ids removed, not yet taken by the store
         self._removed_workers: set[str] = set()
+
+    # --- the transport protocol -----------------------------------------------------------
+
+    def call(self, request: Any) -> Any:
+        """The answer to ``request``, one of the requests of
+        :data:`conveyor.protocol.ROUTES`: the one dispatcher of the worker-facing calls, for the
+        in-process scheduler and the central server alike.
+
+        The route's method of this scheduler (``add_tasks`` for :class:`AddTasks`, ...; a
+        subclass's override too) is called with the request's fields, positionally in the
+        order the request declares them (each method's parameters are in that order), and its
+        result made the route's answer (:meth:`~conveyor.protocol.Route.answer_of`). Those
+        named methods are the in-process convenience API, and every route has one (checked on
+        import). What a method raises (:class:`~conveyor.errors.StaleReport`) is raised.
+        """
+        # (route_of: TypeError naming what was given, if it is not a request)
+        handler = _DISPATCH.get(type(request)) or _DISPATCH[route_of(request).request]
+        name, fields, answer = handler
+        return answer(getattr(self, name)(*fields(request)))
 
     # --- registration ---------------------------------------------------------------------
 
@@ -1071,6 +1104,26 @@ class SchedulerCore:
                 }
                 for w, seen in self._workers.items()
             ]
+
+
+def _handler(route: Route) -> tuple[str, Callable[[Any], tuple[Any, ...]], Callable[[Any], Any]]:
+    """How :meth:`SchedulerCore.call` serves ``route``: the name of its method, a function
+    giving a request's field values in order, and one making the method's result the answer
+    (worked out once: the dispatcher is on every call's path)."""
+    if not callable(getattr(SchedulerCore, route.name, None)):  # (a route without its method)
+        raise ImportError(f"SchedulerCore has no method {route.name}() for its route")
+    names = [f.name for f in dataclasses.fields(route.request)]
+    fields = operator.attrgetter(*names)
+    values = fields if len(names) > 1 else lambda request: (fields(request),)
+    ok = route.answer is Ok
+    answer: Callable[[Any], Any] = (lambda _: _OK) if ok else route.answer_of
+    return route.name, values, answer
+
+
+_OK = Ok()
+_DISPATCH = {route.request: _handler(route) for route in ROUTES.values()}
+"""The one dispatcher's table: each request type of :data:`~conveyor.protocol.ROUTES` ->
+how :meth:`SchedulerCore.call` serves it."""
 
 
 def _host_of(worker_id: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -34,30 +35,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..errors import StaleReport
-from ..protocol import (
-    ROUTES,
-    AddTasks,
-    Annotate,
-    Explanation,
-    ExplanationAnswer,
-    FieldError,
-    GetWork,
-    Ok,
-    Ping,
-    Release,
-    Statuses,
-    StatusesAnswer,
-    TaskDone,
-    TaskFailed,
-    TaskFailedAnswer,
-    TaskList,
-    WorkAnswer,
-    WorkLeft,
-    WorkLeftRequest,
-    decode,
-    encode,
-)
+from ..errors import ConfigError, StaleReport
+from ..protocol import ROUTES, FieldError, TaskList, decode, encode
 from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import SchedulerCore
 from .guard import Guard
@@ -67,10 +46,8 @@ from .schema import openapi_document
 from .stores import (
     CanCompact,
     CanProbe,
-    CanRead,
-    MemoryStore,
-    SqliteStore,
     StateStore,
+    TaskReads,
     Unstored,
 )
 from .webui import ui_routes
@@ -82,6 +59,8 @@ T = TypeVar("T")
 
 RETRY_AFTER = 2
 """Seconds a 503 for a state store that refuses writes asks the client to wait."""
+_READS = ("summary", "families", "page", "detail", "graph", "changes_since", "workers")
+"""The methods of :class:`~.stores.TaskReads`, which every state store must have."""
 
 
 class SchedulerService:
@@ -98,9 +77,19 @@ class SchedulerService:
         ``where`` names in logs (``sqlite state.db``); ``hooks`` delivers the committed
         changes to the server's plugins (None: there are none).
 
-        The web UI reads the built-in stores directly (:class:`CanRead`); any other store is
-        mirrored, save for save, into a :class:`MemoryStore` that it reads instead.
+        The web UI reads the store itself, through its :class:`~.stores.TaskReads`: a store
+        that does not implement it is refused (ConfigError, exit 2 at start-up; the store is
+        closed first), never mirrored into another.
         """
+        missing = [m for m in _READS if not callable(getattr(store, m, None))]
+        if missing or not isinstance(store, TaskReads):
+            store.close()
+            name = f"{type(store).__module__}.{type(store).__qualname__}"
+            raise ConfigError(
+                f"state store {where or name} ({name}) does not implement TaskReads: it lacks "
+                + ", ".join(missing)
+                + "; a state store answers the web UI's reads itself (see docs/plugins.md)"
+            )
         self.core = core
         self.store = store
         self.where = where or type(store).__name__
@@ -110,22 +99,11 @@ class SchedulerService:
         self._logged: set[str] = set()  # kinds of storage error logged since the last success
         self._reloaded = True  # whether the state in memory is known to be what is stored
         self._closed = False
-        self._mirror: MemoryStore | None = None
-        if isinstance(store, SqliteStore):  # (MemoryStore is one too)
-            self.reads: CanRead = store
-        else:
-            self.reads = self._mirror = MemoryStore()
-            rows, workers = store.load()  # (each as this conveyor writes it: fields added since)
-            self._mirror.save([to_row(from_row(row)) for row in rows], workers)
+        self.reads: TaskReads = store
         core.track_changes()
         core.keep_history = True
         self.hooks = hooks or ServerHooks()
         self.hooks.attach(core)
-
-    def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(connection, *args)`` on the store's read connection: no lock of the
-        scheduler's is taken, so reading holds up no worker."""
-        return self.reads.read(lambda db: fn(db, *args))
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Apply ``fn(*args)`` and commit every change it made; :class:`Unstored` (nothing
@@ -237,8 +215,6 @@ class SchedulerService:
         gone_tasks, gone_workers = self.core.take_removals()
         rows = [to_row(r) for r in records]
         self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
-        if self._mirror is not None:
-            self._mirror.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
 
     def close(self, flush_timeout: float) -> None:
         """Unconfigure the plugins (``conveyor_unconfigure``, bounded by ``flush_timeout``
@@ -266,57 +242,14 @@ class SchedulerService:
 
 
 def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
-    """Each worker-facing route: its decoded protocol request in, a protocol answer out."""
-    core, call, query = service.core, service.call, service.query
-
-    def add_tasks(r: AddTasks) -> Ok:
-        call(core.add_tasks, r.worker_id, r.tasks, r.assistant)
-        return Ok()
-
-    def get_work(r: GetWork) -> WorkAnswer:
-        return WorkAnswer(call(core.get_work, r.worker_id, r.assistant, r.running))
-
-    def work_left(r: WorkLeftRequest) -> WorkLeft:
-        left: WorkLeft = query(core.work_left, r.worker_id)
-        return left
-
-    def task_done(r: TaskDone) -> Ok:
-        call(core.task_done, r.worker_id, r.task_id, r.attempt)
-        return Ok()
-
-    def task_failed(r: TaskFailed) -> TaskFailedAnswer:
-        status = call(core.task_failed, r.worker_id, r.task_id, r.explanation, r.attempt, r.outcome)
-        return TaskFailedAnswer(status)
-
-    def annotate(r: Annotate) -> Ok:
-        call(core.annotate, r.task_id, r.kind, r.value)
-        return Ok()
-
-    def ping(r: Ping) -> Ok:
-        call(core.ping, r.worker_id)
-        return Ok()
-
-    def release(r: Release) -> Ok:
-        call(core.release, r.worker_id, r.task_ids)
-        return Ok()
-
-    def statuses(r: Statuses) -> StatusesAnswer:
-        return StatusesAnswer(query(core.statuses, r.task_ids))
-
-    def explanation(r: Explanation) -> ExplanationAnswer:
-        return ExplanationAnswer(query(core.explanation, r.task_id))
-
+    """Each worker-facing route of :data:`~conveyor.protocol.ROUTES`: its decoded request in,
+    the scheduler core's answer out (:meth:`SchedulerCore.call`, the one dispatcher), run by
+    :meth:`SchedulerService.call` (committed), or by :meth:`SchedulerService.query` for a
+    route that only asks (answered from what is stored while the store refuses writes)."""
+    core = service.core
     return {
-        "add_tasks": add_tasks,
-        "get_work": get_work,
-        "work_left": work_left,
-        "task_done": task_done,
-        "task_failed": task_failed,
-        "annotate": annotate,
-        "ping": ping,
-        "statuses": statuses,
-        "explanation": explanation,
-        "release": release,
+        name: functools.partial(service.query if route.query else service.call, core.call)
+        for name, route in ROUTES.items()
     }
 
 

@@ -6,12 +6,15 @@ The page is static: hand-written ES modules and CSS shipped in the wheel
 (``conveyor/server/ui/``), read once when the app is built. It draws everything from JSON, with
 DOM text APIs only, so nothing a task or worker supplies is ever interpreted as HTML.
 
-- **Reads** (``GET /ui/api/...``) run in a worker thread on the state store's read connection
-  (:mod:`.reads`): they never take the scheduler's lock, so a busy UI cannot delay a worker's
-  call. Only the workers view asks the scheduler itself, for what only it knows (last contact,
-  resource use), which costs O(workers + running tasks).
+- **Reads** (``GET /ui/api/...``) run in a worker thread and go only through the state
+  store's :class:`~.stores.TaskReads` (typed values of :mod:`conveyor.protocol`, turned into
+  JSON field for field here): they never take the scheduler's lock, so a busy UI cannot delay a
+  worker's call, and any store that passes ``conveyor.testing.check_state_store`` serves the
+  UI. Only the workers view asks the scheduler itself, for what only it knows and no store
+  keeps (last contact, resource use), which costs O(workers + running tasks).
 - **Live**: the page polls ``GET /ui/api/changes`` once a second; the answer is the latest
-  change number (one indexed ``max()``), and the page re-reads its view when it moved. Polling
+  change number (``TaskReads.changes_since`` asked for no ids: one row read by the built-in
+  stores), and the page re-reads its view when it moved. Polling
   needs no long-lived connection, so it survives a server restart and a buffering proxy, and
   nothing keeps the server from stopping.
 - **Actions** (``POST /ui/api/retry``, ``reenable``, ``retry-failed``) go through the
@@ -40,6 +43,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -47,14 +51,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..protocol import TaskStatus
-from . import reads
+from ..protocol import TaskFilters, TaskStatus
 from .hooks import UI_ACTION
-from .reads import Filters
-from .stores import Unstored
+from .stores import PAGE_MAX, Unstored
 
 if TYPE_CHECKING:
     from .app import SchedulerService
+    from .stores import TaskReads
 
 __all__ = ["SESSION_COOKIE", "SESSION_SECONDS", "Sessions", "ui_routes"]
 
@@ -153,7 +156,7 @@ def _json(body: Any) -> JSONResponse:
     return JSONResponse(body, headers=_NO_STORE)
 
 
-def _filters(query: Mapping[str, str]) -> Filters:
+def _filters(query: Mapping[str, str]) -> TaskFilters:
     state = query.get("state", "")
     if state and state not in _STATES:
         raise _Problem(
@@ -161,7 +164,7 @@ def _filters(query: Mapping[str, str]) -> Filters:
             f"state {state!r} is not a task state; expected one of " + ", ".join(_STATES),
             "state",
         )
-    return Filters(
+    return TaskFilters(
         state=state,
         family=query.get("family", ""),
         worker=query.get("worker", ""),
@@ -251,7 +254,12 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         return Response(body, media_type="application/json", headers=_NO_STORE)
 
     async def read(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(pool, service.read, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    store = service.reads
+
+    def latest() -> int:
+        return store.changes_since(0, 0).seq
 
     # --- the page ---------------------------------------------------------------------------
 
@@ -321,26 +329,28 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
     # --- reads --------------------------------------------------------------------------------
 
     async def summary(request: Request) -> Any:
-        return await answer(lambda: service.read(reads.summary))
+        return await answer(lambda: asdict(store.summary()))
 
     async def changes(request: Request) -> Any:
         # not on the reads' thread: the one-second poll never waits behind a big graph
-        latest = await asyncio.to_thread(service.read, reads.latest)
-        return _json({"seq": latest})
+        return _json({"seq": await asyncio.to_thread(latest)})
 
     async def families(request: Request) -> Any:
-        return await answer(lambda: {"families": service.read(reads.families)})
+        return await answer(lambda: {"families": list(store.families())})
 
     async def tasks(request: Request) -> Any:
         query = request.query_params
         filters = _filters(query)
-        limit = _integer(query, "limit", 50, 1, reads.PAGE_MAX)
+        limit = _integer(query, "limit", 50, 1, PAGE_MAX)
         cursor = _integer(query, "cursor", None, 0, 2**62)
+        assert limit is not None
 
         def work() -> dict[str, Any]:
-            latest = service.read(reads.latest)  # (first: the page is at least this new)
-            rows, nxt = service.read(reads.page, filters, cursor, limit)
-            return {"tasks": rows, "next": None if nxt is None else str(nxt), "seq": latest}
+            seq = latest()  # (first: the page is at least this new)
+            found = store.page(filters, cursor, limit)
+            nxt = found.next
+            rows = [asdict(row) for row in found.tasks]
+            return {"tasks": rows, "next": None if nxt is None else str(nxt), "seq": seq}
 
         return await answer(work)
 
@@ -357,11 +367,11 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         task_id = task_id_of(request)
 
         def work() -> dict[str, Any]:
-            latest = service.read(reads.latest)
-            found = service.read(reads.detail, task_id)
+            seq = latest()
+            found = store.detail(task_id)
             if found is None:
                 raise unknown(task_id)
-            return {"task": found, "seq": latest}
+            return {"task": asdict(found), "seq": seq}
 
         return await answer(work)
 
@@ -370,11 +380,11 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         down = request.query_params.get("down", "0") not in ("", "0", "false")
 
         def work() -> dict[str, Any]:
-            latest = service.read(reads.latest)
-            found = service.read(reads.graph, task_id, down)
+            seq = latest()
+            found = store.graph(task_id, down)
             if found is None:
                 raise unknown(task_id)
-            return {**found, "seq": latest}
+            return {**asdict(found), "seq": seq}
 
         return await answer(work)
 
@@ -424,13 +434,13 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
     async def retry_failed(request: Request) -> Any:
         body = await _body(request)
-        filters = Filters(
-            state="FAILED",
+        filters = TaskFilters(
+            state=TaskStatus.FAILED,
             family=_text_field(body, "family"),
             worker=_text_field(body, "worker"),
             text=_text_field(body, "q").strip(),
         )
-        ids = await read(reads.matching_ids, filters)
+        ids = await read(_matching_ids, store, filters)
         return await act(request, "retry all failed", core.retry_now, ids)
 
     api = [
@@ -455,6 +465,18 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         *(Route(f"/ui/api/{name}", guarded(fn), methods=[method]) for name, fn, method in api),
         Route("/ui/{name:str}", file, methods=["GET"]),
     ]
+
+
+def _matching_ids(store: TaskReads, filters: TaskFilters) -> list[str]:
+    """The id of every task ``filters`` match (for an action on all of them), page by page."""
+    ids: list[str] = []
+    cursor: int | None = None
+    while True:
+        found = store.page(filters, cursor, PAGE_MAX)
+        ids += (entry.task_id for entry in found.tasks)
+        if found.next is None:
+            return ids
+        cursor = found.next
 
 
 def _https(request: Request) -> bool:

@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import itertools
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +140,10 @@ class FakeClock:
     ``conveyor.Worker`` (it is a :class:`conveyor.clock.Clock`): the worker's timed waits then
     advance it at once instead of sleeping, so a whole run with retry delays, disable windows
     or keep_alive waits finishes immediately and in the same order every time.
+
+    The worker's process executors measure attempt timeouts on it too: an attempt's timeout
+    fires when the clock is moved past it (:meth:`advance`, from any thread), which wakes their
+    supervisors through :meth:`on_advance` (see :mod:`conveyor.executors.deadline`).
     """
 
     blocks = False
@@ -148,6 +153,8 @@ class FakeClock:
         self.now = start
         self.slept = 0.0
         """The total of every ``sleep()``: how long the run waited, in fake seconds."""
+        self._listeners: list[Callable[[], None]] = []
+        self._listening = threading.Lock()
 
     def __call__(self) -> float:
         """The current fake time."""
@@ -167,8 +174,24 @@ class FakeClock:
         self.advance(max(0.0, seconds))
 
     def advance(self, seconds: float) -> None:
-        """Move the clock forward."""
+        """Move the clock forward, then call every :meth:`on_advance` listener."""
         self.now += seconds
+        with self._listening:
+            listeners = tuple(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def on_advance(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (no arguments, on the advancing thread) after every move; returns
+        a function that removes it (a supervisor wakes up this way to check its deadlines)."""
+        with self._listening:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._listening, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
 
 
 def __getattr__(name: str) -> Any:

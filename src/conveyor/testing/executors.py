@@ -32,11 +32,16 @@ from ..executors.base import (
     Note,
     Outcome,
 )
+from ..executors.proctree import MARK_VARIABLE
 from ..settings import schema_of, validate_backend_settings
 from ..task import Task
 from . import conformance_tasks as ct
 
-__all__ = ["check_executor"]
+__all__ = ["ATTEMPT_MARK", "check_executor"]
+
+ATTEMPT_MARK = MARK_VARIABLE
+"""The environment variable every attempt process of conveyor's process executors carries
+(and what the task starts inherits): a test looking for left-behind processes finds them by it."""
 
 _WAIT = 30.0  # seconds any single attempt may take before the check gives up
 

@@ -1,9 +1,13 @@
 """A conformance check for state stores: built-in and third-party alike.
 
 ``check_state_store(open_store)`` saves and loads rows of the shape the central scheduler
-writes (:func:`conveyor.scheduler.persist.to_row`) through a store, and raises
-``AssertionError`` naming the first broken promise. ``open_store`` opens the store (called more
-than once when ``durable``: a store reopened on the same place must load what was saved)::
+writes (:func:`conveyor.scheduler.persist.to_row`) through a store, then reads them back
+through its :class:`~conveyor.server.stores.TaskReads` as the web UI does (counts, pages in
+order with their cursor, each filter, a task's detail, its graph up and down and capped, the
+changes since a change number, the workers, the families), and raises ``AssertionError``
+naming the first broken promise: a store that passes serves the web UI. ``open_store`` opens
+the store (called more than once when ``durable``: a store reopened on the same place must load
+what was saved)::
 
     from conveyor.server.stores import StoreContext
     from conveyor.testing import check_state_store
@@ -17,9 +21,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import TaskStatus
+from ..protocol import StoredWorker, TaskFilters, TaskStatus
 from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import TaskRecord
+from ..secrets import REDACTED
+
+READ_CHECKS = [
+    "reads-summary",
+    "reads-changes",
+    "reads-page",
+    "reads-filters",
+    "reads-detail",
+    "reads-graph",
+    "reads-workers",
+    "reads-families",
+]
+"""The names :func:`check_state_store` gives the checks of the reads, in order."""
 
 __all__ = ["check_state_store"]
 
@@ -42,10 +59,10 @@ def _row(task_id: str, seq: int, status: TaskStatus, text: str) -> dict[str, Any
 
 
 def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) -> list[str]:
-    """Check save/load/upsert/remove (and, if ``durable``, reopening); return the checks
-    run."""
+    """Check save/load/upsert/remove, the reads (:data:`READ_CHECKS`) and, if ``durable``,
+    reopening; return the checks run."""
     store = open_store()
-    checks = ["empty", "save-load", "upsert", "workers", "round-trip", "remove"]
+    checks = ["empty", "save-load", "upsert", "workers", "round-trip", "remove", *READ_CHECKS]
     try:
         rows, workers = store.load()
         assert (list(rows), list(workers)) == ([], []), "a new store is not empty"
@@ -68,6 +85,9 @@ def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) ->
         rows, workers = store.load()
         assert sorted(_by_id(rows)) == ["a", "b"], "a pruned task's row was not deleted"
         assert sorted(workers) == [("w1", False), ("w2", True)], "a gone worker was not deleted"
+        _check_reads(store)
+        rows, workers = store.load()
+        assert sorted(_by_id(rows)) == ["a", "b"], "the rows of the reads' checks were not deleted"
     finally:
         store.close()
     if durable:
@@ -87,3 +107,171 @@ def _by_id(rows: Any) -> dict[str, Any]:
     by_id = {row["task_id"]: row for row in rows}
     assert len(by_id) == len(rows), "a task has several rows: save must replace a task's row"
     return by_id
+
+
+# --- the reads ------------------------------------------------------------------------------------
+
+_GRAPH = {  # task id -> (family, status, deps, registered)
+    "r-leaf2": ("RLeaf", TaskStatus.DONE, (), True),
+    "r-leaf1": ("RLeaf", TaskStatus.FAILED, (), True),
+    "r-mid": ("RMid", TaskStatus.PENDING, ("r-leaf1", "r-leaf2"), True),
+    "r-root": ("RRoot", TaskStatus.RUNNING, ("r-mid",), True),
+    "r-top": ("RTop", TaskStatus.PENDING, ("r-root",), True),
+    "r-hidden": ("RHidden", TaskStatus.PENDING, ("r-top",), False),
+}
+_SAVED = list(_GRAPH)  # (saved in this order, one save each)
+_LISTED = [t for t in reversed(_SAVED) if _GRAPH[t][3]]  # newest first, registered only
+
+
+def _graph_row(task_id: str) -> dict[str, Any]:
+    family, status, deps, registered = _GRAPH[task_id]
+    params = {"p": "Needle" if task_id == "r-mid" else task_id, "password": "hay"}
+    record = TaskRecord(
+        task_id=task_id,
+        seq=100 + _SAVED.index(task_id),
+        family=family,
+        module="conformance.reads",
+        params=params,
+        status=status,
+        deps=deps,
+        stakeholders=("w1",),
+        runners=("w1",),
+        worker="w9" if status is TaskStatus.RUNNING else None,
+        explanation="it broke" if status is TaskStatus.FAILED else "",
+        registered=registered,
+    )
+    return to_row(record)
+
+
+def _check_reads(store: Any) -> None:
+    """Save the rows of :data:`_GRAPH` and check every read against them; delete them."""
+    before = store.summary()
+    for task_id in _SAVED:
+        store.save([_graph_row(task_id)], [])
+    _check_summary(store, before)
+    _check_changes(store, before.seq)
+    _check_page(store)
+    _check_filters(store)
+    _check_detail(store)
+    _check_graph(store)
+    workers = set(store.workers())
+    assert workers == {StoredWorker("w1", False), StoredWorker("w2", True)}, (
+        f"workers() answered {workers}; expected the stored workers w1 and w2 (assistant)"
+    )
+    families = list(store.families())
+    assert families == sorted(families), f"families() is not sorted: {families}"
+    assert {"RLeaf", "RMid", "RRoot", "RTop"} <= set(families), families
+    assert "RHidden" not in families, "families() lists the family of an unregistered task"
+    store.save([], [], gone_tasks=_SAVED)
+    after = store.summary()
+    assert after.counts == before.counts, "summary() still counts deleted tasks"
+    assert after.seq > before.seq, "deleting tasks did not move the change number on"
+
+
+def _check_summary(store: Any, before: Any) -> None:
+    summary = store.summary()
+    expected = dict(before.counts)
+    for _family, status, _deps, registered in _GRAPH.values():
+        expected[status] += registered
+    assert set(summary.counts) == set(map(str, TaskStatus)), (
+        f"summary() must count all six states: {sorted(summary.counts)}"
+    )
+    assert summary.counts == expected, f"summary() counted {summary.counts}; expected {expected}"
+    assert summary.total == sum(expected.values()), "summary().total is not the sum of counts"
+    assert summary.seq >= before.seq + len(_SAVED), (
+        f"the change number went from {before.seq} to {summary.seq} over {len(_SAVED)} saves"
+    )
+
+
+def _check_changes(store: Any, since: int) -> None:
+    latest = store.summary().seq
+    changes = store.changes_since(since)
+    assert changes.seq == latest, f"changes_since().seq {changes.seq} is not the latest {latest}"
+    assert list(changes.task_ids) == _SAVED and not changes.more, (
+        f"changes_since({since}) listed {changes.task_ids}; expected {_SAVED}, oldest first"
+    )
+    some = store.changes_since(since, 2)
+    assert list(some.task_ids) == _SAVED[:2] and some.more, f"changes_since(limit=2): {some}"
+    none = store.changes_since(since, 0)
+    assert none.seq == latest and not none.task_ids, f"changes_since(limit=0): {none}"
+    assert not store.changes_since(latest).task_ids, "changes after the latest change"
+
+
+def _check_page(store: Any) -> None:
+    seen: list[Any] = []
+    cursor = None
+    for _ in range(100):
+        page = store.page(TaskFilters(), cursor, 2)
+        assert len(page.tasks) <= 2, f"page(limit=2) answered {len(page.tasks)} tasks"
+        seen += page.tasks
+        if page.next is None:
+            break
+        assert page.tasks and page.next == page.tasks[-1].seq, (
+            f"page().next is {page.next}; expected the change number of its last task"
+        )
+        cursor = page.next
+    ids = [entry.task_id for entry in seen]
+    assert len(ids) == len(set(ids)), f"pages repeat a task: {ids}"
+    numbers = [entry.seq for entry in seen]
+    assert numbers == sorted(numbers, reverse=True), f"pages are not newest first: {numbers}"
+    assert [t for t in ids if t.startswith("r-")] == _LISTED, (
+        f"the pages list {ids}; expected {_LISTED} newest first (no unregistered task)"
+    )
+    root = next(entry for entry in seen if entry.task_id == "r-root")
+    assert root.params == {"p": "r-root", "password": REDACTED}, (
+        f"a list entry shows a secret-named parameter: {root.params}"
+    )
+    assert root.worker == "w9" and root.status == TaskStatus.RUNNING, root
+    leaf = next(entry for entry in seen if entry.task_id == "r-leaf1")
+    assert leaf.reason, "a FAILED task's list entry has no reason"
+
+
+def _check_filters(store: Any) -> None:
+    cases = {
+        TaskFilters(state=TaskStatus.FAILED, family="RLeaf"): ["r-leaf1"],
+        TaskFilters(family="RLeaf"): ["r-leaf1", "r-leaf2"],
+        TaskFilters(worker="w9"): ["r-root"],
+        TaskFilters(text="NEEDLE"): ["r-mid"],
+        TaskFilters(text="hay"): [],  # (a secret-named parameter's value is not searched)
+        TaskFilters(text="r-top"): ["r-top"],
+    }
+    for filters, expected in cases.items():
+        ids = [e.task_id for e in store.page(filters, None, 50).tasks]
+        assert ids == expected, f"page({filters}) listed {ids}; expected {expected}"
+
+
+def _check_detail(store: Any) -> None:
+    assert store.detail("r-nobody") is None, "detail() of an unknown task is not None"
+    mid = store.detail("r-mid")
+    assert mid is not None and mid.task_id == "r-mid" and mid.family == "RMid", mid
+    deps = [(r.task_id, r.family, r.status) for r in mid.deps]
+    assert deps == [("r-leaf1", "RLeaf", "FAILED"), ("r-leaf2", "RLeaf", "DONE")], deps
+    dependents = [r.task_id for r in mid.dependents]
+    assert dependents == ["r-root"] and mid.dependents_total == 1, mid.dependents
+    assert [r.task_id for r in mid.blocked_by] == ["r-leaf1"], (
+        f"detail().blocked_by is {mid.blocked_by}; expected the FAILED dependency only"
+    )
+    assert mid.params["password"] == REDACTED, "the detail shows a secret-named parameter"
+
+
+def _check_graph(store: Any) -> None:
+    assert store.graph("r-nobody", False) is None, "graph() of an unknown task is not None"
+    up = store.graph("r-mid", False)
+    assert up is not None and up.nodes[up.root].id == "r-mid", up
+    layers = {n.id: n.layer for n in up.nodes}
+    assert layers == {"r-mid": 0, "r-leaf1": 1, "r-leaf2": 1}, f"upstream graph: {layers}"
+    assert _edges(up) == {("r-mid", "r-leaf1"), ("r-mid", "r-leaf2")}, _edges(up)
+    assert [up.nodes[i].id for i in up.blocking] == ["r-leaf1"] and not up.truncated, up
+    both = store.graph("r-mid", True)
+    layers = {n.id: n.layer for n in both.nodes}
+    # (a task nobody registered is in graphs, as in dependency lists)
+    expected = {"r-mid": 0, "r-leaf1": 1, "r-leaf2": 1, "r-root": -1, "r-top": -2, "r-hidden": -3}
+    assert layers == expected, f"graph(downstream) layers {layers}; expected {expected}"
+    assert ("r-root", "r-mid") in _edges(both) and ("r-top", "r-root") in _edges(both)
+    capped = store.graph("r-mid", True, 2)
+    assert len(capped.nodes) == 2 and capped.truncated and capped.cap == 2, capped
+    assert capped.nodes[0].id == "r-mid", "a capped graph does not start at its task"
+
+
+def _edges(graph: Any) -> set[tuple[str, str]]:
+    return {(graph.nodes[t].id, graph.nodes[d].id) for t, d in graph.edges}

@@ -1,21 +1,37 @@
-"""The scheduler transport protocol: every call a worker makes to its scheduler.
+"""The scheduler transport protocol: requests in, answers out.
 
-The in-process :class:`conveyor.Scheduler` satisfies it directly; the ``http`` transport
-(next) speaks the same calls to a central server. Arguments and results are plain values
-(strings, numbers, the values of :mod:`conveyor.protocol`), never live task objects.
+A worker says everything it has to say to its scheduler as one of the frozen request values of
+:data:`conveyor.protocol.ROUTES` (``AddTasks``, ``GetWork``, ``TaskDone``, ``TaskFailed``, …)
+handed to one method, :meth:`SchedulerTransport.call`, which returns the answer the route names
+(``Ok``, ``WorkAnswer``, ``TaskFailedAnswer``, …). The in-process :class:`conveyor.Scheduler`
+satisfies it directly; the ``http`` transport sends each request to the central server's route
+of the same name. Requests and answers are plain values, never live task objects.
+
+Evolving the protocol means adding a defaulted field to a request: a request that leaves it at
+its default is sent as before the field existed (:func:`conveyor.protocol.encode_request`), so
+an older scheduler takes it, and a newer one fills in the default for an older worker. Nothing
+inspects signatures or matches error messages.
+
+A transport written against the earlier method-style protocol (``add_tasks(...)``,
+``get_work(...)``, …, no ``call``) still works: :func:`as_transport` wraps it in
+:class:`MethodTransport`, with a deprecation warning.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Collection, Iterable, Mapping
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..config import Config, SchedulerSettings
-from ..protocol import AttemptEnd, NoteKind, TaskInfo, TaskSpec, TaskStatus, Work, WorkLeft
+import structlog
 
-__all__ = ["CanRelease", "SchedulerTransport", "TransportContext", "release_takes_task_ids"]
+from ..config import Config, SchedulerSettings
+from ..protocol import route_of
+
+__all__ = ["MethodTransport", "SchedulerTransport", "TransportContext", "as_transport"]
+
+log = structlog.get_logger("conveyor.worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,86 +51,66 @@ class TransportContext:
 
 @runtime_checkable
 class SchedulerTransport(Protocol):
-    """What a worker needs from a scheduler.
+    """What a worker needs from a scheduler: one method, ``call``.
 
     The entry point in ``conveyor.schedulers`` names a callable (a class, or a function) that
     the worker calls once with a :class:`TransportContext`; it returns the transport.
     """
 
-    def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
-        """Register or update tasks for a worker."""
+    def call(self, request: Any) -> Any:
+        """Deliver ``request`` (a request value of :data:`conveyor.protocol.ROUTES`) to the
+        scheduler and return its answer, of the type ``ROUTES[name].answer`` names.
 
-    def get_work(
-        self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
-    ) -> Work | None:
-        """Hand out the best runnable task, marking it running, or None.
-
-        ``running`` lists what the worker is running; a task the scheduler believes this worker
-        runs but it does not (a hand-out whose answer was lost) becomes pending again.
+        Raises :class:`~conveyor.errors.StaleReport` for a ``TaskDone`` / ``TaskFailed``
+        about an attempt that is no longer the task's latest (nothing changed), and
+        :class:`~conveyor.errors.SchedulerUnavailable` when the scheduler cannot be reached
+        (after the transport's own retries): the worker keeps its results and sends them
+        again later, so a report must be safe to deliver twice.
         """
 
-    def work_left(self, worker_id: str) -> WorkLeft:
-        """Count what may still run for this worker."""
 
-    def task_done(self, worker_id: str, task_id: str, attempt: int = 0) -> None:
-        """Report a successful attempt (``attempt``: its ``Work.attempt``).
+class MethodTransport:
+    """A transport of the earlier method-style protocol, seen through :meth:`call`.
 
-        Applied once however often it is sent; raises
-        :class:`~conveyor.errors.StaleReport` for an attempt that is no longer the task's
-        latest (nothing changes then).
-        """
+    ``call(request)`` calls the method of ``target`` named by the request's route
+    (``target.task_failed(...)`` for a ``TaskFailed``) with the request's required fields
+    positionally and each defaulted field that is not at its default by keyword
+    (:meth:`conveyor.protocol.Route.arguments`), and makes its result the route's answer
+    (:meth:`conveyor.protocol.Route.answer_of`). So a method written before a defaulted field
+    existed keeps working while the field is left at its default; one the worker does use
+    (``Release.task_ids``, ``TaskFailed.outcome`` other than ``failed``) must be a parameter of
+    the method. A target without the route's method raises ``AttributeError`` (the worker's
+    ``release`` at the end of a run is best effort: it logs that and carries on).
+    """
 
-    def task_failed(
-        self,
-        worker_id: str,
-        task_id: str,
-        explanation: str,
-        attempt: int = 0,
-        outcome: AttemptEnd = AttemptEnd.FAILED,
-    ) -> TaskStatus:
-        """Report a failed attempt; returns the new status (``attempt`` as for task_done).
+    def __init__(self, target: object) -> None:
+        """Adapt ``target``, an object with the method-style calls."""
+        self.target = target
 
-        ``outcome`` says how it ended (failed, timed out, process died, interrupted), for the
-        scheduler's attempt history. A transport written before it existed may leave it out:
-        the worker then calls without it.
-        """
-
-    def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
-        """Store a status message, progress or tracking URL."""
-
-    def ping(self, worker_id: str) -> None:
-        """Keep the worker alive."""
-
-    def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
-        """Current status of each given task id."""
-
-    def explanation(self, task_id: str) -> str:
-        """The stored failure explanation of a task."""
-
-    def task_list(self) -> list[TaskInfo]:
-        """Every registered task: the entries of the server's ``GET /api/v1/tasks``."""
+    def call(self, request: Any) -> Any:
+        """The answer of ``target``'s method for ``request``'s route."""
+        route = route_of(request)
+        args, kwargs = route.arguments(request)
+        return route.answer_of(getattr(self.target, route.name)(*args, **kwargs))
 
 
-@runtime_checkable
-class CanRelease(Protocol):
-    """A transport that can tell the scheduler a worker's run ended (optional: a transport
-    without ``release`` still satisfies :class:`SchedulerTransport`; the worker then simply
-    does not release, and the scheduler prunes the tasks once the worker is gone)."""
-
-    def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:
-        """The run of ``worker_id`` ended: it no longer needs the tasks ``task_ids`` it
-        registered (None: every task the worker id registered), so finished ones may be pruned
-        ``remove_delay`` later while the worker id lives on. The worker names its own graph's
-        tasks, so runs sharing a worker id release only their own; it calls a ``release``
-        without a ``task_ids`` parameter with the worker id alone. Best effort: the worker
-        logs a failure and carries on."""
+_WARNED: set[type[Any]] = set()
 
 
-def release_takes_task_ids(transport: CanRelease) -> bool:
-    """Whether ``transport.release`` accepts the keyword ``task_ids`` (one written before it
-    did is called with the worker id alone)."""
-    try:
-        parameters = inspect.signature(transport.release).parameters
-    except (TypeError, ValueError):
-        return True
-    return "task_ids" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+def as_transport(scheduler: object) -> SchedulerTransport:
+    """``scheduler`` itself if it has a ``call`` method, else it wrapped in a
+    :class:`MethodTransport` (a transport of the earlier method-style protocol), with a
+    ``DeprecationWarning`` and a log line, once per class."""
+    if callable(getattr(scheduler, "call", None)):
+        return scheduler  # type: ignore[return-value]
+    kind = type(scheduler)
+    if kind not in _WARNED:
+        _WARNED.add(kind)
+        message = (
+            f"the scheduler transport {kind.__module__}.{kind.__qualname__} has no call() "
+            "method: it is used through conveyor.transports.base.MethodTransport, which calls "
+            "its add_tasks(), get_work(), ... methods; implement call(request) instead"
+        )
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        log.warning("deprecated transport protocol", transport=kind.__qualname__)
+    return MethodTransport(scheduler)

@@ -28,7 +28,8 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -38,29 +39,17 @@ from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, StaleRepo
 from ..protocol import (
     ROUTES,
     AddTasks,
-    Annotate,
-    AttemptEnd,
-    Explanation,
-    ExplanationAnswer,
     FieldError,
-    GetWork,
-    NoteKind,
-    Ping,
+    Ok,
     Release,
     Statuses,
     StatusesAnswer,
-    TaskDone,
-    TaskFailed,
     TaskInfo,
     TaskList,
-    TaskSpec,
     TaskStatus,
-    Work,
-    WorkAnswer,
-    WorkLeft,
-    WorkLeftRequest,
     decode,
-    encode,
+    encode_request,
+    route_of,
 )
 from ..secrets import redact_text
 from .base import TransportContext
@@ -146,7 +135,6 @@ class HttpTransport:
             _check_plain(self.settings)
         self._local = threading.local()
         self._limit: int | None = None  # the server's max_request_bytes, once asked
-        self._no_outcome = False  # the server refused task_failed's outcome (it predates it)
         self._no_release = False  # the server has no release route (it predates it)
         self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
         self.rand: Callable[[], float] = random.random
@@ -242,10 +230,10 @@ class HttpTransport:
             f"attempt(s): {last}"
         )
 
-    def _post(self, request: Any) -> Any:
-        """Send a protocol request to its route; its answer, checked against the protocol."""
-        route = _ROUTE_OF[type(request)]
-        return self._post_json(route.name, _dumps(encode(request)))
+    def _post(self, request: Any, tries: int | None = None) -> Any:
+        """Send a protocol request to its route; its answer, checked against the protocol
+        (``tries`` as for :meth:`_call`)."""
+        return self._post_json(route_of(request).name, _dumps(encode_request(request)), tries)
 
     def _post_json(self, name: str, data: bytes, tries: int | None = None) -> Any:
         """POST the encoded request ``data`` to route ``name``; its answer, checked (``tries``
@@ -267,17 +255,34 @@ class HttpTransport:
 
     # --- the transport protocol ---------------------------------------------------------------
 
-    def add_tasks(self, worker_id: str, specs: Iterable[TaskSpec], assistant: bool = False) -> None:
+    def call(self, request: Any) -> Any:
+        """Send ``request`` to the server's route of its name (``POST /api/v1/<name>``, the
+        fields at their default left out: :func:`~conveyor.protocol.encode_request`) and
+        return the decoded answer; :class:`~conveyor.errors.StaleReport` for a 409,
+        SchedulerUnavailable once the retries are spent, ConveyorError for another 4xx.
+
+        Three requests are split to fit the server: ``AddTasks`` into requests of at most
+        ``_BATCH`` tasks within its ``max_request_bytes``; ``Statuses`` and ``Release`` into
+        ``_BATCH`` * 10 ids each (the answers joined). ``Release`` is tried once, without
+        retries (it is sent as a run ends, often as the server goes too, and a lost one only
+        delays pruning), and a server without the route (404) is not asked again.
+        """
+        special = _SPLIT.get(type(request))
+        if special is not None:
+            return special(self, request)
+        return self._post(request)
+
+    def _add_tasks(self, request: AddTasks) -> Ok:
         """Register tasks in requests of at most ``_BATCH`` tasks that fit the server's
         ``max_request_bytes``; ConveyorError naming the task, before anything is sent, when
         one task's registration alone is too large."""
-        items = tuple(specs)
+        items = request.tasks
         if not items:
-            return
-        head = encode(AddTasks(worker_id, (), assistant))
+            return _OK
+        head = encode_request(replace(request, tasks=()))
         head.pop("tasks", None)
         prefix = _dumps(head)[:-1] + b',"tasks":['  # the request, up to its list of tasks
-        encoded = [_dumps(encode(spec)) for spec in items]
+        encoded = [_dumps(encode_request(spec)) for spec in items]
         room = self._request_limit() - len(prefix) - 2  # the closing "]}"
         for spec, data in zip(items, encoded, strict=True):
             if len(data) > room:
@@ -289,6 +294,7 @@ class HttpTransport:
                 )
         for batch in _batches(encoded, room):
             self._post_json("add_tasks", prefix + b",".join(batch) + b"]}")
+        return _OK
 
     def _request_limit(self) -> int:
         """The server's ``max_request_bytes``, asked once from ``/health`` (one try: a server
@@ -304,98 +310,29 @@ class HttpTransport:
             self._limit = limit or ServerSettings().max_request_bytes
         return self._limit
 
-    def get_work(
-        self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
-    ) -> Work | None:
-        """The next task for this worker, or None."""
-        listed = None if running is None else tuple(running)
-        answer: WorkAnswer = self._post(GetWork(worker_id, assistant, listed))
-        return answer.work
-
-    def work_left(self, worker_id: str) -> WorkLeft:
-        """What may still run for this worker."""
-        left: WorkLeft = self._post(WorkLeftRequest(worker_id))
-        return left
-
-    def task_done(self, worker_id: str, task_id: str, attempt: int = 0) -> None:
-        """Report a success (StaleReport when the server refuses it: HTTP 409)."""
-        self._post(TaskDone(worker_id, task_id, attempt))
-
-    def task_failed(
-        self,
-        worker_id: str,
-        task_id: str,
-        explanation: str,
-        attempt: int = 0,
-        outcome: AttemptEnd = AttemptEnd.FAILED,
-    ) -> TaskStatus:
-        """Report a failure and how it ended; the new status (StaleReport as for task_done).
-
-        ``outcome`` is sent only when it is not ``failed`` (the default), and not again to a
-        server that refused the field (one older than the attempt history): the report
-        matters more than how it ended.
-        """
-        request = TaskFailed(worker_id, task_id, explanation, attempt, AttemptEnd(outcome))
-        body = encode(request)
-        if request.outcome is AttemptEnd.FAILED or self._no_outcome:
-            body.pop("outcome")
-        try:
-            answer = self._post_json("task_failed", _dumps(body))
-        except ConveyorError as exc:
-            if "outcome" not in body or "outcome" not in str(exc):
-                raise
-            self._no_outcome = True
-            body.pop("outcome")
-            answer = self._post_json("task_failed", _dumps(body))
-        status: TaskStatus = answer.status
-        return status
-
-    def annotate(self, task_id: str, kind: NoteKind, value: Any) -> None:
-        """Store a status message, progress or tracking URL."""
-        self._post(Annotate(task_id, NoteKind(kind), value))
-
-    def ping(self, worker_id: str) -> None:
-        """Keep this worker alive."""
-        self._post(Ping(worker_id))
-
-    def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:
-        """Tell the server this worker's run ended: it no longer needs ``task_ids`` (None:
-        every task of the worker id), asked ``_BATCH`` * 10 ids per request. One attempt per
-        request, no retries: it is sent as the run ends, often as the server goes too, and a
-        lost release only delays pruning. A server that predates the route answers 404: that
-        is no error, and it is not asked again."""
+    def _release(self, request: Release) -> Ok:
+        """Release in requests of ``_BATCH`` * 10 ids, each tried once; a server that
+        predates the route answers 404: that is no error, and it is not asked again."""
         if self._no_release:
-            return
-        if task_ids is None:
-            bodies = [{"worker_id": worker_id}]  # (also what a server older than task_ids reads)
-        else:
-            ids = tuple(task_ids)
-            step = _BATCH * 10
-            bodies = [
-                encode(Release(worker_id, ids[start : start + step]))
-                for start in range(0, len(ids), step)
-            ]
+            return _OK
+        ids = request.task_ids
+        parts = [request] if ids is None else [replace(request, task_ids=c) for c in _chunks(ids)]
         try:
-            for body in bodies:
-                self._post_json("release", _dumps(body), tries=1)
+            for part in parts:
+                self._post(part, tries=1)
         except _Refused as exc:
             if exc.status not in (404, 405):
                 raise
             self._no_release = True
+        return _OK
 
-    def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
-        """Status of each task id (asked ``_BATCH`` * 10 ids per request)."""
-        ids = tuple(task_ids)
+    def _statuses(self, request: Statuses) -> StatusesAnswer:
+        """Statuses asked ``_BATCH`` * 10 ids per request, the answers joined."""
         out: dict[str, TaskStatus] = {}
-        for start in range(0, len(ids), _BATCH * 10):
-            answer: StatusesAnswer = self._post(Statuses(ids[start : start + _BATCH * 10]))
+        for chunk in _chunks(request.task_ids):
+            answer: StatusesAnswer = self._post(replace(request, task_ids=chunk))
             out.update(answer.statuses)
-        return out
-
-    def explanation(self, task_id: str) -> str:
-        """The stored failure explanation."""
-        answer: ExplanationAnswer = self._post(Explanation(task_id))
-        return answer.explanation
+        return StatusesAnswer(out)
 
     def task_list(self) -> list[TaskInfo]:
         """The server's task list."""
@@ -408,7 +345,21 @@ class HttpTransport:
         return list(self._call("GET", "/api/v1/workers", check=_worker_rows))
 
 
-_ROUTE_OF = {route.request: route for route in ROUTES.values()}
+_OK = Ok()
+_SPLIT: dict[type[Any], Callable[[HttpTransport, Any], Any]] = {
+    AddTasks: HttpTransport._add_tasks,
+    Release: HttpTransport._release,
+    Statuses: HttpTransport._statuses,
+}
+"""The requests :meth:`HttpTransport.call` splits to fit the server; every other one is
+posted as it is."""
+
+
+def _chunks(ids: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """``ids`` cut into parts of ``_BATCH`` * 10 (none if there are none)."""
+    step = _BATCH * 10
+    for start in range(0, len(ids), step):
+        yield ids[start : start + step]
 
 
 # --- TLS ------------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
-"""conveyor's own features written as plugins of its hooks: the transition and failure logs.
+"""conveyor's own features written as plugins of its hooks: the transition and failure logs
+and the execution summary.
 
 They are registered through the same :class:`~conveyor.plugins.HookRelay` as a third party's
-plugin; if one of them needed something the hooks do not give, a hook would be missing.
+plugin, by name from :data:`conveyor.plugins.BUILTIN_PLUGINS` (the notifier dispatch, the
+fourth, lives in :mod:`conveyor.notifiers.dispatch`); if one of them needed something the hooks
+do not give, a hook would be missing.
 """
 
 from __future__ import annotations
@@ -11,10 +14,18 @@ import logging
 import structlog
 
 from .. import events as ev
+from ..config import Config
+from ..core.summary import WorkerSummary, render_summary
 from ..hookspecs import hookimpl
 from ..secrets import hide_secret_params
 
-__all__ = ["FailureLogPlugin", "TransitionLogPlugin"]
+__all__ = [
+    "FailureLogPlugin",
+    "SummaryPlugin",
+    "TransitionLogPlugin",
+    "failure_log",
+    "transition_log",
+]
 
 
 class _LogPlugin:
@@ -117,3 +128,36 @@ class FailureLogPlugin(_LogPlugin):
     def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
         """Log a dead attempt process."""
         self._log(event, exitcode=event.exitcode, signal=event.signal)
+
+
+def transition_log(config: Config) -> TransitionLogPlugin | None:
+    """The ``conveyor.transition-log`` plugin, or None when info lines are filtered out."""
+    plugin = TransitionLogPlugin()
+    return plugin if plugin.enabled else None
+
+
+def failure_log(config: Config) -> FailureLogPlugin | None:
+    """The ``conveyor.failure-log`` plugin, or None when error lines are filtered out."""
+    plugin = FailureLogPlugin()
+    return plugin if plugin.enabled else None
+
+
+class SummaryPlugin:
+    """The execution summary (``conveyor.summary``): Luigi's, counts per category grouped by
+    family and a verdict line, rendered by :func:`~conveyor.core.summary.render_summary`.
+
+    It answers ``conveyor_worker_summary`` and is registered first, so a plugin registered after
+    it — any third party's — is asked before it and may replace or extend its text.
+    """
+
+    name = "conveyor.summary"
+
+    @classmethod
+    def for_config(cls, config: Config) -> SummaryPlugin:
+        """The plugin (every worker has a summary; the configuration changes nothing)."""
+        return cls()
+
+    @hookimpl
+    def conveyor_worker_summary(self, event: WorkerSummary) -> str:
+        """The summary text of the run's facts."""
+        return render_summary(event.facts)

@@ -12,6 +12,7 @@ stay pending because of it.
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 import time
@@ -128,8 +129,15 @@ class ParallelChecks:
         self._jobs: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[CheckResult] = queue.SimpleQueue()
         self._inflight: dict[str, tuple[Task, float]] = {}
+        # each thread runs in a copy of the caller's context: a complete() that makes tasks
+        # makes them with the [tasks.*] defaults of the worker walking (a ContextVar)
         self._threads = [
-            threading.Thread(target=self._serve, name="conveyor-check", daemon=True)
+            threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(self._serve,),
+                name="conveyor-check",
+                daemon=True,
+            )
             for _ in range(max(1, threads))
         ]
         for thread in self._threads:

@@ -9,6 +9,7 @@ from typing import Any
 from ..core.states import TaskState
 from ..executors.base import Outcome
 from ..task import Task
+from ..tasklike import TaskPolicy
 
 __all__ = ["Node", "find_cycle", "label"]
 
@@ -43,6 +44,14 @@ class Node:
     notes: dict[str, Any] | None = None
     """The last status message, progress and tracking URL of a run() now suspended at a
     yield: sent to the scheduler again when it resumes (a hand-out clears them there)."""
+    policy: TaskPolicy | None = None
+    """The task's :class:`~conveyor.TaskPolicy`, read once (see :meth:`task_policy`)."""
+
+    def task_policy(self) -> TaskPolicy:
+        """The task's policy, asked of the task the first time only."""
+        if self.policy is None:
+            self.policy = self.task.task_policy()
+        return self.policy
 
     def all_deps(self) -> tuple[str, ...]:
         """Static and dynamic dependency ids."""

@@ -28,6 +28,7 @@ from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
 from ..core.machine import HandOut, on_hand_out, on_outcome
 from ..core.states import Trigger
+from ..core.summary import WorkerSummary
 from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
     FAILED,
@@ -44,33 +45,39 @@ from ..executors.base import (
     complete_executor,
 )
 from ..executors.channel import truncate
-from ..notifiers.dispatch import NotifyPlugin, build_dispatcher
+from ..executors.deadline import DeadlinePolicy
 from ..parameters import allow_task_modules, task_modules_named
-from ..plugins import LifecycleRelay, load_hook_plugins
+from ..plugins import (
+    START_REFUSALS,
+    LifecycleRelay,
+    load_builtin_plugins,
+    load_hook_plugins,
+)
 from ..protocol import (
     IDENTIFIER,
+    AddTasks,
+    Annotate,
     AttemptEnd,
     AttemptOutcome,
+    GetWork,
     NoteKind,
+    Ping,
+    Release,
+    TaskDone,
+    TaskFailed,
     TaskSpec,
     TaskStatus,
     Work,
+    WorkLeft,
+    WorkLeftRequest,
 )
 from ..task import (
     Task,
+    TaskDefaults,
     load_task_class,
-    restore_task_defaults,
     take_id_style_in_use,
-    task_defaults_in_use,
-    use_task_defaults,
 )
-from ..transports.base import (
-    CanRelease,
-    SchedulerTransport,
-    TransportContext,
-    release_takes_task_ids,
-)
-from .builtin_plugins import FailureLogPlugin, TransitionLogPlugin
+from ..transports.base import SchedulerTransport, TransportContext, as_transport
 from .graph import Node
 from .outbox import Outbox
 from .report import RunReport, build_report
@@ -112,12 +119,13 @@ class Worker:
         reads and waits by (``conveyor.testing.FakeClock`` makes a run deterministic).
         """
         self.config = resolve_config(config)
-        # the tasks this worker makes (dependencies, dynamic ones) take [tasks.*] from its file,
-        # until it closes (process-wide meanwhile, as in Luigi)
-        self._previous_defaults = task_defaults_in_use()
-        use_task_defaults(
+        # the tasks this worker makes (dependencies, dynamic ones) take [tasks.*] from its file:
+        # applied around its walks and its run, and in the constructing context until it closes
+        # (tasks made in a `with Worker(...)` block); another worker's are not seen
+        self._task_defaults = TaskDefaults(
             self.config.tasks, self.config.task_sources, self.config.worker.task_id_style
         )
+        self._defaults_token = self._task_defaults.enter()
         # from here on a failure (a plugin that does not load, a notifier refused) undoes what
         # was done: the executor built is closed and the task defaults are put back
         try:
@@ -127,10 +135,12 @@ class Worker:
             _check_worker_id(self.id)
             self.clock = clock
             self.rand: Callable[[], float] = random.random  # jitter of the idle waits
-            self.hooks = LifecycleRelay()
+            self.hooks = LifecycleRelay(START_REFUSALS)  # a notifier that cannot work: exit 2
             self._transit = Transitions(self.id, self.hooks, clock, self.host)
             self._register_plugins(plugins)
-            self._transport = scheduler if scheduler is not None else self._make_transport()
+            self._transport = as_transport(
+                scheduler if scheduler is not None else self._make_transport()
+            )
             self._outbox = Outbox(
                 self._transport, self.config.scheduler, clock.monotonic, self.rand
             )
@@ -147,11 +157,6 @@ class Worker:
             self._unfenceable = 0.0  # a lease too short to fence in, once warned about
             self._running_at_interrupt = 0
             self._interrupt_log: dict[str, Any] = {}  # logged by the loop (see interrupt())
-            # the notifiers are built now (a missing one is exit 2); dispatch is a plugin like any
-            self._dispatcher = build_dispatcher(self.config)
-            if self._dispatcher is not None:
-                notify = NotifyPlugin(self._dispatcher, self.config.notifiers.on)
-                self.hooks.register(notify, "notify")
             self._graph: dict[str, Node] = {}
             self._in_run = False
             self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
@@ -173,28 +178,23 @@ class Worker:
 
     def _undo_init(self, built_executor: bool) -> None:
         """Undo what a failed ``__init__`` changed: close the executor it built (a fork server's
-        child process among them) and the notifiers, and put back the task defaults."""
+        child process among them), and put back the task defaults (a plugin that refused its
+        configuration undid its own set-up, and the relay unconfigured the others)."""
         made: list[Callable[[], object]] = []
         if built_executor and (executor := getattr(self, "_executor", None)) is not None:
             made.append(executor.close)
-        if (dispatcher := getattr(self, "_dispatcher", None)) is not None:
-            made.append(lambda: dispatcher.close(0.0))
         for close in made:
             try:
                 close()
             except Exception as exc:  # the failure being raised matters more
                 log.warning("could not close what a failed worker set up", error=str(exc))
-        restore_task_defaults(self._previous_defaults)
+        self._task_defaults.leave(self._defaults_token)
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
-        for name, log_plugin in (
-            ("conveyor.transition-log", TransitionLogPlugin()),
-            ("conveyor.failure-log", FailureLogPlugin()),
-        ):
-            if log_plugin.enabled:
-                self.hooks.register(log_plugin, name)
+        # conveyor's own first (the summary, the logs, the notifier dispatch), then the others
+        builtin = load_builtin_plugins(self.config)
         loaded, _failures = load_hook_plugins(self.config.plugins)
-        for source in loaded:
+        for source in (*builtin, *loaded):
             self.hooks.register(source.plugin, source.name)
         for index, plugin in enumerate(extra):
             name = getattr(plugin, "name", None) or f"{type(plugin).__name__}-{index}"
@@ -222,14 +222,15 @@ class Worker:
             self.config,
             # log format "auto" is decided in the child, on the same stderr
             lambda settings: ExecutorContext(
-                workers, kill_grace, settings, logging.level, logging.format
+                workers, kill_grace, settings, logging.level, logging.format, clock=self.clock
             ),
         )
         return complete_executor(executor)
 
     def _executor_for(self, timeout: float) -> Executor:
-        """The configured executor, or — for a timeout it cannot enforce — a process one."""
-        if not timeout or self._executor.can_kill:
+        """The configured executor, or — for a timeout it cannot enforce — a process one
+        (the deadline policy decides which)."""
+        if not DeadlinePolicy.needs_isolation(self._executor, timeout):
             return self._executor
         if self._isolator is None:
             self._isolator = self._make_executor(_PROCESS_EXECUTOR)
@@ -239,9 +240,12 @@ class Worker:
         """Create the process executor for timed tasks now, before run() starts its threads,
         if a task of the graph will need it: a fork server made while the worker has one
         thread is a fork of it and knows every task class, ``__main__``'s included."""
-        if self._isolator is not None or self._executor.can_kill:
+        if self._isolator is not None:
             return
-        if self.settings.timeout or any(node.task.worker_timeout for node in self._graph.values()):
+        timeouts = itertools.chain(
+            (self.settings.timeout,), (n.task.worker_timeout or 0 for n in self._graph.values())
+        )
+        if DeadlinePolicy.any_needs_isolation(self._executor, timeouts):
             self._isolator = self._make_executor(_PROCESS_EXECUTOR)
 
     def __enter__(self) -> Worker:
@@ -271,23 +275,24 @@ class Worker:
                 while self._suspended:
                     self._suspended.popitem()[1].close()
             finally:
-                restore_task_defaults(self._previous_defaults)
+                self._task_defaults.leave(self._defaults_token)
 
     def add(self, task: Task) -> bool:
         """Walk ``task``'s graph and register it; False if any task in it is broken."""
         if not isinstance(task, Task):
             raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
-        take_id_style_in_use(task)  # (made before this worker's configuration set it)
-        self._requested.append(task.task_id)
-        return self._walker.walk([task])
+        with self._task_defaults.applied():
+            take_id_style_in_use(task)  # (made before this worker's configuration set it)
+            self._requested.append(task.task_id)
+            return self._walker.walk([task])
 
     def _register(self, specs: list[TaskSpec]) -> None:
         """Registration's one path: to the scheduler now before the run; during it through the
         outbox, which survives an outage and keeps registrations in order with results."""
         if self._in_run:
-            self._outbox.send("add_tasks", self.id, specs, self.settings.assistant)
+            self._outbox.send(AddTasks(self.id, tuple(specs), self.settings.assistant))
         else:
-            self._transport.add_tasks(self.id, specs, self.settings.assistant)
+            self._transport.call(AddTasks(self.id, tuple(specs), self.settings.assistant))
 
     def tasks(self) -> dict[str, Task]:
         """Every task of this worker's graph, by task id."""
@@ -305,15 +310,15 @@ class Worker:
         self._interrupt_log = {}
         self._contact = self.clock.monotonic()
         started = self.clock.time()  # the run's duration in the summary: stopped - started
-        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=started, host=self.host))
+        # the fork server first: plugins (the notifier dispatch) start threads on worker_started
         self._prepare_isolator()
-        if self._dispatcher is not None:  # its threads start after the fork server's fork
-            self._dispatcher.start()
+        self.hooks.fire(ev.WorkerStarted(worker_id=self.id, timestamp=started, host=self.host))
         stop_ping = self._start_pinger()
         restore = install_signal_handlers(self) if self.settings.install_signal_handlers else None
         self._in_run = True
         try:
-            self._loop()
+            with self._task_defaults.applied():  # (run() may be called from another thread)
+                self._loop()
         finally:
             self._in_run = False
             if restore is not None:
@@ -329,6 +334,9 @@ class Worker:
             self._running_at_interrupt,
             unreachable=self._unreachable,
             duration=max(0.0, stopped - started),
+            render=lambda facts: self.hooks.summary(  # conveyor.summary's, unless replaced
+                WorkerSummary(worker_id=self.id, timestamp=stopped, host=self.host, facts=facts)
+            ),
         )
         self._release()
         self.hooks.fire(
@@ -344,10 +352,9 @@ class Worker:
 
     def _release(self) -> None:
         """Tell the scheduler this run no longer needs its tasks, so that a worker id living
-        on through many runs does not keep them all (best effort: a transport without
-        ``release``, or a scheduler out of reach, leaves them to be pruned when it is gone)."""
-        transport = self._transport
-        if not isinstance(transport, CanRelease) or self._unreachable or self._outbox.pending:
+        on through many runs does not keep them all (best effort: a transport that fails to,
+        or a scheduler out of reach, leaves them to be pruned when the worker is gone)."""
+        if self._unreachable or self._outbox.pending:
             return
         # the tasks of this worker's graph only: other runs sharing the worker id (several
         # Workers with one worker_id) keep theirs
@@ -355,10 +362,7 @@ class Worker:
         if not task_ids:
             return
         try:
-            if release_takes_task_ids(transport):
-                transport.release(self.id, task_ids=task_ids)
-            else:  # a transport written before task_ids: the whole worker id, as it did
-                transport.release(self.id)
+            self._transport.call(Release(self.id, task_ids))
         except Exception as exc:  # any transport's failure: the run's result stands
             error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
             log.info("could not release this run's tasks at the scheduler", error=error)
@@ -388,9 +392,9 @@ class Worker:
                 self._wait_for_message(None)
                 continue
             try:
-                work = self._transport.get_work(
-                    self.id, self.settings.assistant, tuple(self._running)
-                )
+                work: Work | None = self._transport.call(
+                    GetWork(self.id, self.settings.assistant, tuple(self._running))
+                ).work
                 self._contact = self.clock.monotonic()
             except SchedulerUnavailable as exc:
                 log.error("scheduler unreachable; asking for no more work", error=str(exc))
@@ -418,7 +422,7 @@ class Worker:
         if self.settings.assistant:
             return True  # a long-running assistant waits for work until it is stopped
         try:
-            left = self._transport.work_left(self.id)
+            left: WorkLeft = self._transport.call(WorkLeftRequest(self.id))
         except SchedulerUnavailable:
             return True  # keep_alive: wait for the scheduler to come back
         if self.settings.count_uniques:
@@ -461,12 +465,7 @@ class Worker:
             # failed like the attempts the interruption stopped
             explanation = f"not started: the worker was interrupted by {self._interrupted}"
             self._outbox.send(
-                "task_failed",
-                self.id,
-                work.task_id,
-                explanation,
-                work.attempt,
-                AttemptEnd.INTERRUPTED,
+                TaskFailed(self.id, work.task_id, explanation, work.attempt, AttemptEnd.INTERRUPTED)
             )
             return
         node = self._graph.get(work.task_id)
@@ -522,7 +521,7 @@ class Worker:
             # the resumed run() set these before its yield; the hand-out cleared them
             with contextlib.suppress(SchedulerUnavailable):
                 for kind, value in node.notes.items():
-                    self._transport.annotate(node.task_id, NoteKind(kind), value)
+                    self._transport.call(Annotate(node.task_id, NoteKind(kind), value))
         executor.start(request, self._post)
 
     def _resumable(self, node: Node, executor: Executor) -> Suspended | None:
@@ -546,7 +545,7 @@ class Worker:
             task = self._load_foreign(work)
         except Exception as exc:  # a refused module, bad parameters, or an __init__ that raised
             error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
-            self._outbox.send("task_failed", self.id, work.task_id, error, work.attempt)
+            self._outbox.send(TaskFailed(self.id, work.task_id, error, work.attempt))
             log.error("refused task", task_id=work.task_id, error=error)
             return None
         node = Node(task, work.task_id, ev.Params(work.params))
@@ -557,7 +556,7 @@ class Worker:
             node.error = requires_error(task, exc)
             self._transit(node, Trigger.BROKEN, error=node.error, phase="requires")
             spec = self._walker.spec(node, TaskStatus.UNKNOWN, False, explanation=node.error)
-            self._outbox.send("add_tasks", self.id, [spec], self.settings.assistant)
+            self._outbox.send(AddTasks(self.id, (spec,), self.settings.assistant))
             return None
         node.deps = tuple(dep.task_id for dep in deps)
         self._transit(node, Trigger.ADOPTED, dependencies=node.deps, dynamic=False)
@@ -602,7 +601,7 @@ class Worker:
         node.notes[note.kind] = note.value
         # a lost status message is not worth holding the run for
         with contextlib.suppress(SchedulerUnavailable):
-            self._transport.annotate(note.task_id, note.kind, note.value)
+            self._transport.call(Annotate(note.task_id, NoteKind(note.kind), note.value))
 
     def _on_outcome(self, outcome: Outcome) -> None:
         node = self._running.pop(outcome.task_id, None)
@@ -620,7 +619,7 @@ class Worker:
         if trigger is Trigger.SUCCEEDED:
             node.succeeded = True
             node.found_complete = outcome.found_complete
-            self._outbox.send("task_done", self.id, node.task_id, node.hand_out)
+            self._outbox.send(TaskDone(self.id, node.task_id, node.hand_out))
             ended = _ended_fields(node, outcome)
             if outcome.found_complete:
                 self._transit(node, trigger, skipped=True, **ended)
@@ -642,7 +641,7 @@ class Worker:
         node.error = truncate(outcome.error or outcome.kind)
         if not decision.reschedule:
             self._outbox.send(
-                "task_failed", self.id, node.task_id, node.error, node.hand_out, _ended(outcome)
+                TaskFailed(self.id, node.task_id, node.error, node.hand_out, _ended(outcome))
             )
         fields = _failure_fields(trigger, node.error, outcome)
         self._transit(node, trigger, **fields, **_ended_fields(node, outcome))
@@ -698,7 +697,7 @@ class Worker:
         def ping() -> None:
             while not stop.wait(interval):
                 try:
-                    self._transport.ping(self.id)
+                    self._transport.call(Ping(self.id))
                     self._contact = self.clock.monotonic()
                 except Exception as exc:  # the pinger must survive any error
                     log.warning("ping failed", error=str(exc))

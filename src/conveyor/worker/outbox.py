@@ -1,7 +1,9 @@
 """Reports the scheduler must not lose, kept in order while it is unreachable (see docs/server.md).
 
-When a transport call raises :class:`~conveyor.errors.SchedulerUnavailable` (the transport has
-already spent its own retries), the call is queued. The worker stops asking for new work,
+Each report is a request value of :mod:`conveyor.protocol` (``TaskDone``, ``TaskFailed``,
+``AddTasks``, …), delivered by ``transport.call(request)``. When a call raises
+:class:`~conveyor.errors.SchedulerUnavailable` (the transport has already spent its own
+retries), the request is queued. The worker stops asking for new work,
 lets running attempts finish (their results join the queue) and retries the queue with the
 capped, jittered, doubling waits of :class:`~conveyor.backoff.Backoff`. After
 ``rpc_give_up_after`` seconds of failure it gives up, and the queued tasks count as unreported
@@ -10,7 +12,6 @@ failures.
 
 from __future__ import annotations
 
-import inspect
 import random
 import time
 from collections.abc import Callable
@@ -21,12 +22,13 @@ import structlog
 from ..backoff import Backoff
 from ..config import SchedulerSettings
 from ..errors import SchedulerUnavailable, StaleReport
+from ..protocol import TaskDone, TaskFailed
 from ..transports.base import SchedulerTransport
 
 __all__ = ["Outbox"]
 
 log = structlog.get_logger("conveyor.worker")
-_RESULTS = ("task_done", "task_failed")
+_RESULTS = (TaskDone, TaskFailed)
 
 
 class Outbox:
@@ -45,33 +47,28 @@ class Outbox:
         self.clock = clock
         self.rand = rand
         self._backoff = Backoff(settings.rpc_retry_wait, settings.rpc_retry_max_wait)
-        self._queue: list[tuple[str, tuple[Any, ...]]] = []
+        self._queue: list[Any] = []  # request values, oldest first
         self._since = 0.0
         self._next = 0.0
         self._failures = 0
-        self._outcome_known = _takes_outcome(transport)
-
-    def _call(self, method: str, args: tuple[Any, ...]) -> None:
-        if method == "task_failed" and not self._outcome_known:
-            args = args[:4]  # a transport that predates the outcome of task_failed
-        getattr(self.transport, method)(*args)
 
     @property
     def pending(self) -> bool:
         """True while reports are waiting for the scheduler."""
         return bool(self._queue)
 
-    def send(self, method: str, *args: Any) -> None:
-        """Call ``transport.method(*args)`` now, or queue it behind earlier undelivered calls."""
+    def send(self, request: Any) -> None:
+        """Deliver ``request`` (a request value of :data:`conveyor.protocol.ROUTES`) by
+        ``transport.call(request)`` now, or queue it behind earlier undelivered ones."""
         if self._queue:
-            self._queue.append((method, args))
+            self._queue.append(request)
             return
         try:
-            self._call(method, args)
+            self.transport.call(request)
         except StaleReport as exc:
             _refused(exc)
         except SchedulerUnavailable as exc:
-            self._queue.append((method, args))
+            self._queue.append(request)
             self._since = self.clock()
             self._schedule_retry()
             log.error("scheduler unreachable; keeping results until it is back", error=str(exc))
@@ -83,9 +80,8 @@ class Outbox:
         if self.clock() < self._next:
             return False
         while self._queue:
-            method, args = self._queue[0]
             try:
-                self._call(method, args)
+                self.transport.call(self._queue[0])
             except StaleReport as exc:
                 _refused(exc)
             except SchedulerUnavailable:
@@ -110,18 +106,7 @@ class Outbox:
 
     def unreported(self) -> set[str]:
         """Task ids whose results never reached the scheduler."""
-        return {args[1] for method, args in self._queue if method in _RESULTS}
-
-
-def _takes_outcome(transport: SchedulerTransport) -> bool:
-    """Whether ``transport.task_failed`` accepts the ``outcome`` argument."""
-    try:
-        parameters = inspect.signature(transport.task_failed).parameters
-    except (TypeError, ValueError):
-        return True
-    if any(p.kind is p.VAR_POSITIONAL for p in parameters.values()):
-        return True
-    return "outcome" in parameters
+        return {request.task_id for request in self._queue if isinstance(request, _RESULTS)}
 
 
 def _refused(exc: StaleReport) -> None:

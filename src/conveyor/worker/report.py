@@ -17,7 +17,7 @@ from ..core.summary import (
 )
 from ..errors import SchedulerUnavailable
 from ..executors.base import Outcome
-from ..protocol import AttemptOutcome, TaskStatus
+from ..protocol import AttemptOutcome, Explanation, Statuses, TaskStatus
 from ..secrets import hide_secret_params, is_secret_name, redact_text
 from ..transports.base import SchedulerTransport
 from .graph import Node, label
@@ -48,15 +48,19 @@ def build_report(
     *,
     unreachable: str = "",
     duration: float | None = None,
+    render: Callable[[SummaryFacts], str] = render_summary,
 ) -> RunReport:
     """Ask the scheduler for final states and classify every task of the graph.
 
     When the scheduler cannot be reached, the worker's own view stands in; ``unreported`` tasks
     (results the scheduler never received) count as failed. ``duration`` (seconds, from the
-    worker_started event to the worker_stopped one) is said in the verdict.
+    worker_started event to the worker_stopped one) is said in the verdict. ``render`` turns
+    the facts into the summary text: the worker asks its plugins' ``conveyor_worker_summary``
+    (:meth:`~conveyor.plugins.HookRelay.summary`), whose built-in answer is
+    :func:`~conveyor.core.summary.render_summary`; the exit code comes from the facts.
     """
     try:
-        statuses = transport.statuses(graph)
+        statuses = dict(transport.call(Statuses(tuple(graph))).statuses)
     except SchedulerUnavailable:
         statuses = {t: _LOCAL.get(node.state, TaskStatus.PENDING) for t, node in graph.items()}
     if len(statuses) < len(graph):  # pruned since an earlier run() of this worker released it
@@ -98,7 +102,7 @@ def build_report(
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
     ok = all(states.get(t) == TaskStatus.DONE for t, node in graph.items() if node.attempts)
-    return RunReport(ok, exit_code(facts), render_summary(facts), states, errors)
+    return RunReport(ok, exit_code(facts), render(facts), states, errors)
 
 
 def _notes(graph: Mapping[str, Node]) -> dict[str, str]:
@@ -207,7 +211,8 @@ def _signal_name(number: int) -> str:
 
 def _explanation(transport: SchedulerTransport, task_id: str) -> str:
     try:
-        return transport.explanation(task_id)
+        answer: str = transport.call(Explanation(task_id)).explanation
+        return answer
     except SchedulerUnavailable:
         return ""
 

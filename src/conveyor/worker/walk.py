@@ -99,8 +99,9 @@ class GraphWalk:
         visited.add(task_id)
         node = self.graph.get(task_id)
         if node is None:
-            # read-only, so shared with every plugin as is
-            node = Node(task, task_id, task._string_params(), external=task.is_external())
+            policy = task.task_policy()  # (read once per task: see Node.task_policy)
+            # task_params is read-only, so shared with every plugin as is
+            node = Node(task, task_id, task.task_params, external=policy.external, policy=policy)
             self.graph[task_id] = node
             checks.submit(task)
             return True
@@ -139,14 +140,15 @@ class GraphWalk:
         """The dependencies to walk, the status to register and whether it may run here."""
         task = node.task
         settings = self.settings
+        disabled = node.task_policy().disabled
         decided = registration(
             external=node.external,
-            disabled=task.disabled,
+            disabled=disabled,
             retry_external=settings.retry_external_tasks,
             task_limit=settings.task_limit,
             scheduled=self.scheduled,
             attempts=node.attempts,
-            label=repr(task) if task.disabled else "",  # repr() costs: only when shown
+            label=repr(task) if disabled else "",  # repr() costs: only when shown
         )
         if not decided.walk:
             node.limited = decided.limited
@@ -196,16 +198,16 @@ class GraphWalk:
     ) -> TaskSpec:
         """The registration of ``node``; ``deps`` defaults to all its dependencies (the
         scheduler merges the dependencies of a task it knows, so fewer may be named)."""
-        task = node.task
+        policy = node.task_policy()
         return TaskSpec(
             node.task_id,
             *self._identity(node),
             status=status,
             deps=node.all_deps() if deps is None else deps,
-            priority=task.priority,
-            resources=task.resources,
+            priority=policy.priority,
+            resources=policy.resources,
             runnable=runnable,
-            retry_count=task.retry_count,
+            retry_count=policy.retry_count,
             explanation=explanation,
         )
 

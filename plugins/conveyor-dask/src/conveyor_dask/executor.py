@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -12,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from conveyor.attempt import executor_message, spec_of
 from conveyor.errors import ConfigError
 from conveyor.executors.base import (
     FAILED,
@@ -22,8 +22,7 @@ from conveyor.executors.base import (
     Outcome,
     Sink,
 )
-from conveyor.executors.channel import decode
-from conveyor.executors.child import attempt_spec
+from conveyor.protocol import FieldError, decode_attempt_message, encode
 from conveyor.settings import Field
 from dask.utils import parse_bytes
 from distributed import Client, Event, Future, LocalCluster
@@ -134,7 +133,7 @@ class DaskExecutor:
         """Submit the attempt to the cluster; its notes and outcome come back to ``sink``."""
         task = request.task
         key = f"conveyor-{request.task_id}-{request.attempt}-{uuid.uuid4().hex[:8]}"
-        spec = {**attempt_spec(request), "key": key}
+        spec = encode(spec_of(request, self.context))
         options: dict[str, Any] = {
             "key": key,
             "pure": False,
@@ -155,17 +154,8 @@ class DaskExecutor:
                     )
                 )
                 return
-        ctx = self.context
         future = self._client.submit(
-            run_attempt,
-            spec,
-            request.timeout,
-            ctx.kill_grace,
-            ctx.log_level,
-            ctx.log_format,
-            self._topic,
-            stop_name(self._topic),
-            **options,
+            run_attempt, spec, key, self._topic, stop_name(self._topic), **options
         )
         with self._lock:
             self._open[key] = (request.task_id, sink, future)
@@ -189,7 +179,10 @@ class DaskExecutor:
         if entry is None:  # its outcome is in: a late note would come after it
             return
         task_id, sink, _ = entry
-        message = decode(str(body.get("line", "")).encode(), task_id)
+        try:
+            message = executor_message(decode_attempt_message(body.get("message")), task_id)
+        except FieldError:
+            return  # (not a note of this version's: nothing to show)
         if isinstance(message, Note):
             sink(message)
 
@@ -216,7 +209,7 @@ class DaskExecutor:
             exception_type="ProcessDied",
         )
         try:
-            line = future.result()
+            result = future.result()
         except KilledWorker:
             return lost
         except FutureCancelledError:
@@ -231,20 +224,19 @@ class DaskExecutor:
                 error=f"the Dask worker could not run the attempt: {type(exc).__name__}: {exc}",
                 exception_type=type(exc).__name__,
             )
-        if line == LOST:
+        if result == LOST:
             return lost
-        if line == STOPPED:
+        if result == STOPPED:
             return Outcome(task_id, FAILED, error=f"interrupted by {self._interrupted}",
                            exception_type="Interrupted", interrupted=True)  # fmt: skip
+        why = ""
         try:
-            body = json.loads(line)
-            message = decode(str(body["line"]).encode(), task_id)
-            fields = {k: body[k] for k in ("timeout", "exitcode", "signal")}
-        except (TypeError, ValueError, KeyError):
-            message, fields = None, {}
+            message = executor_message(decode_attempt_message(result), task_id)
+        except Exception as exc:  # (a garbled result, or a dependency that cannot be rebuilt)
+            message, why = None, f": {exc}"
         if isinstance(message, Outcome):
-            return replace(message, **fields)
-        return Outcome(task_id, FAILED, error="no outcome from the Dask worker",
+            return message
+        return Outcome(task_id, FAILED, error=f"no outcome from the Dask worker{why}",
                        exception_type="ChannelError")  # fmt: skip
 
     def _forget(self, key: str) -> None:

@@ -1,10 +1,14 @@
 """What runs on the Dask workers: one attempt, in a child process supervised there.
 
-:func:`run_attempt` is the function the executor submits. It starts conveyor's ``subprocess``
-runner for the attempt on the Dask worker's machine (the Dask worker never imports the task),
-forwards status messages, progress and tracking URLs to the conveyor worker as Dask events
-while the attempt runs, and returns the attempt's outcome as one JSON line. Timeouts and the
-kill of the whole process tree are the local supervisor's, exactly as under ``subprocess``.
+:func:`run_attempt` is the function the executor submits, with the attempt's
+:class:`~conveyor.protocol.AttemptSpec` as JSON data. It runs the attempt with
+:class:`conveyor.attempt.AttemptRunner` — what ``python -m conveyor.attempt`` runs, in the Dask
+worker's process: conveyor's supervised child process on the Dask worker's machine (the Dask
+worker itself imports the task only to rebuild the dynamic dependencies a ``run()`` yields) —
+forwards status messages, progress and tracking URLs to the conveyor worker as Dask events while
+the attempt runs, and returns how it ended as the protocol's JSON data
+(:func:`~conveyor.protocol.encode_attempt_message`). Timeouts and the kill of the whole process
+tree are that supervisor's, exactly as under ``subprocess``. Only conveyor's public API is used.
 
 Dask may run a task again after the worker running it was lost. A first run claims the attempt
 (a Dask ``Event`` named after its key); a second run finds the claim and returns
@@ -15,13 +19,17 @@ is stopped within :data:`CHECK_EVERY` seconds.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
-from conveyor.executors.base import ExecutorContext, Message, Note, Outcome
-from conveyor.executors.channel import encode
-from conveyor.executors.subproc import SubprocessExecutor
+from conveyor.attempt import AttemptRunner, RunningAttempt
+from conveyor.protocol import (
+    AttemptMessage,
+    AttemptSpec,
+    Note,
+    decode,
+    encode_attempt_message,
+)
 from distributed import Event, get_client, get_worker
 
 __all__ = [
@@ -29,7 +37,6 @@ __all__ = [
     "LOST",
     "STOPPED",
     "claim_name",
-    "result_of",
     "run_attempt",
     "stop_attempts",
     "stop_name",
@@ -42,19 +49,18 @@ LOST = "lost"
 CHECK_EVERY = 0.5  # seconds between two checks that the conveyor worker still wants it
 
 _lock = threading.Lock()
-_executors: dict[tuple[float, str, str], SubprocessExecutor] = {}
-_running: dict[str, tuple[SubprocessExecutor, int]] = {}  # attempt key -> (executor, pid)
+_runners: dict[tuple[float, str, str], AttemptRunner] = {}
+_running: dict[str, RunningAttempt] = {}  # attempt key -> its attempt
 
 
-def _executor(kill_grace: float, log_level: str, log_format: str) -> SubprocessExecutor:
-    """This Dask worker's subprocess executor for these settings (one supervisor thread)."""
-    key = (kill_grace, log_level, log_format)
+def _runner(spec: AttemptSpec) -> AttemptRunner:
+    """This Dask worker's runner for the spec's settings (one supervisor thread each)."""
+    key = (spec.kill_grace, spec.log_level, spec.log_format)
     with _lock:
-        executor = _executors.get(key)
-        if executor is None:
-            context = ExecutorContext(1, kill_grace, {}, log_level, log_format)
-            executor = _executors[key] = SubprocessExecutor(context)
-        return executor
+        runner = _runners.get(key)
+        if runner is None:
+            runner = _runners[key] = AttemptRunner(*key)
+        return runner
 
 
 def stop_name(topic: str) -> str:
@@ -67,19 +73,12 @@ def claim_name(key: str) -> str:
     return f"conveyor-claim-{key}"
 
 
-def run_attempt(
-    spec: dict[str, Any],
-    timeout: float,
-    kill_grace: float,
-    log_level: str,
-    log_format: str,
-    topic: str,
-    stop: str = "",
-) -> str:
-    """Run the attempt ``spec`` here; its outcome as a JSON line, :data:`LOST` or
-    :data:`STOPPED`. ``stop`` names the Event the executor sets when it is interrupted."""
+def run_attempt(spec_data: dict[str, Any], key: str, topic: str, stop: str = "") -> Any:
+    """Run the attempt ``spec_data`` (an AttemptSpec as JSON data) here, as the Dask task
+    ``key``; how it ended as JSON data, or :data:`LOST` or :data:`STOPPED`. ``stop`` names the
+    Event the executor sets when it is interrupted."""
+    spec = decode(AttemptSpec, spec_data, "spec", strict=False)
     worker = get_worker()
-    key = str(spec["key"])
     client = get_client()
     claim = Event(claim_name(key), client=client)
     if claim.is_set():
@@ -88,44 +87,27 @@ def run_attempt(
     stopped = Event(stop, client=client) if stop else None
     if stopped is not None and stopped.is_set():
         return STOPPED  # queued when its worker was interrupted
-    done = threading.Event()
-    outcome: list[Outcome] = []
 
-    def sink(message: Message) -> None:
+    def emit(message: AttemptMessage) -> None:
         if isinstance(message, Note):
-            worker.log_event(topic, {"key": key, "line": encode(message).decode()})
-        else:
-            outcome.append(message)
-            done.set()
+            worker.log_event(topic, {"key": key, "message": encode_attempt_message(message)})
 
-    executor = _executor(kill_grace, log_level, log_format)
-    pid = executor.start_spec({k: v for k, v in spec.items() if k != "key"}, timeout, sink)
+    running = _runner(spec).start(spec, emit)
     with _lock:
-        _running[key] = (executor, pid)
+        _running[key] = running
     if stopped is not None and stopped.is_set():  # interrupted while it was being started
-        executor.stop(pid, "an interruption of the conveyor worker", hard=False)
+        running.stop("an interruption of the conveyor worker")
     try:
-        while not done.wait(CHECK_EVERY):
+        end = running.wait(CHECK_EVERY)
+        while end is None:
             task = worker.state.tasks.get(key)
             if task is None or task.state in ("cancelled", "released", "forgotten"):
-                executor.stop(pid, "the conveyor worker went away", hard=False)
+                running.stop("the conveyor worker went away")
+            end = running.wait(CHECK_EVERY)
     finally:
         with _lock:
             _running.pop(key, None)
-    return result_of(outcome[0])
-
-
-def result_of(outcome: Outcome) -> str:
-    """The outcome as the submitted function returns it: the channel's JSON line (which
-    rebuilds dynamic dependencies) and the fields only a supervisor sets."""
-    return json.dumps(
-        {
-            "line": encode(outcome).decode(),
-            "timeout": outcome.timeout,
-            "exitcode": outcome.exitcode,
-            "signal": outcome.signal,
-        }
-    )
+    return encode_attempt_message(end)
 
 
 def stop_attempts(keys: list[str], reason: str, hard: bool) -> int:
@@ -134,9 +116,8 @@ def stop_attempts(keys: list[str], reason: str, hard: bool) -> int:
     found = 0
     for key in keys:
         with _lock:
-            entry = _running.get(key)
-        if entry is not None:
-            executor, pid = entry
-            executor.stop(pid, reason, hard)
+            running = _running.get(key)
+        if running is not None:
+            running.stop(reason, hard)
             found += 1
     return found

@@ -1,79 +1,81 @@
-"""What the web UI reads, as queries on the state store's tables (see ``stores._MIGRATIONS``).
+"""The SQLite store's reads (its ``TaskReads``), as queries on its tables (see
+``store._MIGRATIONS``).
 
-Every function takes an SQLite connection that sees the committed state (a store's
-:meth:`~.stores.CanRead.read`), so the UI never takes the scheduler's lock and never lists
-every task to answer: counts are one ``GROUP BY`` over an index, the task list is a keyset page
-over the change number, and a graph walks the ``edges`` table outward from one task, O(V+E) in
-what it returns and capped at :data:`GRAPH_CAP` nodes, reading no further than the cap however
-large the graph. Values people see have secret-named parameters, and their appearances in
-texts, hidden (:mod:`conveyor.secrets`).
+Every function takes an SQLite connection that sees the committed state (the store's own
+reading connection; none leaves this package), so the UI never takes the scheduler's lock and
+never lists every task to answer: counts are one ``GROUP BY`` over an index, the task list is a
+keyset page over the change number, and a graph walks the ``edges`` table outward from one
+task, O(V+E) in what it returns and capped at :data:`GRAPH_CAP` nodes, reading no further than
+the cap however large the graph. What people see of a row is computed by
+:mod:`conveyor.server.stores` (secret-named parameters, and their appearances in texts,
+hidden), as for any other store.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
-from collections import deque
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import TaskStatus
-from ..reasons import failure_reason
-from ..scheduler.policy import ATTEMPT_HISTORY
-from ..secrets import REDACTED, hide_secret_params, is_secret_name
+from ...protocol import (
+    Changes,
+    StoredWorker,
+    TaskDetail,
+    TaskFilters,
+    TaskGraph,
+    TaskPage,
+    TaskRef,
+    TaskStatus,
+    TaskSummary,
+)
+from ..stores import (
+    DEPENDENTS_SHOWN,
+    GRAPH_CAP,
+    PAGE_MAX,
+    GraphWalk,
+    blocked_by,
+    graph_answer,
+    list_entry,
+    task_detail,
+)
 
 __all__ = [
     "DEPENDENTS_SHOWN",
     "GRAPH_CAP",
     "PAGE_MAX",
-    "Filters",
+    "changes_since",
     "detail",
     "families",
     "graph",
     "latest",
-    "matching_ids",
     "page",
     "summary",
+    "workers",
 ]
 
-GRAPH_CAP = 10_000
-"""The most nodes a graph answer holds (the nearest to its task first); more → truncated."""
-PAGE_MAX = 500
-"""The largest page of the task list."""
-DEPENDENTS_SHOWN = 500
-"""The most dependents a task's detail lists (their total is given too)."""
-
-_STUCK = frozenset({TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN})
 _CHUNK = 900  # ids per IN (...) list: under SQLite's variable limit on any build
 
 
-@dataclass(frozen=True, slots=True)
-class Filters:
-    """The task list's filters; empty means any. ``text`` is matched case-insensitively
-    against the id and the public parameters, ``name=value`` (the store's ``search``
-    column; secret-named parameters are not in it)."""
-
-    state: str = ""
-    family: str = ""
-    worker: str = ""
-    text: str = ""
-
-    def where(self) -> tuple[str, list[Any]]:
-        """The SQL condition and its arguments."""
-        clauses, args = ["status IS NOT NULL"], []
-        for column, value in (("status", self.state), ("family", self.family)):
-            if value:
-                clauses.append(f"{column} = ?")
-                args.append(value)
-        if self.worker:
-            clauses.append("worker = ?")
-            args.append(self.worker)
-        if self.text:
-            clauses.append("instr(search, ?) > 0")
-            args.append(self.text.lower())
-        return " AND ".join(clauses), args
+def _where(filters: TaskFilters) -> tuple[str, list[Any]]:
+    """The SQL condition of ``filters`` on the ``tasks`` table's UI columns (written with
+    each row from ``stores.list_worker`` and ``stores.search_text``), and its arguments."""
+    clauses, args = ["status IS NOT NULL"], []
+    for column, value in (
+        ("status", filters.state),
+        ("family", filters.family),
+        ("worker", filters.worker),
+    ):
+        if value:
+            clauses.append(f"{column} = ?")
+            args.append(value)
+    if filters.text:
+        clauses.append("instr(search, ?) > 0")
+        args.append(filters.text.lower())
+    return " AND ".join(clauses), args
 
 
 def latest(db: sqlite3.Connection) -> int:
@@ -82,7 +84,7 @@ def latest(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT seq FROM changes").fetchone()[0])
 
 
-def summary(db: sqlite3.Connection) -> dict[str, Any]:
+def summary(db: sqlite3.Connection) -> TaskSummary:
     """The count of registered tasks in each state (all six), their total, and the latest
     change number."""
     counts = dict.fromkeys(TaskStatus, 0)
@@ -90,92 +92,60 @@ def summary(db: sqlite3.Connection) -> dict[str, Any]:
     for status, count in rows:
         if status in counts:
             counts[TaskStatus(status)] = count
-    return {
-        "counts": {str(k): v for k, v in counts.items()},
-        "total": sum(counts.values()),
-        "seq": latest(db),
-    }
+    return TaskSummary(
+        counts={str(k): v for k, v in counts.items()},
+        total=sum(counts.values()),
+        seq=latest(db),
+    )
 
 
-def families(db: sqlite3.Connection) -> list[str]:
+def families(db: sqlite3.Connection) -> tuple[str, ...]:
     """Every family of a registered task, sorted."""
     rows = db.execute(
         "SELECT DISTINCT family FROM tasks WHERE status IS NOT NULL AND family != ''"
         " ORDER BY family"
     )
-    return [family for (family,) in rows]
+    return tuple(family for (family,) in rows)
 
 
-def page(
-    db: sqlite3.Connection, filters: Filters, cursor: int | None, limit: int
-) -> tuple[list[dict[str, Any]], int | None]:
+def page(db: sqlite3.Connection, filters: TaskFilters, cursor: int | None, limit: int) -> TaskPage:
     """One page of the filtered task list, newest change first, and the cursor of the next
     page (None on the last). ``cursor`` is the change number the page starts below."""
-    rows: list[dict[str, Any]] = []
-    for row in _filtered(db, filters, cursor):
-        if len(rows) == limit:
-            return rows, rows[-1]["seq"]
-        rows.append(row)
-    return rows, None
-
-
-def matching_ids(db: sqlite3.Connection, filters: Filters) -> list[str]:
-    """The id of every task the filters match (for an action on all of them)."""
-    where, args = filters.where()
-    return [t for (t,) in db.execute(f"SELECT task_id FROM tasks WHERE {where}", args)]
-
-
-def _filtered(
-    db: sqlite3.Connection, filters: Filters, cursor: int | None
-) -> Iterator[dict[str, Any]]:
-    where, args = filters.where()
+    where, args = _where(filters)
     if cursor is not None:
         where += " AND seq < ?"
         args.append(cursor)
-    query = f"SELECT seq, changed, data FROM tasks WHERE {where} ORDER BY seq DESC"
-    for seq, changed, data in db.execute(query, args):  # (read lazily: stops with the page)
-        yield _list_entry(json.loads(data), seq, changed)
+    query = f"SELECT seq, changed, data FROM tasks WHERE {where} ORDER BY seq DESC LIMIT ?"
+    found = db.execute(query, [*args, limit + 1]).fetchall()
+    rows = [list_entry(json.loads(data), seq, changed) for seq, changed, data in found[:limit]]
+    return TaskPage(tuple(rows), rows[-1].seq if len(found) > limit else None)
 
 
-def _list_entry(record: dict[str, Any], seq: int, changed: float) -> dict[str, Any]:
-    params = record["params"]
-    attempts = record.get("attempts") or ()
-    return {
-        "task_id": record["task_id"],
-        "family": record["family"],
-        "params": _public(params),
-        "status": record["status"],
-        "worker": record["worker"] or (attempts[-1]["worker"] if attempts else None),
-        "priority": record["priority"],
-        "status_message": hide_secret_params(record["status_message"], params),
-        "reason": _reason(record),
-        "progress": record["progress"],
-        "changed": changed,
-        "seq": seq,
-    }
+def changes_since(db: sqlite3.Connection, seq: int, limit: int = PAGE_MAX) -> Changes:
+    """The latest change number and the ids of the tasks saved after change ``seq``, oldest
+    first, at most ``limit``."""
+    now = latest(db)
+    if limit <= 0 or seq >= now:
+        return Changes(now)
+    found = db.execute(
+        "SELECT task_id FROM tasks WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit + 1)
+    ).fetchall()
+    return Changes(now, tuple(t for (t,) in found[:limit]), len(found) > limit)
 
 
-def _reason(record: Mapping[str, Any]) -> str:
-    """Why a FAILED, DISABLED or UNKNOWN task is so, in one line ("" for another state, or
-    without an explanation), secrets hidden."""
-    explanation = record["explanation"]
-    if not explanation or record["status"] not in _STUCK:
-        return ""
-    return failure_reason(explanation, record["params"])
+def workers(db: sqlite3.Connection) -> tuple[StoredWorker, ...]:
+    """Every stored worker."""
+    found = db.execute("SELECT worker_id, assistant FROM workers ORDER BY rowid")
+    return tuple(StoredWorker(w, bool(a)) for w, a in found)
 
 
-def _public(params: Mapping[str, str]) -> dict[str, str]:
-    return {k: REDACTED if is_secret_name(k) and v else v for k, v in params.items()}
-
-
-def detail(db: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
+def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
     """Everything the task detail shows, or None for a task the scheduler does not have."""
     found = db.execute("SELECT data, changed FROM tasks WHERE task_id = ?", (task_id,))
     row = found.fetchone()
     if row is None:
         return None
     record, changed = json.loads(row[0]), row[1]
-    params = record["params"]
     (total,) = db.execute("SELECT count(*) FROM edges WHERE dep_id = ?", (task_id,)).fetchone()
     dependents = [
         dependent
@@ -184,43 +154,26 @@ def detail(db: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
         )
     ]
     upstream = _walk(db, task_id, down=False, cap=GRAPH_CAP, through_done=False)
-    blocking, _ = _obstacles(upstream)
-    return {
-        "task_id": record["task_id"],
-        "family": record["family"],
-        "module": record["module"],
-        "params": _public(params),
-        "status": record["status"],
-        "worker": record["worker"],
-        "priority": record["priority"],
-        "resources": record["resources"],
-        "deps": _refs(db, record["deps"]),
-        "dependents": _refs(db, dependents),
-        "dependents_total": total,
-        "status_message": hide_secret_params(record["status_message"], params),
-        "progress": record["progress"],
-        "tracking_url": hide_secret_params(record["tracking_url"], params),
-        "explanation": hide_secret_params(record["explanation"], params),
-        "failures": len(record["failures"]),
-        "retry_count": record["retry_count"],
-        "attempts": record.get("attempts") or [],
-        "attempts_kept": ATTEMPT_HISTORY,
-        "blocked_by": [
-            {"task_id": upstream.ids[i], "family": upstream.family[i], "status": s}
-            for i in blocking
-            for s in (upstream.status[i],)
+    blocking, _ = blocked_by(upstream.status, upstream.runners, upstream.edges)
+    return task_detail(
+        record,
+        changed,
+        deps=_refs(db, record["deps"]),
+        dependents=_refs(db, dependents),
+        dependents_total=total,
+        blocked=[
+            TaskRef(upstream.ids[i], upstream.family[i], upstream.status[i]) for i in blocking
         ],
-        "changed": changed,
-    }
+    )
 
 
-def _refs(db: sqlite3.Connection, task_ids: Sequence[str]) -> list[dict[str, str]]:
+def _refs(db: sqlite3.Connection, task_ids: Sequence[str]) -> list[TaskRef]:
     """``{task_id, family, status}`` of each id, in the given order."""
     known = {task_id: (family, status) for task_id, family, status, _ in _nodes(db, task_ids)}
     refs = []
     for task_id in task_ids:
         family, status = known.get(task_id, ("", TaskStatus.UNKNOWN))
-        refs.append({"task_id": task_id, "family": family, "status": status})
+        refs.append(TaskRef(task_id, family, status))
     return refs
 
 
@@ -287,19 +240,6 @@ def _edges_to(
 
 
 @dataclass(slots=True)
-class _Walk:
-    """Nodes found walking out from ``ids[0]``, each with its distance, and their edges."""
-
-    ids: list[str]
-    depth: list[int]
-    family: list[str]
-    status: list[str]
-    runners: list[int]
-    edges: list[tuple[int, int]]  # (task, dependency) indices
-    truncated: bool = False
-
-
-@dataclass(slots=True)
 class _Walker:
     """One breadth-first walk in progress (see :func:`_walk`)."""
 
@@ -307,7 +247,7 @@ class _Walker:
     down: bool
     cap: int
     through_done: bool
-    walk: _Walk = field(default_factory=lambda: _Walk([], [], [], [], [], []))
+    walk: GraphWalk = field(default_factory=GraphWalk)
     index: dict[str, int] = field(default_factory=dict)
     read: list[tuple[str, str]] = field(default_factory=list)  # the edges read
     unread: list[str] = field(default_factory=list)  # tasks kept whose edges were not read
@@ -388,7 +328,7 @@ class _Walker:
 
 def _walk(
     db: sqlite3.Connection, root: str, down: bool, cap: int, through_done: bool = True
-) -> _Walk:
+) -> GraphWalk:
     """Breadth-first from ``root`` along dependencies (``down``: along dependents), at most
     ``cap`` nodes, nearest first; without ``through_done``, DONE tasks are not passed
     through (nor kept, but for the root).
@@ -412,118 +352,14 @@ def _walk(
     return walk
 
 
-def _obstacles(walk: _Walk) -> tuple[list[int], list[int]]:
-    """What keeps ``walk.ids[0]`` from running, in an upstream walk: the tasks FAILED,
-    DISABLED or UNKNOWN, or PENDING with nobody able to run them (missing external data),
-    reached through tasks that are not DONE; and every node on a path from the root to one."""
-    deps: list[list[int]] = [[] for _ in walk.ids]
-    for task, dep in walk.edges:
-        deps[task].append(dep)
-    open_ = [s != TaskStatus.DONE for s in walk.status]
-    reach = [False] * len(walk.ids)
-    if not walk.ids or not open_[0]:
-        return [], []
-    reach[0] = True
-    queue = deque([0])
-    blocking = []
-    while queue:
-        node = queue.popleft()
-        status = walk.status[node]
-        stuck = status in _STUCK or (status == TaskStatus.PENDING and not walk.runners[node])
-        if node and stuck:
-            blocking.append(node)
-            continue  # an obstacle: what is behind it is its own story
-        for dep in deps[node]:
-            if open_[dep] and not reach[dep]:
-                reach[dep] = True
-                queue.append(dep)
-    # the nodes from which an obstacle can be reached, among those reached
-    dependents: list[list[int]] = [[] for _ in walk.ids]
-    for task, dep in walk.edges:
-        if reach[task] and reach[dep]:
-            dependents[dep].append(task)
-    on_path = [False] * len(walk.ids)
-    queue = deque(blocking)
-    for node in blocking:
-        on_path[node] = True
-    while queue:
-        node = queue.popleft()
-        for task in dependents[node]:
-            if not on_path[task]:
-                on_path[task] = True
-                queue.append(task)
-    return blocking, [i for i, on in enumerate(on_path) if on]
-
-
 def graph(
     db: sqlite3.Connection, task_id: str, down: bool, cap: int = GRAPH_CAP
-) -> dict[str, Any] | None:
+) -> TaskGraph | None:
     """The graph around ``task_id``: its upstream (and with ``down`` its downstream) tasks,
     each with a layer (0 the task, 1, 2, … its dependencies outward, -1, -2, … its
     dependents), the edges, and the failure path; None for an unknown task."""
     if db.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
         return None
     up = _walk(db, task_id, down=False, cap=cap)
-    blocking, path = _obstacles(up)
-    nodes = [
-        {"id": up.ids[i], "family": up.family[i], "status": up.status[i], "layer": layer}
-        for i, layer in enumerate(_layers(len(up.ids), up.edges, up.depth))
-    ]
-    edges = [list(e) for e in up.edges]
-    truncated = up.truncated
-    if down and not truncated:
-        below = _walk(db, task_id, down=True, cap=cap - len(nodes) + 1)
-        truncated = below.truncated
-        offset = {0: 0}
-        flipped = [(d, t) for t, d in below.edges]  # layers grow along dependents here
-        layers = _layers(len(below.ids), flipped, below.depth)
-        known = {n["id"]: i for i, n in enumerate(nodes)}
-        for i in range(1, len(below.ids)):
-            if below.ids[i] in known:
-                offset[i] = known[below.ids[i]]
-                continue
-            offset[i] = len(nodes)
-            nodes.append(
-                {
-                    "id": below.ids[i],
-                    "family": below.family[i],
-                    "status": below.status[i],
-                    "layer": -layers[i],
-                }
-            )
-        seen = {tuple(e) for e in edges}
-        for task, dep in below.edges:
-            pair = (offset[task], offset[dep])
-            if pair not in seen:
-                seen.add(pair)
-                edges.append(list(pair))
-    return {
-        "root": 0,
-        "nodes": nodes,
-        "edges": edges,
-        "truncated": truncated,
-        "cap": cap,
-        "blocking": blocking,
-        "path": path,
-    }
-
-
-def _layers(count: int, edges: Iterable[tuple[int, int]], depth: Sequence[int]) -> list[int]:
-    """The longest-path layer of each node from node 0 along ``edges`` (a, b): b is at least
-    one layer beyond a; O(V+E). Nodes on a cycle keep their breadth-first depth."""
-    outgoing: list[list[int]] = [[] for _ in range(count)]
-    incoming = [0] * count
-    for a, b in edges:
-        if a != b:
-            outgoing[a].append(b)
-            incoming[b] += 1
-    layer = list(depth)
-    ready = deque(i for i in range(count) if incoming[i] == 0)
-    while ready:
-        node = ready.popleft()
-        for nxt in outgoing[node]:
-            layer[nxt] = max(layer[nxt], layer[node] + 1)
-            incoming[nxt] -= 1
-            if incoming[nxt] == 0:
-                ready.append(nxt)
-    return layer
+    below = functools.partial(_walk, db, task_id, True) if down else None
+    return graph_answer(up, below, cap)

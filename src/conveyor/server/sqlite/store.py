@@ -1,0 +1,721 @@
+"""The built-in state stores, ``sqlite`` and ``memory``: state in one SQLite file (WAL), or
+in one in memory; both answer the web UI's reads (``TaskReads``) with the SQL of
+:mod:`.reads`. This module and :mod:`.reads` are the only ones of the server that know
+SQLite: nothing else sees a connection.
+
+``save`` returns only once the rows are committed, so the server acknowledges nothing it could
+lose to ``kill -9``. The store uses WAL, one writing connection (one writer, serialised by the
+server), a read-only connection per reading thread, and a versioned schema migrated on open;
+rows are JSON text, never pickle. See :mod:`conveyor.server.stores` for what is refused and
+quarantined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+import urllib.parse
+import weakref
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import structlog
+
+from ...errors import ConfigError, StateStoreError
+from ...protocol import (
+    Changes,
+    StoredWorker,
+    TaskDetail,
+    TaskFilters,
+    TaskGraph,
+    TaskPage,
+    TaskSummary,
+)
+from ...scheduler.persist import RowError, from_row
+from ...settings import Field
+from ..statelock import StateLock
+from ..stores import (
+    GRAPH_CAP,
+    PAGE_MAX,
+    BadRow,
+    CorruptState,
+    Rows,
+    StoreContext,
+    Workers,
+    list_worker,
+    search_text,
+)
+from . import reads
+
+__all__ = ["MemoryStore", "SqliteStore"]
+
+T = TypeVar("T")
+log = structlog.get_logger("conveyor.server")
+
+# version -> statements that bring a database from the previous version to it
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "CREATE TABLE tasks (task_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
+        "CREATE TABLE workers (worker_id TEXT PRIMARY KEY, assistant INTEGER NOT NULL)",
+    ),
+    # 2: what the web UI filters and sorts by, as columns written with each row (the row's
+    # JSON stays the one source of the record), and the dependency edges, both ways indexed
+    2: (
+        "ALTER TABLE tasks ADD COLUMN status TEXT",  # NULL for a task nobody registered
+        "ALTER TABLE tasks ADD COLUMN family TEXT",
+        "ALTER TABLE tasks ADD COLUMN worker TEXT",  # running it, else the last to run it
+        "ALTER TABLE tasks ADD COLUMN changed REAL NOT NULL DEFAULT 0",  # time of last save
+        "ALTER TABLE tasks ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",  # change number
+        "ALTER TABLE tasks ADD COLUMN search TEXT",  # lower-case id and public name=value
+        "CREATE INDEX tasks_by_seq ON tasks (seq)",
+        "CREATE INDEX tasks_by_status ON tasks (status, seq)",
+        "CREATE INDEX tasks_by_family ON tasks (family, seq)",
+        "CREATE INDEX tasks_by_worker ON tasks (worker, seq)",
+        "CREATE TABLE edges (task_id TEXT NOT NULL, dep_id TEXT NOT NULL,"
+        " PRIMARY KEY (task_id, dep_id)) WITHOUT ROWID",
+        "CREATE INDEX edges_by_dep ON edges (dep_id)",
+        # the number of the latest change: grows with every save, deletions included, and
+        # survives restarts, so a page polling it never misses a change
+        "CREATE TABLE changes (seq INTEGER NOT NULL)",
+        "INSERT INTO changes VALUES (0)",
+    ),
+}
+SCHEMA_VERSION = max(_MIGRATIONS)
+
+# Created by the first quarantine(), not by a migration, so that a database that is refused or
+# never needs it is left exactly as it was. row_key and data have no type: values are kept as
+# they were found (text, blob, number or NULL).
+_QUARANTINE = (
+    "CREATE TABLE IF NOT EXISTS quarantine (id INTEGER PRIMARY KEY, source_table TEXT NOT NULL,"
+    " row_key, data, reason TEXT NOT NULL, quarantined_at REAL NOT NULL)"
+)
+# table -> (key column, data column): what quarantine() copies of a row of that table
+_QUARANTINED = {"tasks": ("task_id", "data"), "workers": ("worker_id", "assistant")}
+
+Columns = tuple[tuple[str, str, int, int], ...]  # (name, declared type, not null, primary key)
+
+
+class SqliteStore:
+    """State in one SQLite file (WAL), migrated to the current schema when opened; a
+    :class:`~conveyor.server.stores.StateStore` and
+    :class:`~conveyor.server.stores.TaskReads`."""
+
+    settings_schema: ClassVar[dict[str, Field]] = {
+        "synchronous": Field(
+            "str",
+            "normal",
+            choices=("normal", "full"),
+            doc="SQLite synchronous mode: normal survives kill -9, full power loss",
+        ),
+    }
+
+    def __init__(self, context: StoreContext) -> None:
+        """Open (creating and migrating if needed) the database at ``context.state_path``.
+
+        The state is locked first (an ``flock`` on ``<state_path>.lock``, which names the
+        holder): a second server on the same file is refused (ConfigError) naming the first,
+        and so is a file or directory this process cannot write. The schema is checked before
+        anything is written: a file that is not a conveyor state database is refused
+        (ConfigError) and left as it was.
+        """
+        self._path = context.state_path
+        self._state_lock = StateLock(self._path, context.holder)
+        synchronous = str(context.settings.get("synchronous", "normal")).upper()
+        self._lock = threading.Lock()
+        self._readers = threading.local()  # a read-only connection per reading thread
+        self._reader_list: list[sqlite3.Connection] = []
+        self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
+        self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
+        self._seq = 0  # the latest change number (the changes table's)
+        self._rescued: str | None = None  # what _rescue() did, once it did
+        self._identity: tuple[int, int] | None = None  # the file opened, once it is
+        try:
+            self._db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            self._state_lock.release()
+            raise self._unusable(exc) from None
+        self._wal = False  # switched on by the first write: a refused file stays as it was
+        try:
+            self._version = self._check_schema()
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
+            if self._version == 0:  # a new file: nothing in it to keep as it was
+                self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (before any table)
+                self._upgrade()
+            elif self._version == SCHEMA_VERSION:
+                self._seq = _latest(self._db)
+            self._identity = _identity(self._path)
+        except BaseException as exc:
+            self._db.close()
+            self._state_lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise self._unusable(exc) from None
+            raise
+
+    def _unusable(self, exc: sqlite3.Error) -> ConfigError:
+        return ConfigError(
+            f"cannot use {self._path!r} as the scheduler's state database: {exc}; "
+            "expected an SQLite file (or a path where one can be created)"
+        )
+
+    def _check_schema(self) -> int:
+        """The database's schema version, after checking (reading only) that it is ours."""
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"state database {self._path!r} has schema version {version}, newer than this "
+                f"conveyor understands ({SCHEMA_VERSION}); upgrade conveyor"
+            )
+        problem = _schema_problem(_tables_of(self._db), version)
+        if problem:
+            raise ConfigError(
+                f"{self._path!r} is not a conveyor state database: {problem}; refusing to use or "
+                "change it, even with --recover (quarantine is for rows, not for a foreign "
+                "file); set [server] state_path to a conveyor state database or a new file"
+            )
+        return version
+
+    def _upgrade(self) -> None:
+        """Apply the missing migrations, each in its own transaction. A file with rows is
+        upgraded only once they were all read back (``load()``) or by the first write or read
+        after that, so a file refused for unusable rows is left exactly as it was."""
+        if self._version == SCHEMA_VERSION:
+            return
+        for target in range(self._version + 1, SCHEMA_VERSION + 1):
+            self._transaction(functools.partial(_apply, version=target))
+            self._version = target
+        self._seq = _latest(self._db)
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], object]) -> None:
+        """``work`` in one transaction, committed, or rolled back if anything failed (the
+        commit included: a full or read-only disk fails there)."""
+        with self._lock:
+            self._check_file()
+            if not self._wal:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._wal = True
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                work(self._db)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+
+    def _check_file(self) -> None:
+        """StateStoreError if the file at the state path is no longer the one opened: a
+        write would go to a deleted file and be lost at the next start."""
+        if self._identity is None:  # (still opening)
+            return
+        try:
+            now = _identity(self._path)
+        except FileNotFoundError:
+            now = None
+        if now != self._identity:
+            what = "deleted" if now is None else "replaced by another file"
+            raise StateStoreError(
+                f"the state database {self._path!r} was {what} while this server was "
+                f"running; nothing more is written to it; {self._rescue()}"
+            )
+
+    def _rescue(self) -> str:
+        """Copy what the open (deleted or replaced) database holds to
+        ``<path>.rescued-<time>`` (never over an earlier rescue), once; say where it is and
+        how to put it back, or why it could not be copied."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = f"{self._path}.rescued-{stamp}"
+        if self._rescued is None:
+            try:
+                copy = sqlite3.connect(target)
+                try:
+                    self._db.backup(copy)
+                finally:
+                    copy.close()
+                self._rescued = (
+                    f"every change acknowledged so far is in {target!r}: stop this server, "
+                    f"remove any {self._path + '-wal'!r} and {self._path + '-shm'!r}, move "
+                    f"that file to {self._path!r} and start it again"
+                )
+            except (sqlite3.Error, OSError) as exc:
+                self._rescued = f"copying what it holds to {target!r} failed too ({exc})"
+        return self._rescued
+
+    def probe(self) -> None:
+        """Commit a write that changes nothing of the state (the change counter moves on: a
+        rewrite of equal bytes is skipped by SQLite, so would prove nothing); raises what a
+        save would raise now."""
+        self._transaction(lambda db: db.execute("UPDATE changes SET seq = ?", (self._seq + 1,)))
+        self._seq += 1
+
+    def compact(self) -> int:
+        """Give back up to :data:`_VACUUM_PAGES` free pages once more than
+        :data:`_VACUUM_AT` are free (an incremental vacuum, typically a few ms); the count."""
+        with self._lock:
+            free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+            vacuuming = int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2
+            if free < _VACUUM_AT or not vacuuming:
+                return 0
+            self._check_file()
+            # executescript steps the pragma to its end; execute() would free one page only
+            self._db.executescript(f"PRAGMA incremental_vacuum({min(free, _VACUUM_PAGES)});")
+            return free - int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+
+    def load(self) -> tuple[Rows, Workers]:
+        """Every saved row and worker; CorruptState (nothing changed) naming unusable rows."""
+        with self._lock:
+            tasks = self._db.execute("SELECT rowid, task_id, data FROM tasks").fetchall()
+            workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
+            worker_rows = workers.fetchall()
+        rows: Rows = []
+        pairs: Workers = []
+        bad: list[BadRow] = []
+        for rowid, task_id, data in tasks:
+            try:
+                rows.append(_task_row(task_id, data))
+                self._deps[task_id] = tuple(dict.fromkeys(rows[-1]["deps"]))
+                self._digests[task_id] = _digest(data)
+            except RowError as exc:
+                where = f"task row {rowid} (task_id {task_id!r})"
+                bad.append(BadRow(("tasks", rowid), where, str(exc)))
+        for rowid, worker_id, assistant in worker_rows:
+            problem = _worker_problem(worker_id, assistant)
+            if problem:
+                where = f"worker row {rowid} (worker_id {worker_id!r})"
+                bad.append(BadRow(("workers", rowid), where, problem))
+            else:
+                pairs.append((worker_id, bool(assistant)))
+        if bad:
+            raise CorruptState(f"state database {self._path!r}", bad)
+        self._upgrade()
+        self._vacuum_incrementally()
+        return rows, pairs
+
+    def _vacuum_incrementally(self) -> None:
+        """Switch a file created before conveyor vacuumed incrementally to doing so: one full
+        VACUUM, once (it rewrites the file, and needs as much free space again; afterwards
+        :meth:`compact` gives space back). If it fails the file stays as it was, without
+        compaction, and the next start tries again."""
+        with self._lock:
+            if int(self._db.execute("PRAGMA auto_vacuum").fetchone()[0]) == 2:
+                return
+            self._check_file()
+            log.info("switching the state file to incremental vacuum (once)", state=self._path)
+            try:
+                self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                self._db.execute("VACUUM")
+            except sqlite3.Error as exc:
+                log.warning(
+                    "could not switch the state file to incremental vacuum; freed space will"
+                    " not be given back",
+                    state=self._path,
+                    error=str(exc),
+                )
+
+    def quarantine(self, bad: Sequence[BadRow]) -> str:
+        """Move the rows into the ``quarantine`` table (raw values, reason, time), in one
+        transaction; return where they went."""
+        now = time.time()
+
+        def move(db: sqlite3.Connection) -> None:
+            db.execute(_QUARANTINE)
+            for row in bad:
+                table, rowid = row.key
+                key, data = _QUARANTINED[table]
+                db.execute(
+                    "INSERT INTO quarantine (source_table, row_key, data, reason, quarantined_at)"
+                    f" SELECT ?, {key}, {data}, ?, ? FROM {table} WHERE rowid = ?",
+                    (table, row.reason, now, rowid),
+                )
+                if table == "tasks" and self._version >= 2:
+                    db.execute(
+                        "DELETE FROM edges WHERE task_id = (SELECT task_id FROM tasks"
+                        " WHERE rowid = ?)",
+                        (rowid,),
+                    )
+                db.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+
+        self._transaction(move)
+        return f"the table 'quarantine' of {self._path!r}"
+
+    def save(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """Upsert and delete in one committed transaction; rows equal to what is stored are
+        left alone (a re-registration that changed nothing is not a change)."""
+        self._upgrade()
+        now = time.time()
+        changed: list[tuple[Any, ...]] = []  # (task_id, data, *ui columns, digest)
+        edges: list[tuple[str, tuple[str, ...], bool, Collection[str], Collection[str]]] = []
+        for row in rows:
+            task_id = row["task_id"]
+            data = json.dumps(row, separators=(",", ":"))
+            digest = _digest(data)
+            if self._digests.get(task_id) == digest:
+                continue
+            changed.append((task_id, data, *_ui_columns(row), digest))
+            deps = tuple(dict.fromkeys(row["deps"]))
+            old = self._deps.get(task_id)
+            if old != deps:
+                edges.append((task_id, deps, *_edge_changes(old, deps)))
+        worker_data = [(w, int(a)) for w, a in workers]
+        if not (changed or worker_data or gone_tasks or gone_workers):
+            return
+        gone = [(t,) for t in gone_tasks]
+        seq = self._seq + len(changed) + bool(gone)
+
+        def write(db: sqlite3.Connection) -> None:
+            first = self._seq + 1
+            db.executemany(
+                _UPSERT_TASK,
+                [(*c[:-1], now, first + i) for i, c in enumerate(changed)],
+            )
+            db.executemany("INSERT OR REPLACE INTO workers VALUES (?, ?)", worker_data)
+            for task_id, _deps, every, removed, added in edges:
+                if every:
+                    db.execute("DELETE FROM edges WHERE task_id = ?", (task_id,))
+                db.executemany(
+                    "DELETE FROM edges WHERE task_id = ? AND dep_id = ?",
+                    [(task_id, d) for d in removed],
+                )
+                db.executemany(
+                    "INSERT OR IGNORE INTO edges VALUES (?, ?)", [(task_id, d) for d in added]
+                )
+            db.executemany("DELETE FROM tasks WHERE task_id = ?", gone)
+            db.executemany("DELETE FROM edges WHERE task_id = ?", gone)
+            db.executemany("DELETE FROM workers WHERE worker_id = ?", [(w,) for w in gone_workers])
+            db.execute("UPDATE changes SET seq = ?", (seq,))
+
+        self._transaction(write)
+        self._seq = seq
+        for c in changed:
+            self._digests[c[0]] = c[-1]
+        for task_id, deps, *_ in edges:
+            self._deps[task_id] = deps
+        for task_id in gone_tasks:
+            self._deps.pop(task_id, None)
+            self._digests.pop(task_id, None)
+
+    def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(connection, *args)`` on a read-only connection of the calling thread's own,
+        which sees what was committed: reading never waits for a write nor holds one up
+        (WAL). The connection never leaves this module (and :mod:`.reads`)."""
+        reader: sqlite3.Connection | None = getattr(self._readers, "db", None)
+        if reader is None:
+            uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=ro"
+            reader = self._readers.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            with self._lock:
+                self._reader_list.append(reader)
+        return fn(reader, *args)
+
+    # --- TaskReads ----------------------------------------------------------------------------
+
+    def summary(self) -> TaskSummary:
+        """The count of registered tasks per state: one ``GROUP BY`` over an index."""
+        return self._read(reads.summary)
+
+    def families(self) -> tuple[str, ...]:
+        """Every family of a registered task, sorted."""
+        return self._read(reads.families)
+
+    def page(self, filters: TaskFilters, cursor: int | None, limit: int) -> TaskPage:
+        """A keyset page over the change number's index (see ``TaskReads.page``)."""
+        return self._read(reads.page, filters, cursor, limit)
+
+    def detail(self, task_id: str) -> TaskDetail | None:
+        """The task's detail, or None."""
+        return self._read(reads.detail, task_id)
+
+    def graph(self, task_id: str, downstream: bool, cap: int = GRAPH_CAP) -> TaskGraph | None:
+        """The graph around the task, walked on the ``edges`` table, reading no further than
+        the cap; None for an unknown task."""
+        return self._read(reads.graph, task_id, downstream, cap)
+
+    def changes_since(self, seq: int, limit: int = PAGE_MAX) -> Changes:
+        """The latest change number (one row read) and the tasks saved after ``seq``."""
+        return self._read(reads.changes_since, seq, limit)
+
+    def workers(self) -> tuple[StoredWorker, ...]:
+        """Every stored worker."""
+        return self._read(reads.workers)
+
+    def close(self) -> None:
+        """Close the connections and release the lock (removing the lock file)."""
+        with self._lock:
+            for reader in self._reader_list:
+                reader.close()
+            self._reader_list.clear()
+            self._db.close()
+            self._state_lock.release()
+
+
+_WAL_SIZE_LIMIT = 64 * 2**20
+"""Bytes the write-ahead log is cut back to after a checkpoint (SQLite's journal_size_limit)."""
+_VACUUM_AT = 256
+"""Free pages (4 KiB each) before :meth:`SqliteStore.compact` gives any back."""
+_VACUUM_PAGES = 512
+"""Pages one :meth:`SqliteStore.compact` gives back at most (2 MiB, typically a few ms)."""
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """The file at ``path`` as the file system knows it: (device, inode)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _edge_changes(
+    old: tuple[str, ...] | None, new: tuple[str, ...]
+) -> tuple[bool, Collection[str], Collection[str]]:
+    """How to go from the stored edges ``old`` (None: not known) to ``new``: whether to delete
+    them all first, which to delete, which to insert; O(what changed) for the usual merge
+    (``new`` extends ``old``)."""
+    if old is None:
+        return True, (), new
+    if new[: len(old)] == old:
+        return False, (), new[len(old) :]
+    kept = set(new)
+    was = set(old)
+    return False, [d for d in old if d not in kept], [d for d in new if d not in was]
+
+
+def _digest(data: str) -> bytes:
+    return hashlib.blake2b(data.encode(), digest_size=16).digest()
+
+
+def _latest(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT seq FROM changes").fetchone()[0])
+
+
+_UPSERT_TASK = (
+    "INSERT OR REPLACE INTO tasks"
+    " (task_id, data, status, family, worker, search, changed, seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _columns_of(row: Mapping[str, Any], now: float, seq: int) -> tuple[Any, ...]:
+    """The values of :data:`_UPSERT_TASK` for ``row``, saved at ``now`` as change ``seq``."""
+    data = json.dumps(row, separators=(",", ":"))
+    return row["task_id"], data, *_ui_columns(row), now, seq
+
+
+def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
+    """What the UI filters by: status (None for a task nobody registered), family, the worker
+    running it or else the last to run it (``stores.list_worker``), and the text its filter
+    searches (``stores.search_text``)."""
+    status = str(row["status"]) if row["registered"] else None
+    return status, row["family"], list_worker(row), search_text(row)
+
+
+def _fill_ui_columns(db: sqlite3.Connection) -> None:
+    """Migration 2's data: the new columns and the edges of every row there is. A row that is
+    not a task record is left alone here; ``load()`` reports it."""
+    found = db.execute("SELECT rowid, task_id, data FROM tasks ORDER BY rowid").fetchall()
+    now = time.time()
+    for rowid, task_id, data in found:
+        try:
+            row = _task_row(task_id, data)
+        except RowError:
+            continue
+        columns = _ui_columns(row)
+        db.execute(
+            "UPDATE tasks SET status = ?, family = ?, worker = ?, search = ?, changed = ?,"
+            " seq = ? WHERE rowid = ?",
+            (*columns, now, rowid, rowid),
+        )
+        pairs = [(task_id, dep) for dep in dict.fromkeys(row["deps"])]
+        db.executemany("INSERT OR IGNORE INTO edges VALUES (?, ?)", pairs)
+    db.execute("UPDATE changes SET seq = (SELECT coalesce(max(seq), 0) FROM tasks)")
+
+
+_BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _fill_ui_columns}
+"""Migrations whose data Python computes, run after their statements."""
+
+
+class MemoryStore(SqliteStore):
+    """Keeps state in memory only (an SQLite database in memory): a restart starts empty.
+    For tests and throwaway servers; it takes no settings."""
+
+    settings_schema: ClassVar[dict[str, Field]] = {}
+
+    def __init__(self, context: StoreContext | None = None) -> None:
+        """Nothing is read from ``context``: the state lives in this object, in a database
+        file of a temporary directory (in ``/dev/shm``, which is memory, where there is one)
+        that goes when the store is closed or collected. A file, not SQLite's ``:memory:``, so
+        that reads have their own connections as with ``sqlite``."""
+        shm = "/dev/shm"
+        where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+        _sweep(where)
+        directory = tempfile.mkdtemp(prefix=f"{_MEMORY_PREFIX}{os.getpid()}-", dir=where)
+        self._remove = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        super().__init__(StoreContext(os.path.join(directory, "state.db")))
+        self._db.execute("PRAGMA synchronous=OFF")  # nothing here is meant to survive
+
+    def close(self) -> None:
+        """Close the connections and remove the database."""
+        super().close()
+        self._remove()
+
+
+_MEMORY_PREFIX = "conveyor-memory-"
+
+
+def _sweep(where: str) -> None:
+    """Remove the memory stores of processes that are gone (killed before they could)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(where):
+            pid = name[len(_MEMORY_PREFIX) :].partition("-")[0]
+            if name.startswith(_MEMORY_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(where, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _apply(db: sqlite3.Connection, version: int) -> None:
+    for statement in _MIGRATIONS[version]:
+        db.execute(statement)
+    backfill = _BACKFILLS.get(version)
+    if backfill is not None:
+        backfill(db)
+    db.execute(f"PRAGMA user_version={version}")
+
+
+# --- reading rows back ----------------------------------------------------------------------------
+
+
+def _task_row(task_id: object, data: object) -> dict[str, Any]:
+    """The row saved as ``data`` under ``task_id``; RowError if it is not a valid one."""
+    if not isinstance(data, str):
+        raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
+    try:
+        row = json.loads(data, parse_constant=_not_a_number)
+    except (ValueError, RecursionError) as exc:
+        raise RowError(f"data is not JSON ({exc})", "data") from None
+    from_row(row)
+    if row["task_id"] != task_id:
+        message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
+        raise RowError(message, "task_id")
+    return dict(row)
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _worker_problem(worker_id: object, assistant: object) -> str:
+    # (an empty id is refused at the edge now, but an older server stored it: it loads, and
+    # goes like any silent worker)
+    if not isinstance(worker_id, str):
+        return f"worker_id is {_sql_kind(worker_id)}; expected a string"
+    if type(assistant) is not int or assistant not in (0, 1):
+        return f"assistant is {assistant!r}; expected 0 or 1"
+    return ""
+
+
+def _sql_kind(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return "a BLOB"
+    kinds = {int: "an INTEGER", float: "a REAL"}
+    return f"{kinds.get(type(value), 'TEXT')} {value!r}"
+
+
+# --- is this database ours? -----------------------------------------------------------------------
+
+
+def _tables_of(db: sqlite3.Connection) -> dict[str, Columns]:
+    """Every table and view of ``db`` (SQLite's own excepted) with its columns."""
+    names = db.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+        " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+    ).fetchall()
+    return {
+        name: tuple(
+            (column, kind.upper(), notnull, pk)
+            for _, column, kind, notnull, _, pk in db.execute(
+                "SELECT * FROM pragma_table_info(?)", (name,)
+            )
+        )
+        for (name,) in names
+    }
+
+
+@functools.cache
+def _tables_after(statements: tuple[str, ...]) -> dict[str, Columns]:
+    """The tables an empty database has after ``statements``: the expected schema, built from
+    the statements that create it rather than written down a second time."""
+    db = sqlite3.connect(":memory:")
+    try:
+        for statement in statements:
+            db.execute(statement)
+        return _tables_of(db)
+    finally:
+        db.close()
+
+
+def _schema_problem(found: Mapping[str, Columns], version: int) -> str:
+    """What makes ``found`` differ from conveyor's schema at ``version`` ("" if nothing)."""
+    if version == 0 and found:  # not created by conveyor: say how it differs from our schema
+        return _difference(found, _schema_at(SCHEMA_VERSION)) or (
+            "its tables have no conveyor schema version (PRAGMA user_version is 0)"
+        )
+    return _difference(found, _schema_at(version))
+
+
+def _schema_at(version: int) -> dict[str, Columns]:
+    return _tables_after(tuple(s for v in range(1, version + 1) for s in _MIGRATIONS[v]))
+
+
+def _difference(found: Mapping[str, Columns], expected: Mapping[str, Columns]) -> str:
+    tables = dict(found)
+    if tables.get("quarantine") == _tables_after((_QUARANTINE,))["quarantine"]:
+        del tables["quarantine"]
+    for name, columns in expected.items():
+        if name in tables and tables[name] != columns:
+            return (
+                f"its table {name!r} has the columns {_columns(tables[name])}; "
+                f"expected {_columns(columns)}"
+            )
+    extra = sorted(set(tables) - set(expected))
+    if extra:
+        return f"it has {_names('table', extra)}, which conveyor does not use"
+    missing = sorted(set(expected) - set(tables))
+    if missing:
+        return f"it lacks {_names('table', missing)}"
+    return ""
+
+
+def _names(what: str, names: Sequence[str]) -> str:
+    listed = ", ".join(repr(n) for n in names)
+    return f"{what} {listed}" if len(names) == 1 else f"{what}s {listed}"
+
+
+def _columns(columns: Columns) -> str:
+    def column(name: str, kind: str, notnull: int, pk: int) -> str:
+        words = [name, kind, "NOT NULL" if notnull else "", "PRIMARY KEY" if pk else ""]
+        return " ".join(w for w in words if w)
+
+    return "(" + ", ".join(column(*c) for c in columns) + ")"

@@ -1,0 +1,135 @@
+"""The task seam: :class:`TaskLike`, :class:`TaskPolicy` and :class:`TaskLoader` (SPEC §10).
+
+The worker, the executors and the scheduler need only this much of a task: its identity (a
+task id, a family, the module that defines it and its parameters in string form), the three
+methods of the graph (``complete()``, ``requires()``, ``run()``) and a :class:`TaskPolicy`
+value saying how it is scheduled. :class:`conveyor.Task` satisfies :class:`TaskLike`; so may a
+class of another framework (issue 22's Luigi adapter), written without subclassing anything.
+
+The identity attributes are named ``task_*`` (``task_id``, ``task_family``, ``task_module``,
+``task_params``) and the policy is a method, ``task_policy()``: a task's parameters become
+attributes of the same object, and a parameter may well be called ``family``, ``params`` or
+``policy``; none is called ``task_family``.
+
+A task crosses a process boundary as data (module, family, string params); in the other
+process a :class:`TaskLoader` builds it again. Loaders are found by name in the entry-point
+group ``conveyor.task_loaders`` (:func:`conveyor.backends.load_task_loader`); conveyor's own
+task classes use the loader named ``"conveyor"`` (:data:`DEFAULT_LOADER`), and a task names
+its loader in its policy (``TaskPolicy.loader``).
+
+This module imports nothing else of conveyor's: it is the vocabulary, not the machinery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["DEFAULT_LOADER", "LOADER_GROUP", "TaskLike", "TaskLoader", "TaskPolicy"]
+
+DEFAULT_LOADER = "conveyor"
+"""The loader of conveyor's own task classes (:class:`conveyor.Task` and its subclasses)."""
+
+LOADER_GROUP = "conveyor.task_loaders"
+"""The entry-point group task loaders are registered in."""
+
+_NO_RESOURCES: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPolicy:
+    """How a task is scheduled: everything about it but its identity and its code.
+
+    ``timeout`` is the attempt's time limit in seconds (None: ``[worker] timeout``);
+    ``priority`` orders runnable tasks (higher first); ``resources`` are the amounts of the
+    scheduler's named resources an attempt holds; ``retry_count`` is how many failures the
+    scheduler tolerates before it disables the task (None: the scheduler's
+    ``[scheduler] retry_count``); ``owners`` are e-mail addresses told of a failure besides
+    the configured receivers; ``labels`` are free-form tags (none yet: reserved for issue 25);
+    ``disabled`` means the worker never runs it; ``external`` means its data is made elsewhere
+    (no ``run()``); ``loader`` names the :class:`TaskLoader` that rebuilds the task in
+    another process.
+
+    New fields are added with defaults, so a value built by an older third-party task class
+    stays valid.
+    """
+
+    timeout: float | None = None
+    priority: int = 0
+    resources: Mapping[str, int] = field(default_factory=lambda: _NO_RESOURCES)
+    retry_count: int | None = None
+    owners: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    disabled: bool = False
+    external: bool = False
+    loader: str = DEFAULT_LOADER
+
+
+@runtime_checkable
+class TaskLike(Protocol):
+    """What the worker, the executors and the scheduler use of a task.
+
+    ``task_id`` is unique for a family and its significant parameters; ``task_family`` and
+    ``task_module`` name the class (the loader finds it again from them); ``task_params`` maps
+    every parameter name to its string form (read-only). ``complete()`` returns a bool;
+    ``requires()`` returns a task or any nesting of tasks (lists, tuples, dicts); ``run()``
+    does the work and may be a generator yielding tasks (dynamic dependencies).
+    ``task_policy()`` returns the :class:`TaskPolicy` the task is scheduled by.
+
+    ``isinstance(x, TaskLike)`` checks that these members exist (not their types).
+    """
+
+    @property
+    def task_id(self) -> str:
+        """The task's unique id."""
+        ...
+
+    @property
+    def task_family(self) -> str:
+        """The task's family (its class name, with a namespace prefix if it has one)."""
+        ...
+
+    @property
+    def task_module(self) -> str:
+        """The module defining the task's class."""
+        ...
+
+    @property
+    def task_params(self) -> Mapping[str, str]:
+        """Every parameter in its string form."""
+        ...
+
+    def task_policy(self) -> TaskPolicy:
+        """How the task is scheduled."""
+        ...
+
+    def complete(self) -> bool:
+        """Whether the task's outputs exist."""
+        ...
+
+    def requires(self) -> Any:
+        """The tasks this one needs, in any nesting."""
+        ...
+
+    def run(self) -> Any:
+        """Do the work (a generator may yield tasks)."""
+        ...
+
+
+@runtime_checkable
+class TaskLoader(Protocol):
+    """Rebuilds a task in another process from what crossed over.
+
+    ``load(module, family, params)`` returns the task of ``family`` defined in ``module`` with
+    the string ``params``, under the ``[tasks.*]`` defaults in force in the calling context
+    (:func:`conveyor.task.task_defaults_in_use`); it raises
+    :class:`~conveyor.errors.TaskLoadError` when the module cannot be imported or has no such
+    family. Registered in the entry-point group ``conveyor.task_loaders``; the entry point
+    names a class, built without arguments.
+    """
+
+    def load(self, module: str, family: str, params: Mapping[str, str]) -> TaskLike:
+        """The task ``module``/``family`` with ``params``; TaskLoadError if impossible."""
+        ...
