@@ -62,6 +62,31 @@ def test_an_attempt_spec_round_trips_and_defaults_every_field_but_the_task() -> 
     assert (minimal.timeout, minimal.check_complete, minimal.deps) == (0.0, True, None)
 
 
+def test_an_outcome_kind_given_as_its_plain_value_is_sent_as_that_kind() -> None:
+    """An executor's Outcome whose kind is the plain string of an AttemptOutcome (what a
+    third-party executor may pass) goes on the wire as that kind, not as a failure."""
+    from conveyor.executors.base import Outcome
+    from conveyor.executors.channel import to_wire
+
+    assert to_wire(Outcome("T_1", "succeeded", 1.0)) == p.Succeeded(1.0)  # type: ignore[arg-type]
+    died = to_wire(Outcome("T_1", "process_died", 1.0, "gone", exitcode=3))  # type: ignore[arg-type]
+    assert died == p.Died(1.0, "gone", 3, None)
+
+
+def test_dynamic_dependencies_are_rebuilt_by_the_loader_named() -> None:
+    """from_wire rebuilds a NeedsDependencies' tasks by the task loader it is given (the
+    attempt's): conveyor's own by default, and one not installed is refused by name."""
+    from conveyor.errors import BackendNotFound
+    from conveyor.executors.channel import from_wire, task_ref
+
+    wanted = ct.Writes(path="/nowhere/x")
+    needs = p.NeedsDependencies(0.1, (task_ref(wanted),))
+    [dep] = from_wire(needs, "T_1").new_deps  # type: ignore[union-attr]
+    assert dep.task_id == wanted.task_id and type(dep) is ct.Writes
+    with pytest.raises(BackendNotFound, match="'no-such-loader'"):
+        from_wire(needs, "T_1", "no-such-loader")
+
+
 def test_a_message_of_an_unknown_kind_or_shape_is_a_field_error() -> None:
     """decode_attempt_message names what is wrong; a newer runner's extra fields are ignored."""
     with pytest.raises(p.FieldError, match="expected one of"):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 import conveyor
 from conveyor import events
@@ -99,6 +100,17 @@ class SummaryExtender:
     def conveyor_worker_summary(self, event: WorkerSummary) -> str:
         """conveyor's text and a line of its own."""
         return render_summary(event.facts) + "\nand one more line"
+
+
+class FixedSummary:
+    """A summary implementation without the event argument (pluggy allows fewer arguments)."""
+
+    name = "summary-fixed"
+
+    @conveyor.hookimpl
+    def conveyor_worker_summary(self) -> str:
+        """The same text whatever the run."""
+        return "a summary of my own"
 
 
 class SummaryRaiser:
@@ -249,6 +261,16 @@ def test_a_plugin_replaces_the_summary(tmp_path: Path) -> None:
     assert worker.report.summary == "1 task(s), my way"
     assert watcher.stopped[0].summary == "1 task(s), my way"
     assert (worker.report.ok, worker.report.exit_code) == (False, 1)
+
+
+@pytest.mark.timeout(60)
+def test_a_summary_implementation_without_the_event_argument_answers(tmp_path: Path) -> None:
+    """conveyor_worker_summary implemented without ``event`` is called without it, and its
+    text is the summary (not logged as raising a TypeError)."""
+    with structlog.testing.capture_logs() as logs:
+        worker = _run(tmp_path, [Ok(root=str(tmp_path))], FixedSummary())
+    assert worker.report.summary == "a summary of my own"
+    assert not [e for e in logs if e["event"] == "hook implementation raised"], logs
 
 
 @pytest.mark.timeout(60)

@@ -310,6 +310,15 @@ class AfterBlocking(Base):
 
     def run(self):
         self.finish()
+
+
+class ForeignLoaded(Base):
+    """Rebuilt in its attempt's process by a task loader that is not installed."""
+
+    task_loader = "no-such-loader"
+
+    def run(self):
+        self.finish()
 '''
 )
 
@@ -766,6 +775,28 @@ def test_worker_keeps_scheduling_during_the_kill_grace_period(
 
 
 # --- huge texts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("executor", PROCESS_EXECUTORS)
+def test_the_attempt_is_rebuilt_by_the_task_classs_loader(
+    executor: str, mod: Any, tmp_path: Path
+) -> None:
+    """The attempt's process rebuilds the task with the loader its class names
+    (``task_loader``, carried by AttemptSpec.loader): one that is not installed fails the
+    attempt as a load error naming it, and run() is never called; the attempt's spec names
+    conveyor's own loader for an ordinary task."""
+    from conveyor.executors.base import AttemptRequest
+    from conveyor.executors.child import attempt_spec
+
+    rec = RecordingPlugin()
+    task = mod.ForeignLoaded(root=str(tmp_path))
+    result = run_worker(task, rec, tmp_path, executor=executor, workers=1)
+    assert result.states[task.task_id] == "FAILED"
+    assert "'no-such-loader'" in result.errors[task.task_id], result.errors
+    assert not os.path.exists(task.output().path)
+    assert attempt_spec(AttemptRequest(task, task.task_id, 1)).loader == "no-such-loader"
+    leaf = mod.Leaf(root=str(tmp_path))
+    assert attempt_spec(AttemptRequest(leaf, leaf.task_id, 1)).loader == "conveyor"
 
 
 @pytest.mark.parametrize("executor", PROCESS_EXECUTORS)

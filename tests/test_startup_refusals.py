@@ -99,6 +99,46 @@ def test_allow_owner_only_runs_and_skips_messages_without_an_owner(
     assert "notifications dropped during this run" not in events
 
 
+# --- a notifier whose constructor raises ----------------------------------------------------------
+
+
+def test_a_notifier_whose_constructor_raises_refuses_the_start(
+    tmp_path: Path, task_module: WriteModule, run_cli: RunCli
+) -> None:
+    """A notifier installed under ``conveyor.notifiers`` (a real distribution on the path)
+    whose ``__init__`` raises ValueError stops ``conveyor run`` before any task runs: exit 2,
+    one line naming the notifier, the error's type and its message (its URL setting hidden)."""
+    module = task_module(TASKS)
+    (tmp_path / "grumpy_notifier.py").write_text(
+        "from conveyor.settings import Field\n\n\n"
+        "class Grumpy:\n"
+        '    settings_schema = {"url": Field("str", required=True)}\n\n'
+        "    def __init__(self, settings):\n"
+        "        raise ValueError(f\"cannot reach {settings['url']}\")\n\n"
+        "    def send(self, message):\n"
+        "        pass\n",
+        encoding="utf-8",
+    )
+    info = tmp_path / "grumpy_notifier-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: grumpy-notifier\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[conveyor.notifiers]\ngrumpy = grumpy_notifier:Grumpy\n", encoding="utf-8"
+    )
+    (tmp_path / "worker.toml").write_text(
+        '[notifiers]\nenabled = ["grumpy"]\n'
+        '[notifiers.grumpy]\nurl = "https://hooks.example/s3cr3t-token"\n',
+        encoding="utf-8",
+    )
+    result = run_cli("run", f"{module}.Fine", cwd=tmp_path)
+    line = _one_error_line(result)
+    assert "notifier 'grumpy'" in line and "ValueError: cannot reach" in line, line
+    assert "s3cr3t-token" not in line, line
+    assert result.stdout == ""
+
+
 # --- a [plugins] local entry that does not import --------------------------------------------
 
 

@@ -130,6 +130,27 @@ def test_the_policy_of_a_conveyor_task_comes_from_its_attributes() -> None:
     assert (other.timeout, other.retry_count, dict(other.resources)) == (None, None, {})
 
 
+def test_tasks_share_a_policy_only_when_its_inputs_are_the_same() -> None:
+    """Policies are shared between tasks with equal inputs (a cost saving of the walk), never
+    between tasks whose priority, resources or owners differ, even when equal in value."""
+
+    class Ranked(conveyor.Task):
+        rank = conveyor.IntParameter()
+        resources = {"db": 1}
+
+        @property
+        def priority(self) -> int:  # type: ignore[override]
+            return self.rank
+
+    first, again, other = Ranked(rank=1), Ranked(rank=1), Ranked(rank=2)
+    assert first.task_policy() is again.task_policy()
+    assert (first.task_policy().priority, other.task_policy().priority) == (1, 2)
+    own = Ranked(rank=1)
+    own.resources = {"db": 1}  # type: ignore[misc]  # equal, another mapping
+    assert own.task_policy().resources is own.resources
+    assert first.task_policy().resources is Ranked.resources
+
+
 def test_the_default_loader_is_found_by_name_through_stevedore() -> None:
     """``conveyor`` is registered in ``conveyor.task_loaders``; stevedore loads it by name,
     and it rebuilds a task from module, family and string params."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 import conveyor
 from conveyor import protocol as p
@@ -198,6 +200,16 @@ def test_a_method_is_called_without_the_fields_left_at_their_default() -> None:
     assert ROUTES["release"].arguments(p.Release("w")) == (("w",), {})
 
 
+def test_an_enum_default_given_as_its_plain_value_is_left_out() -> None:
+    """``outcome="failed"`` (the plain text of the default AttemptEnd.FAILED) is the default:
+    left out of the wire form and of a method's keywords, as the enum member is; a plain value
+    equal to a non-enum default of another type still counts (``True`` is not ``1``)."""
+    plain = p.TaskFailed("w", "t", "x", 2, "failed")  # type: ignore[arg-type]
+    assert "outcome" not in encode_request(plain)
+    assert ROUTES["task_failed"].arguments(plain) == (("w", "t", "x"), {"attempt": 2})
+    assert encode_request(p.TaskFailed("w", "t", "x", False))["attempt"] is False
+
+
 # --- the adapter for method-style transports -------------------------------------------------
 
 
@@ -279,6 +291,97 @@ def test_a_method_style_transport_gets_a_failure_without_outcome(tmp_path: Path)
     assert args[1] == Broken().task_id and "broken on purpose" in args[2]
 
 
+class Sleeper(conveyor.Task):
+    """Never finishes in time: its worker stops it after a second."""
+
+    worker_timeout = 1
+
+    def complete(self) -> bool:
+        return False
+
+    def run(self) -> None:
+        time.sleep(60)  # (not a synchronisation: the timeout ends it)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_method_style_transport_gets_a_timeout_as_a_plain_failure(tmp_path: Path) -> None:
+    """A timed-out attempt is reported to a task_failed written before ``outcome``: the call
+    with ``outcome`` raises TypeError, so it is made again without it (the attempt id kept);
+    the run ends with the failure instead of the TypeError."""
+    transport = OldStyle()
+    config = conveyor.Config().with_overrides(
+        executor="fork", log_level="critical", kill_grace=1, install_signal_handlers=False
+    )
+    config = config.with_section("scheduler", retry_count=1)
+    with (
+        structlog.testing.capture_logs() as logs,
+        conveyor.Worker(transport, config=config) as worker,
+    ):
+        assert worker.add(Sleeper())
+        assert worker.run() is False
+    [(_, args, kwargs)] = [c for c in transport.calls if c[0] == "task_failed"]
+    assert args[1] == Sleeper().task_id and kwargs["attempt"] >= 1, (args, kwargs)
+    assert transport.scheduler.statuses([Sleeper().task_id]) == {
+        Sleeper().task_id: TaskStatus.FAILED
+    }
+    [warned] = [e for e in logs if e.get("method") == "task_failed"]
+    assert warned["field"] == "outcome" and warned["log_level"] == "warning"
+
+
+class Rejecting:
+    """A method-style ``task_failed`` and ``release`` from before their newest fields: each
+    rejects an unknown keyword with TypeError, as Python does; every try is counted."""
+
+    def __init__(self) -> None:
+        self.tries: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def task_failed(self, *args: Any, **kwargs: Any) -> TaskStatus:
+        self.tries.append(("task_failed", args, kwargs))
+        if set(kwargs) - {"attempt"}:
+            raise TypeError(f"task_failed() got an unexpected keyword argument {set(kwargs)}")
+        return TaskStatus.FAILED
+
+    def release(self, *args: Any, **kwargs: Any) -> None:
+        self.tries.append(("release", args, kwargs))
+        if kwargs:
+            raise TypeError("release() got an unexpected keyword argument 'task_ids'")
+
+
+def test_the_adapter_drops_the_newest_field_a_method_rejects_and_remembers_it() -> None:
+    """On a TypeError the newest passed field is dropped and the call made again; that route
+    is then called without it at once, and the older fields it takes are still passed."""
+    target = Rejecting()
+    transport = MethodTransport(target)
+    timed_out = p.TaskFailed("w", "t", "slow", 3, p.AttemptEnd.TIMED_OUT)
+    assert transport.call(timed_out) == p.TaskFailedAnswer(TaskStatus.FAILED)
+    assert target.tries == [
+        ("task_failed", ("w", "t", "slow"), {"attempt": 3, "outcome": "timed_out"}),
+        ("task_failed", ("w", "t", "slow"), {"attempt": 3}),
+    ]
+    target.tries.clear()
+    assert transport.call(timed_out) == p.TaskFailedAnswer(TaskStatus.FAILED)
+    assert target.tries == [("task_failed", ("w", "t", "slow"), {"attempt": 3})]
+    target.tries.clear()
+    assert transport.call(p.Release("w", ("t",))) == p.Ok()
+    assert transport.call(p.Release("w", ("t",))) == p.Ok()
+    assert target.tries == [
+        ("release", ("w",), {"task_ids": ("t",)}),
+        ("release", ("w",), {}),
+        ("release", ("w",), {}),
+    ]
+
+
+def test_a_type_error_with_nothing_left_to_drop_is_raised() -> None:
+    """A TypeError from a call passing only required fields is the method's own: raised."""
+
+    class Bad:
+        def ping(self, worker_id: str) -> None:
+            raise TypeError("a bug in ping")
+
+    with pytest.raises(TypeError, match="a bug in ping"):
+        MethodTransport(Bad()).call(p.Ping("w"))
+
+
 # --- the outbox -----------------------------------------------------------------------------------
 
 
@@ -316,6 +419,25 @@ def test_the_outbox_queues_request_values_and_names_their_tasks() -> None:
     clock.advance(outbox.seconds_to_retry())
     assert outbox.flush() is True
     assert transport.delivered == sent and outbox.unreported() == set()
+
+
+class Buggy:
+    """A transport with a bug: every call raises ValueError."""
+
+    def call(self, request: Any) -> Any:
+        raise ValueError("a bug in the transport")
+
+
+def test_the_outbox_raises_a_transport_bug_and_logs_which_report() -> None:
+    """An error that is neither a refusal nor an outage is not taken for an outage (nothing
+    queued): it is logged with the report it failed on, and raised."""
+    outbox = Outbox(Buggy(), SchedulerSettings(), FakeClock().monotonic)
+    with structlog.testing.capture_logs() as logs, pytest.raises(ValueError, match="a bug"):
+        outbox.send(p.TaskDone("w", "done-1", 1))
+    assert not outbox.pending
+    [logged] = [e for e in logs if e["log_level"] == "error"]
+    assert logged["request"] == "TaskDone" and logged["task_id"] == "done-1"
+    assert logged["transport"].endswith("Buggy")
 
 
 # --- what is gone --------------------------------------------------------------------------------

@@ -1744,6 +1744,75 @@ def test_a_store_without_sql_serves_the_ui() -> None:
         assert as_json(service.reads.summary()) == get("/ui/api/summary")
 
 
+@pytest.mark.parametrize("store_kind", ["memory", "dict"])
+def test_retry_all_failed_takes_every_match_beyond_a_page(store_kind: str) -> None:
+    """More FAILED tasks than a page of the list (PAGE_MAX) under the filter, and others
+    that it does not match: retry-failed changes exactly the matching ones, each once, on a
+    store that lists ids in one read (``CanListIds``: memory) and on one that does not (the
+    third-party ``dict`` store: the UI pages through its list)."""
+    from conveyor.server.app import SchedulerService, create_app
+    from conveyor.server.hosts import OwnAddress
+    from conveyor.server.stores import PAGE_MAX, CanListIds, MemoryStore
+
+    def record(i: int, family: str, status: TaskStatus) -> dict[str, Any]:
+        task = TaskRecord(
+            task_id=f"{family}-{i}",
+            seq=i + 1,
+            family=family,
+            module="m",
+            status=status,
+            registered=True,
+            stakeholders=("w0",),
+            runners=("w0",),
+            explanation="it broke" if status == TaskStatus.FAILED else "",
+        )
+        return to_row(task)
+
+    wanted = [record(i, "Many", TaskStatus.FAILED) for i in range(PAGE_MAX + 120)]
+    others = [
+        *(record(i, "Other", TaskStatus.FAILED) for i in range(30)),
+        *(record(i, "Many", TaskStatus.DONE) for i in range(1000, 1040)),
+    ]
+    rows = [*wanted, *others]
+    store: Any
+    if store_kind == "memory":
+        store = MemoryStore()
+        store.load()
+        store.save(rows, [])
+        assert isinstance(store, CanListIds)
+    else:
+        store = seeded_dict_store(rows)
+        assert not isinstance(store, CanListIds)  # (the fallback: page by page)
+    core = SchedulerCore(retry_delay=3600)
+    loaded, workers = store.load()
+    core.restore([from_row(r) for r in loaded], workers)
+    service = SchedulerService(core, store)
+
+    def app_for(port: int) -> Any:
+        address = OwnAddress.of(LOOPBACK, port)
+        return create_app(service, token="", max_request_bytes=1 << 20, address=address)
+
+    try:
+        with served(app_for) as port:
+            reply = http_request(
+                port,
+                "POST",
+                "/ui/api/retry-failed",
+                json.dumps({"family": "Many"}),
+                {"Content-Type": "application/json"},
+            )
+            assert reply.status == 200, reply
+            answer = reply.json()
+            counts = store.summary().counts  # (what the store now holds)
+    finally:
+        store.close()
+    changed = answer["changed"]
+    assert len(changed) == len(set(changed)) == len(wanted), len(changed)
+    assert set(changed) == {row["task_id"] for row in wanted}
+    assert answer["skipped"] == []
+    assert counts["FAILED"] == 30 and counts["PENDING"] == len(wanted), counts
+
+
 def test_a_store_without_reads_is_refused() -> None:
     """A state store written before ``TaskReads`` (save and load only) is refused with one
     ConfigError (exit 2 at start-up) naming it and what it lacks, and it is closed; nothing

@@ -31,7 +31,7 @@ from conveyor.protocol import (
 )
 from conveyor.scheduler.persist import to_row
 from conveyor.scheduler.policy import SchedulerCore, TaskRecord
-from conveyor.server.stores import MemoryStore, SqliteStore, StoreContext
+from conveyor.server.stores import CanListIds, MemoryStore, SqliteStore, StoreContext, matches
 from conveyor.testing import FakeClock
 from conveyor.transports.base import TransportContext
 from conveyor.transports.http import HttpTransport
@@ -315,3 +315,66 @@ def test_the_memory_store_of_a_killed_process_is_swept() -> None:
         assert mine.exists()  # (a live process's store stays)
     finally:
         mine.rmdir()
+
+
+def _filter_row(i: int) -> dict[str, Any]:
+    """Row ``i`` of a mix: every state, three families, two workers, a public and a secret
+    parameter, and every seventh unregistered."""
+    states = list(TaskStatus)
+    record = TaskRecord(
+        task_id=f"Mix_{i}",
+        seq=i + 1,
+        family=f"Fam{i % 3}",
+        params={"region": f"eu-{i % 4}", "password": f"eu-{i % 5}-hidden"},
+        status=states[i % len(states)],
+        worker=f"w{i // 4 % 2}" if i % 4 == 0 else None,
+        registered=i % 7 != 0,
+    )
+    return to_row(record)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"])
+def test_task_ids_lists_exactly_what_the_pages_list(tmp_path: Path, store_kind: str) -> None:
+    """The built-in stores list every id a filter matches in one read (``CanListIds``): for
+    each filter, the ids of ``matches`` over the rows, in the order paging the list gives
+    (newest change first), registered tasks only; a row saved again is listed once."""
+    opened = (
+        SqliteStore(StoreContext(str(tmp_path / "state.db")))
+        if store_kind == "sqlite"
+        else MemoryStore()
+    )
+    try:
+        assert isinstance(opened, CanListIds)
+        opened.load()
+        rows = [_filter_row(i) for i in range(700)]
+        opened.save(rows[:400], [])
+        opened.save(rows[400:], [])
+        opened.save([{**rows[3], "status_message": "saved again"}], [])  # moves to the top
+        grid = [
+            TaskFilters(),
+            TaskFilters(state=TaskStatus.FAILED),
+            TaskFilters(state=TaskStatus.FAILED, family="Fam1"),
+            TaskFilters(worker="w0"),
+            TaskFilters(state=TaskStatus.PENDING, worker="w1", family="Fam0"),
+            TaskFilters(text="EU-3"),
+            TaskFilters(text="hidden"),  # a secret parameter's value is not searched
+            TaskFilters(family="Nope"),
+        ]
+        for filters in grid:
+            paged: list[str] = []
+            cursor = None
+            while True:
+                page = opened.page(filters, cursor, 37)
+                paged += (entry.task_id for entry in page.tasks)
+                if page.next is None:
+                    break
+                cursor = page.next
+            listed = opened.task_ids(filters)
+            assert list(listed) == paged, filters
+            expected = {row["task_id"] for row in rows if matches(row, filters)}
+            assert set(listed) == expected and len(listed) == len(expected), filters
+        assert len(opened.task_ids(TaskFilters(state=TaskStatus.FAILED))) == 100
+        assert opened.task_ids(TaskFilters(text="hidden")) == ()
+        assert opened.task_ids(TaskFilters())[0] == "Mix_3"
+    finally:
+        opened.close()

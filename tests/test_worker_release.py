@@ -235,7 +235,7 @@ def test_a_run_sharing_its_worker_id_releases_only_its_own_tasks(tmp_path: Path)
     )
     config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
     gate = Touch(path=str(tmp_path / "gate"))
-    scheduler.add_tasks("other", [TaskSpec(gate.task_id, "Touch", __name__, gate._string_params())])
+    scheduler.add_tasks("other", [TaskSpec(gate.task_id, "Touch", __name__, gate.task_params)])
     work = scheduler.get_work("other")
     assert work is not None and work.task_id == gate.task_id
     a = After(path=str(tmp_path / "a"), gate=gate.path)
@@ -346,13 +346,14 @@ class _MethodStyle:
         return getattr(self._scheduler, name)
 
 
-def test_a_method_style_release_names_the_runs_tasks_and_one_without_task_ids_is_skipped(
+def test_a_method_style_release_names_the_runs_tasks_or_the_worker_id_alone(
     tmp_path: Path,
 ) -> None:
     """A transport of the earlier method-style protocol (wrapped in MethodTransport) has its
-    release called with the run's task ids; one whose release predates task_ids, or that has
-    no release at all, fails to release (logged, as any release failure): the run's result
-    stands and the tasks are left to be pruned when the worker is gone."""
+    release called with the run's task ids; one whose release predates task_ids is called with
+    the worker id alone (as the previous release did); one with no release at all fails to
+    release (logged, as any release failure): the run's result stands and the tasks are left
+    to be pruned when the worker is gone."""
     config = conveyor.Config().with_overrides(executor="inline", log_level="warning")
     calls: list[tuple[str, object]] = []
 
@@ -374,7 +375,7 @@ def test_a_method_style_release_names_the_runs_tasks_and_one_without_task_ids_is
             assert worker.add(tasks[n])
             assert worker.run() is True
         assert tasks[n].output().exists()
-    assert calls == [(WORKER, (tasks[0].task_id,))]
+    assert calls == [(WORKER, (tasks[0].task_id,)), (WORKER, "old")]
 
 
 def test_the_http_release_is_one_attempt_when_the_server_is_gone() -> None:

@@ -50,6 +50,7 @@ from .protocol import (
     decode,
     encode_attempt_message,
 )
+from .tasklike import DEFAULT_LOADER
 
 __all__ = [
     "EXIT_CODES",
@@ -82,10 +83,13 @@ def spec_of(request: AttemptRequest, context: ExecutorContext | None = None) -> 
     return attempt_spec(request, context)
 
 
-def executor_message(message: AttemptMessage, task_id: str) -> Note | Outcome | None:
+def executor_message(
+    message: AttemptMessage, task_id: str, loader: str = DEFAULT_LOADER
+) -> Note | Outcome | None:
     """The executor protocol's message for ``message`` of attempt ``task_id`` (a dynamic
-    dependency is rebuilt from its module, family and parameters); None for a ``stage``."""
-    converted = from_wire(message, task_id)
+    dependency is rebuilt from its module, family and parameters by the task loader
+    ``loader``: the attempt's ``AttemptSpec.loader``); None for a ``stage``."""
+    converted = from_wire(message, task_id, loader)
     return None if isinstance(converted, Stage) else converted
 
 

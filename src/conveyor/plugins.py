@@ -176,11 +176,12 @@ class HookRelay:
         """The execution summary of a finished run: the first ``conveyor_worker_summary``
         implementation that returns a string for ``event``, the plugin registered last asked
         first (so a plugin replaces conveyor's own ``conveyor.summary``, registered first); one
-        that raises or returns something else is logged and the next is asked. ``""`` if none
-        answers."""
+        that raises or returns something else is logged and the next is asked. An
+        implementation without the ``event`` argument is called without it (as pluggy allows).
+        ``""`` if none answers."""
         for impl in reversed(self.pm.hook.conveyor_worker_summary.get_hookimpls()):
             try:
-                text = impl.function(event)
+                text = impl.function(event) if impl.argnames else impl.function()
             except Exception:
                 log.error(
                     "hook implementation raised",

@@ -560,9 +560,14 @@ _REQUIRED = object()  # (the "default" of a field without one: equal to no value
 
 
 def _is_default(value: Any, default: Any) -> bool:
-    """Whether ``value`` is the field default ``default`` (of the same type: ``True`` is not a
-    default ``1``)."""
-    return default is not _REQUIRED and type(value) is type(default) and value == default
+    """Whether ``value`` is the field default ``default``: of the same type (``True`` is not a
+    default ``1``), except that a default member of an enum is also the plain value equal to
+    it (``"failed"`` for ``AttemptEnd.FAILED``: what the field is set from)."""
+    return (
+        default is not _REQUIRED
+        and value == default
+        and (type(value) is type(default) or isinstance(default, enum.Enum))
+    )
 
 
 def _defaults(cls: type[Any]) -> list[tuple[str, Any]]:
@@ -609,7 +614,11 @@ def _lean_encoder_of(cls: type[Any]) -> _Convert:
         out = {}
         for name, default, convert in steps:  # (the test of _is_default, inlined: hot path)
             item = getattr(value, name)
-            if default is not _REQUIRED and item == default and type(item) is type(default):
+            if (
+                default is not _REQUIRED
+                and item == default
+                and (type(item) is type(default) or isinstance(default, enum.Enum))
+            ):
                 continue
             out[name] = item if convert is None else convert(item)
         return out
@@ -1014,7 +1023,7 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 # --- the read model of state stores ---------------------------------------------------------------
 # What ``conveyor.server.stores.TaskReads`` answers: the web UI's JSON is these values, field for
-# field (``dataclasses.asdict``). Statuses are ``TaskStatus`` values; parameters are shown with
+# field (:func:`encode`). Statuses are ``TaskStatus`` values; parameters are shown with
 # secret-named ones hidden; texts with their secrets hidden.
 
 __all__ += [
@@ -1060,7 +1069,7 @@ class TaskEntry:
     task_id: str
     family: str
     params: Mapping[str, str]
-    status: str
+    status: TaskStatus
     worker: str | None
     """Running it, else the last to run it (None: nobody yet)."""
     priority: int
@@ -1090,7 +1099,7 @@ class TaskRef:
 
     task_id: str
     family: str
-    status: str
+    status: TaskStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -1101,7 +1110,7 @@ class TaskDetail:
     family: str
     module: str
     params: Mapping[str, str]
-    status: str
+    status: TaskStatus
     worker: str | None
     priority: int
     resources: Mapping[str, Any]
@@ -1130,7 +1139,7 @@ class GraphNode:
 
     id: str
     family: str
-    status: str
+    status: TaskStatus
     layer: int
 
 
@@ -1215,7 +1224,9 @@ class AttemptSpec:
     ``check_complete``: skip ``run()`` for a task already complete. ``deps``: the requirements
     the worker already knows (so ``requires()`` is not called again; None: call it).
     ``task_defaults`` / ``task_default_sources`` / ``task_id_style``: the worker's ``[tasks.*]``
-    tables and ``[worker] task_id_style`` in force, for the tasks made there.
+    tables and ``[worker] task_id_style`` in force, for the tasks made there. ``loader``: the
+    :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that rebuilds the
+    task and its ``deps`` there, the task class's ``task_loader``.
     """
 
     module: str = field(metadata=_NAMED)
@@ -1232,6 +1243,7 @@ class AttemptSpec:
     kill_grace: float = field(default=5.0, metadata=_NON_NEGATIVE)
     log_level: str = "info"
     log_format: str = "json"
+    loader: str = field(default="conveyor", metadata={"text": IDENTIFIER})
 
 
 class AttemptStage(enum.StrEnum):

@@ -215,6 +215,11 @@ def settled(struct: Any) -> Any:
     return struct
 
 
+_POLICIES: dict[tuple[Any, ...], TaskPolicy] = {}
+"""The policies made so far, by their inputs (see :meth:`Task.task_policy`)."""
+_POLICIES_KEPT = 1024
+
+
 class Task:
     """Base class of every task: declare parameters as class attributes, override the methods.
 
@@ -392,16 +397,36 @@ class Task:
         ``worker_timeout``, ``priority``, ``resources``, ``retry_count``, ``owner_email``,
         ``disabled``, whether it is external and ``task_loader``."""
         owners = self.owner_email
-        return TaskPolicy(
-            timeout=self.worker_timeout,
-            priority=self.priority,
-            resources=self.resources,
-            retry_count=self.retry_count,
-            owners=(owners,) if isinstance(owners, str) else tuple(owners or ()),
-            disabled=self.disabled,
-            external=self.is_external(),
-            loader=self.task_loader,
+        owned = (owners,) if isinstance(owners, str) else tuple(owners or ())
+        resources = self.resources
+        # Tasks of a class nearly always share one policy, and a frozen value costs more to
+        # build than to look up (the walk asks once per task): equal inputs share one value.
+        # The resources mapping is keyed by identity and kept alive by the value it is in.
+        key = (
+            self.worker_timeout,
+            self.priority,
+            id(resources),
+            self.retry_count,
+            owned,
+            self.disabled,
+            self.is_external(),
+            self.task_loader,
         )
+        policy = _POLICIES.get(key)
+        if policy is None or policy.resources is not resources:
+            if len(_POLICIES) >= _POLICIES_KEPT:
+                _POLICIES.clear()
+            policy = _POLICIES[key] = TaskPolicy(
+                timeout=key[0],
+                priority=key[1],
+                resources=resources,
+                retry_count=key[3],
+                owners=owned,
+                disabled=key[5],
+                external=key[6],
+                loader=key[7],
+            )
+        return policy
 
     def _string_params(self) -> _Binding:
         """The cached string form, read-only (the worker hands it to every event as is)."""
@@ -608,6 +633,7 @@ class TaskDefaults:
         self.folded = {key.casefold(): key for key in tables}
         self.per_class: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
         self.bound: dict[tuple[Any, ...], _Binding] = {}  # bindings made under these defaults
+        self._left: list[Token[TaskDefaults | None]] = []  # the tokens leave() has used
 
     def find(self, key: str) -> str | None:
         """The table key for the family key ``key`` (exact, else without regard to case)."""
@@ -636,10 +662,14 @@ class TaskDefaults:
     def leave(self, token: Token[TaskDefaults | None]) -> None:
         """Undo :meth:`enter`: put back the defaults that were in force in this context before
         it (from another context, or after a later ``enter`` left unbalanced, only if these
-        are still the ones in force)."""
+        are still the ones in force). Leaving with a token a second time does nothing (a
+        Worker's ``close()`` may be called twice)."""
+        if any(used is token for used in self._left):
+            return
+        self._left.append(token)
         try:
             _IN_CONTEXT.reset(token)
-        except ValueError:  # another context, or already reset
+        except ValueError:  # another context
             if _IN_CONTEXT.get() is self:
                 _IN_CONTEXT.set(None)
 

@@ -9,8 +9,9 @@ message, progress or tracking URL) or how the attempt ended. The same lines are 
 
 This module translates between those wire values and the executor protocol's live
 :class:`~.base.Note` / :class:`~.base.Outcome` (:func:`to_wire`, :func:`from_wire`). Dynamic
-dependencies travel as :class:`~conveyor.protocol.DependencyRef` and are rebuilt from the task
-registry: no pickle. Long texts are truncated with a marker before they are sent, so a task
+dependencies travel as :class:`~conveyor.protocol.DependencyRef` and are rebuilt by a task
+loader (the one its caller names, :attr:`conveyor.protocol.AttemptSpec.loader`; conveyor's own
+by default): no pickle. Long texts are truncated with a marker before they are sent, so a task
 that raises with a megabyte-long message can neither deadlock nor bloat the worker.
 """
 
@@ -21,8 +22,11 @@ import os
 import threading
 
 from .. import protocol as p
+from ..errors import TaskLoadError
+from ..loaders import task_loader
 from ..protocol import AttemptOutcome, AttemptStage, FailureCause, Stage
-from ..task import Task, rebuild_task
+from ..task import Task
+from ..tasklike import DEFAULT_LOADER
 from .base import FAILED, Message, Note, Outcome
 
 __all__ = [
@@ -68,13 +72,13 @@ def to_wire(message: Message | Stage) -> p.AttemptMessage:
 
 def _end_to_wire(outcome: Outcome) -> p.AttemptMessage:
     kind, duration, error = outcome.kind, outcome.duration, truncate(outcome.error)
-    if kind is AttemptOutcome.SUCCEEDED:
+    if kind == AttemptOutcome.SUCCEEDED:
         return p.Succeeded(duration, outcome.found_complete)
-    if kind is AttemptOutcome.NEEDS_DEPS:
+    if kind == AttemptOutcome.NEEDS_DEPS:
         return p.NeedsDependencies(duration, tuple(task_ref(t) for t in outcome.new_deps))
-    if kind is AttemptOutcome.TIMED_OUT:
+    if kind == AttemptOutcome.TIMED_OUT:
         return p.TimedOut(duration, outcome.timeout, error, outcome.before_run)
-    if kind is AttemptOutcome.PROCESS_DIED:
+    if kind == AttemptOutcome.PROCESS_DIED:
         return p.Died(duration, error, outcome.exitcode, outcome.signal)
     cause = FailureCause.ERROR
     if outcome.interrupted:
@@ -84,9 +88,12 @@ def _end_to_wire(outcome: Outcome) -> p.AttemptMessage:
     return p.Failed(duration, error, outcome.exception_type[:200], cause, outcome.missing)
 
 
-def from_wire(message: p.AttemptMessage, task_id: str) -> Message | Stage:
+def from_wire(
+    message: p.AttemptMessage, task_id: str, loader: str = DEFAULT_LOADER
+) -> Message | Stage:
     """The executor message for a protocol value of attempt ``task_id`` (a dynamic
-    dependency is rebuilt from its module, family and parameters)."""
+    dependency is rebuilt from its module, family and parameters by the attempt's task
+    ``loader``, the name :attr:`conveyor.protocol.AttemptSpec.loader` carries)."""
     if isinstance(message, Stage):
         return message
     if isinstance(message, p.Note):
@@ -95,7 +102,7 @@ def from_wire(message: p.AttemptMessage, task_id: str) -> Message | Stage:
         found = message.found_complete
         return Outcome(task_id, AttemptOutcome.SUCCEEDED, message.duration, found_complete=found)
     if isinstance(message, p.NeedsDependencies):
-        deps = tuple(rebuild_task(d.module, d.family, d.params) for d in message.new_deps)
+        deps = tuple(_rebuild(loader, d) for d in message.new_deps)
         return Outcome(task_id, AttemptOutcome.NEEDS_DEPS, message.duration, new_deps=deps)
     if isinstance(message, p.TimedOut):
         return Outcome(
@@ -124,9 +131,18 @@ def from_wire(message: p.AttemptMessage, task_id: str) -> Message | Stage:
         message.error,
         message.exception_type,
         missing=message.missing,
-        interrupted=message.cause is FailureCause.INTERRUPTED,
-        load_error=message.cause is FailureCause.TASK_LOAD,
+        interrupted=message.cause == FailureCause.INTERRUPTED,
+        load_error=message.cause == FailureCause.TASK_LOAD,
     )
+
+
+def _rebuild(loader: str, ref: p.DependencyRef) -> Task:
+    """The dependency ``ref`` names, rebuilt by the task loader ``loader``; TaskLoadError for
+    what is not a :class:`~conveyor.Task` (what a worker's graph holds)."""
+    task = task_loader(loader).load(ref.module, ref.family, ref.params)
+    if not isinstance(task, Task):
+        raise TaskLoadError(f"the task loader {loader!r} made {task!r}, not a conveyor.Task")
+    return task
 
 
 def encode(message: Message | Stage) -> bytes:
@@ -135,10 +151,11 @@ def encode(message: Message | Stage) -> bytes:
     return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
-def decode(line: bytes, task_id: str) -> Message | Stage:
-    """A message from one JSON line (a garbled line becomes a failed outcome)."""
+def decode(line: bytes, task_id: str, loader: str = DEFAULT_LOADER) -> Message | Stage:
+    """A message from one JSON line (a garbled line becomes a failed outcome); dynamic
+    dependencies rebuilt by the task loader ``loader`` (:func:`from_wire`)."""
     try:
-        return from_wire(p.decode_attempt_message(json.loads(line)), task_id)
+        return from_wire(p.decode_attempt_message(json.loads(line)), task_id, loader)
     except Exception as exc:
         return Outcome(
             task_id,

@@ -18,7 +18,7 @@ from ..errors import ConveyorError, TaskLoadError
 from ..loaders import task_loader
 from ..protocol import AttemptSpec
 from ..task import Task, task_defaults_in_use, use_task_defaults
-from ..tasklike import DEFAULT_LOADER
+from ..tasklike import TaskLoader
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome
 from .channel import AttemptStage, PipeSink, Stage, task_ref
@@ -125,6 +125,7 @@ def attempt_spec(request: AttemptRequest, context: ExecutorContext | None = None
         kill_grace=context.kill_grace,
         log_level=context.log_level,
         log_format=context.log_format,
+        loader=task.task_loader,  # (the class attribute: what task_policy().loader says)
     )
 
 
@@ -153,9 +154,10 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     use_task_defaults(spec.task_defaults, spec.task_default_sources, spec.task_id_style)
     deps: tuple[Task, ...] | None = None
     try:
-        task: Task = _load(spec.module, spec.family, spec.params)
+        loader = task_loader(spec.loader)
+        task: Task = _load(loader, spec.module, spec.family, spec.params)
         if spec.deps is not None:
-            deps = tuple(_load(d.module, d.family, d.params) for d in spec.deps)
+            deps = tuple(_load(loader, d.module, d.family, d.params) for d in spec.deps)
         if task.task_id != task_id:
             raise ConveyorError(
                 f"the task rebuilt in the attempt's process has id {task.task_id}, expected "
@@ -173,11 +175,12 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     run_in_child(request, msg_fd)
 
 
-def _load(module: str, family: str, params: Mapping[str, str]) -> Task:
-    """The task rebuilt by its :class:`~conveyor.TaskLoader` (entry point of
-    ``conveyor.task_loaders``; conveyor's own classes: ``"conveyor"``), under the defaults set
-    above; TaskLoadError for what is not a :class:`~conveyor.Task` (what this runner runs)."""
-    task = task_loader(DEFAULT_LOADER).load(module, family, params)
+def _load(loader: TaskLoader, module: str, family: str, params: Mapping[str, str]) -> Task:
+    """The task rebuilt by ``loader``, the attempt's :class:`~conveyor.TaskLoader` (entry point
+    of ``conveyor.task_loaders`` named by ``AttemptSpec.loader``; conveyor's own classes:
+    ``"conveyor"``), under the defaults set above; TaskLoadError for what is not a
+    :class:`~conveyor.Task` (what this runner runs)."""
+    task = loader.load(module, family, params)
     if not isinstance(task, Task):
         raise TaskLoadError(f"the task loader made {task!r}, not a conveyor.Task")
     return task

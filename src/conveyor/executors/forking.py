@@ -87,7 +87,15 @@ class ForkExecutor(ProcessExecutor):
                 os.close(dog_r)
             timeout = request.timeout
             child = Child(
-                pid, request.task_id, sink, msg_r, dog_w, timeout, mark=mark, server=server
+                pid,
+                request.task_id,
+                sink,
+                msg_r,
+                dog_w,
+                timeout,
+                mark=mark,
+                server=server,
+                loader=spec.loader,
             )
             self.supervisor.watch(child, since=since)
             return

@@ -73,6 +73,7 @@ class SubprocessExecutor(ProcessExecutor):
             popen=proc,
             mark=mark,
             startup="interpreter start-up",
+            loader=spec.loader,
         )
         self.supervisor.watch(child)
         assert proc.stdin is not None

@@ -44,6 +44,7 @@ import psutil
 import structlog
 
 from ..clock import SYSTEM, Clock
+from ..tasklike import DEFAULT_LOADER
 from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
 from .channel import AttemptStage, LineReader, Stage, decode
 from .deadline import Announcing, Deadline, DeadlinePolicy, Step
@@ -98,6 +99,8 @@ class Child:
     """What the process does before it has loaded its task, as a timeout then explains it
     (``interpreter start-up`` for a fresh interpreter)."""
     stage: AttemptStage | None = None
+    loader: str = DEFAULT_LOADER
+    """The task loader that rebuilds the dependencies the attempt yields (its spec's)."""
     """How far the process has said it got (None: nothing said yet)."""
     deadline: Deadline = field(init=False, default_factory=lambda: Deadline(0.0, 0.0, 0.0))
     """Its timeout and the escalation so far (none until :meth:`Supervisor.watch` sets it)."""
@@ -361,7 +364,7 @@ class Supervisor:
 
     def _deliver(self, child: Child, data: bytes) -> None:
         for line in child.reader.feed(data):
-            message = decode(line, child.task_id)
+            message = decode(line, child.task_id, child.loader)
             if isinstance(message, Stage):
                 child.stage = message.stage
             elif isinstance(message, Outcome):

@@ -34,6 +34,7 @@ import structlog
 from .. import events as ev
 from ..backends import load_backend
 from ..backoff import Backoff
+from ..errors import ConfigError, PluginError
 from ..hookspecs import hookimpl
 from ..protocol import NotifyKind
 from ..secrets import REDACTED, is_secret_setting, redact_argv, redact_text
@@ -504,7 +505,8 @@ class NotifyPlugin:
 
 def build_dispatcher(config: Config) -> Dispatcher | None:
     """The dispatcher for ``[notifiers] enabled`` (None when it is empty): every notifier built
-    once as ``cls(settings)`` from its validated table (BackendNotFound / ConfigError)."""
+    once as ``cls(settings)`` from its validated table (BackendNotFound / ConfigError; any
+    other error the notifier's constructor raises becomes a ConfigError naming it)."""
     settings = config.notifiers
     if not settings.enabled:
         return None
@@ -513,7 +515,17 @@ def build_dispatcher(config: Config) -> Dispatcher | None:
         cls = load_backend("conveyor.notifiers", name)
         table = config.backend_settings("notifiers", name, schema_of(cls))
         check_backend_settings(cls, table, config.source or "")
-        targets.append((name, cls(table), table))
+        try:
+            notifier = cls(table)
+        except (ConfigError, PluginError):
+            raise
+        except Exception as exc:  # a notifier that cannot be built refuses the start too
+            secrets = _target(name, None, table).secrets
+            raise ConfigError(
+                f"the notifier {name!r} of [notifiers] enabled could not be built: "
+                + _scrub(_describe(exc), secrets)
+            ) from exc
+        targets.append((name, notifier, table))
     return Dispatcher(
         targets,
         aggregate_after=settings.aggregate_after,

@@ -59,7 +59,7 @@ T = TypeVar("T")
 
 RETRY_AFTER = 2
 """Seconds a 503 for a state store that refuses writes asks the client to wait."""
-_READS = ("summary", "families", "page", "detail", "graph", "changes_since", "workers")
+_READS = tuple(name for name, v in vars(TaskReads).items() if callable(v) and name[0] != "_")
 """The methods of :class:`~.stores.TaskReads`, which every state store must have."""
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "PAGE_MAX",
     "BadRow",
     "CanCompact",
+    "CanListIds",
     "CanProbe",
     "CanQuarantine",
     "CorruptState",
@@ -209,6 +210,17 @@ class TaskReads(Protocol):
 
 
 @runtime_checkable
+class CanListIds(Protocol):
+    """A store that can list the ids of every task a filter matches in one read (optional:
+    without it, the web UI's *Retry all failed* pages through :meth:`TaskReads.page`)."""
+
+    def task_ids(self, filters: TaskFilters) -> tuple[str, ...]:
+        """The id of every registered task ``filters`` match (:func:`matches`), as one
+        consistent read of the committed state (a task saved meanwhile is listed as it was or
+        as it is, never skipped for having moved), newest change first as :meth:`page`."""
+
+
+@runtime_checkable
 class CanQuarantine(Protocol):
     """A store that can set aside the rows its ``load()`` reported in :class:`CorruptState`."""
 
@@ -238,6 +250,14 @@ class CanCompact(Protocol):
 # --- what the web UI shows of a row: one place, for every store -----------------------------------
 
 _STUCK = frozenset({TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN})
+_STATUSES = {str(s): s for s in TaskStatus}
+
+
+def _status(value: str) -> TaskStatus:
+    """A stored status as a :class:`TaskStatus` (ValueError for another text): a dict lookup
+    (calling ``TaskStatus`` costs about a microsecond, a graph answer has 10,000 nodes)."""
+    found = _STATUSES.get(value)
+    return found if found is not None else TaskStatus(value)
 
 
 def list_worker(row: Mapping[str, Any]) -> str | None:
@@ -287,7 +307,7 @@ def list_entry(row: Mapping[str, Any], seq: int, changed: float) -> TaskEntry:
         task_id=row["task_id"],
         family=row["family"],
         params=public_params(params),
-        status=row["status"],
+        status=_status(row["status"]),
         worker=list_worker(row),
         priority=row["priority"],
         status_message=hide_secret_params(row["status_message"], params),
@@ -316,7 +336,7 @@ def task_detail(
         family=row["family"],
         module=row["module"],
         params=public_params(params),
-        status=row["status"],
+        status=_status(row["status"]),
         worker=row["worker"],
         priority=row["priority"],
         resources=row["resources"],
@@ -472,7 +492,7 @@ def graph_answer(up: GraphWalk, below: Callable[[int], GraphWalk] | None, cap: i
     layers, the edges of both, and what blocks the root."""
     blocking, path = blocked_by(up.status, up.runners, up.edges)
     nodes = [
-        GraphNode(up.ids[i], up.family[i], up.status[i], layer)
+        GraphNode(up.ids[i], up.family[i], _status(up.status[i]), layer)
         for i, layer in enumerate(graph_layers(len(up.ids), up.edges, up.depth))
     ]
     edges = list(up.edges)
@@ -489,7 +509,9 @@ def graph_answer(up: GraphWalk, below: Callable[[int], GraphWalk] | None, cap: i
                 offset[i] = known[down.ids[i]]
                 continue
             offset[i] = len(nodes)
-            nodes.append(GraphNode(down.ids[i], down.family[i], down.status[i], -layers[i]))
+            nodes.append(
+                GraphNode(down.ids[i], down.family[i], _status(down.status[i]), -layers[i])
+            )
         seen = set(edges)
         for task, dep in down.edges:
             pair = (offset[task], offset[dep])

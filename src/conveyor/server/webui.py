@@ -19,7 +19,9 @@ DOM text APIs only, so nothing a task or worker supplies is ever interpreted as 
   nothing keeps the server from stopping.
 - **Actions** (``POST /ui/api/retry``, ``reenable``, ``retry-failed``) go through the
   scheduler's lock like a worker's call, are committed before the answer, and each is one audit
-  log line naming the action, the tasks and the session.
+  log line naming the action, the tasks and the session. *Retry all failed* reads the ids it
+  changes in one read from a store that can list them (:class:`~.stores.CanListIds`), else
+  page by page through the list.
 - **Access**: without ``[server] token`` the UI is open (the server then listens on loopback
   only). With one, ``POST /ui/login`` exchanges the token (compared in constant time) for a
   random session id in an ``HttpOnly``, ``SameSite=Strict`` cookie; sessions live in memory
@@ -43,7 +45,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -51,9 +52,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..protocol import TaskFilters, TaskStatus
+from ..protocol import TaskFilters, TaskStatus, encode
 from .hooks import UI_ACTION
-from .stores import PAGE_MAX, Unstored
+from .stores import PAGE_MAX, CanListIds, Unstored
 
 if TYPE_CHECKING:
     from .app import SchedulerService
@@ -172,12 +173,15 @@ def _filters(query: Mapping[str, str]) -> TaskFilters:
     )
 
 
-def _integer(
-    query: Mapping[str, str], name: str, default: int | None, low: int, high: int
-) -> int | None:
+def _integer(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    value = _optional_integer(query, name, low, high)
+    return default if value is None else value
+
+
+def _optional_integer(query: Mapping[str, str], name: str, low: int, high: int) -> int | None:
     raw = query.get(name, "")
     if not raw:
-        return default
+        return None
     try:
         value = int(raw)
     except ValueError:
@@ -329,7 +333,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
     # --- reads --------------------------------------------------------------------------------
 
     async def summary(request: Request) -> Any:
-        return await answer(lambda: asdict(store.summary()))
+        return await answer(lambda: encode(store.summary()))
 
     async def changes(request: Request) -> Any:
         # not on the reads' thread: the one-second poll never waits behind a big graph
@@ -342,14 +346,13 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         query = request.query_params
         filters = _filters(query)
         limit = _integer(query, "limit", 50, 1, PAGE_MAX)
-        cursor = _integer(query, "cursor", None, 0, 2**62)
-        assert limit is not None
+        cursor = _optional_integer(query, "cursor", 0, 2**62)
 
         def work() -> dict[str, Any]:
             seq = latest()  # (first: the page is at least this new)
             found = store.page(filters, cursor, limit)
             nxt = found.next
-            rows = [asdict(row) for row in found.tasks]
+            rows = encode(found.tasks)
             return {"tasks": rows, "next": None if nxt is None else str(nxt), "seq": seq}
 
         return await answer(work)
@@ -371,7 +374,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             found = store.detail(task_id)
             if found is None:
                 raise unknown(task_id)
-            return {"task": asdict(found), "seq": seq}
+            return {"task": encode(found), "seq": seq}
 
         return await answer(work)
 
@@ -384,7 +387,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             found = store.graph(task_id, down)
             if found is None:
                 raise unknown(task_id)
-            return {**asdict(found), "seq": seq}
+            return {**encode(found), "seq": seq}
 
         return await answer(work)
 
@@ -468,7 +471,10 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
 
 def _matching_ids(store: TaskReads, filters: TaskFilters) -> list[str]:
-    """The id of every task ``filters`` match (for an action on all of them), page by page."""
+    """The id of every task ``filters`` match (for an action on all of them): in one read
+    from a store that can list them (:class:`~.stores.CanListIds`), else page by page."""
+    if isinstance(store, CanListIds):
+        return list(store.task_ids(filters))
     ids: list[str] = []
     cursor: int | None = None
     while True:

@@ -79,19 +79,47 @@ class MethodTransport:
     (:meth:`conveyor.protocol.Route.answer_of`). So a method written before a defaulted field
     existed keeps working while the field is left at its default; one the worker does use
     (``Release.task_ids``, ``TaskFailed.outcome`` other than ``failed``) must be a parameter of
-    the method. A target without the route's method raises ``AttributeError`` (the worker's
-    ``release`` at the end of a run is best effort: it logs that and carries on).
+    the method. A method that predates such a field and raises ``TypeError`` when given it is
+    called again without it, newest field first (fields are added to a request at its end), until
+    the call is one it takes; this transport then leaves those fields out of that route's calls
+    for good, with one warning per field (what they said is dropped: a timeout reaches such a
+    ``task_failed`` as a plain failure). A target without the route's method raises
+    ``AttributeError`` (the worker's ``release`` at the end of a run is best effort: it logs
+    that and carries on).
     """
 
     def __init__(self, target: object) -> None:
         """Adapt ``target``, an object with the method-style calls."""
         self.target = target
+        self._untaken: dict[str, set[str]] = {}  # route name -> fields its method does not take
 
     def call(self, request: Any) -> Any:
         """The answer of ``target``'s method for ``request``'s route."""
         route = route_of(request)
         args, kwargs = route.arguments(request)
-        return route.answer_of(getattr(self.target, route.name)(*args, **kwargs))
+        method = getattr(self.target, route.name)
+        untaken = self._untaken.get(route.name)
+        if untaken:
+            kwargs = {name: value for name, value in kwargs.items() if name not in untaken}
+        while True:
+            try:
+                return route.answer_of(method(*args, **kwargs))
+            except TypeError as exc:
+                if not kwargs:
+                    raise
+                # an older method without the newest field passed: call it as it was called then
+                newest = list(kwargs)[-1]
+                del kwargs[newest]
+                self._untaken.setdefault(route.name, set()).add(newest)
+                kind = type(self.target)
+                log.warning(
+                    "the transport's method does not take a newer field of its request; "
+                    "calling it without that field from now on",
+                    transport=f"{kind.__module__}.{kind.__qualname__}",
+                    method=route.name,
+                    field=newest,
+                    error=str(exc),
+                )
 
 
 _WARNED: set[type[Any]] = set()

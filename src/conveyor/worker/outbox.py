@@ -72,6 +72,9 @@ class Outbox:
             self._since = self.clock()
             self._schedule_retry()
             log.error("scheduler unreachable; keeping results until it is back", error=str(exc))
+        except Exception:
+            self._broken(request)
+            raise
 
     def flush(self) -> bool:
         """Try the queue if its retry time has come; True once it is empty."""
@@ -87,10 +90,25 @@ class Outbox:
             except SchedulerUnavailable:
                 self._schedule_retry()
                 return False
+            except Exception:
+                self._broken(self._queue[0])
+                raise
             self._queue.pop(0)
         self._failures = 0
         log.info("scheduler reachable again; results reported")
         return True
+
+    def _broken(self, request: Any) -> None:
+        """Say which report a transport failed on with an error that is neither a refusal nor
+        an outage (a bug: it is raised on and ends the run, not taken for an outage)."""
+        kind = type(self.transport)
+        log.error(
+            "the scheduler transport failed on a report with an unexpected error; the run stops",
+            transport=f"{kind.__module__}.{kind.__qualname__}",
+            request=type(request).__name__,
+            task_id=getattr(request, "task_id", None),
+            exc_info=True,
+        )
 
     def _schedule_retry(self) -> None:
         self._failures += 1

@@ -112,7 +112,8 @@ class DaskExecutor:
             ) from None
         self._topic = f"conveyor-notes-{uuid.uuid4().hex}"
         self._lock = threading.Lock()
-        self._open: dict[str, tuple[str, Sink, Future[Any]]] = {}  # attempt key -> id, sink, future
+        # attempt key -> id, sink, future, the task loader that rebuilds its yielded dependencies
+        self._open: dict[str, tuple[str, Sink, Future[Any], str]] = {}
         self._reporting = 0  # outcomes taken out of _open and not yet handed to their sink
         self._idle = threading.Condition(self._lock)
         self._interrupted = ""  # the reason of interrupt(), once called
@@ -133,7 +134,8 @@ class DaskExecutor:
         """Submit the attempt to the cluster; its notes and outcome come back to ``sink``."""
         task = request.task
         key = f"conveyor-{request.task_id}-{request.attempt}-{uuid.uuid4().hex[:8]}"
-        spec = encode(spec_of(request, self.context))
+        attempt = spec_of(request, self.context)
+        spec = encode(attempt)
         options: dict[str, Any] = {
             "key": key,
             "pure": False,
@@ -158,7 +160,7 @@ class DaskExecutor:
             run_attempt, spec, key, self._topic, stop_name(self._topic), **options
         )
         with self._lock:
-            self._open[key] = (request.task_id, sink, future)
+            self._open[key] = (request.task_id, sink, future, attempt.loader)
         future.add_done_callback(self._on_done)
 
     def _can_run(self, wanted: Mapping[str, float]) -> bool:
@@ -178,9 +180,9 @@ class DaskExecutor:
             entry = self._open.get(str(body.get("key")))
         if entry is None:  # its outcome is in: a late note would come after it
             return
-        task_id, sink, _ = entry
+        task_id, sink, _, loader = entry
         try:
-            message = executor_message(decode_attempt_message(body.get("message")), task_id)
+            message = executor_message(decode_attempt_message(body.get("message")), task_id, loader)
         except FieldError:
             return  # (not a note of this version's: nothing to show)
         if isinstance(message, Note):
@@ -193,15 +195,15 @@ class DaskExecutor:
                 return
             self._reporting += 1  # close() waits for this outcome to reach its sink
         try:
-            task_id, sink, _ = entry
-            sink(self._outcome(task_id, future))
+            task_id, sink, _, loader = entry
+            sink(self._outcome(task_id, future, loader))
             self._forget(str(future.key))
         finally:
             with self._lock:
                 self._reporting -= 1
                 self._idle.notify_all()
 
-    def _outcome(self, task_id: str, future: Future[Any]) -> Outcome:
+    def _outcome(self, task_id: str, future: Future[Any], loader: str) -> Outcome:
         lost = Outcome(
             task_id,
             PROCESS_DIED,
@@ -231,7 +233,7 @@ class DaskExecutor:
                            exception_type="Interrupted", interrupted=True)  # fmt: skip
         why = ""
         try:
-            message = executor_message(decode_attempt_message(result), task_id)
+            message = executor_message(decode_attempt_message(result), task_id, loader)
         except Exception as exc:  # (a garbled result, or a dependency that cannot be rebuilt)
             message, why = None, f": {exc}"
         if isinstance(message, Outcome):
@@ -272,7 +274,7 @@ class DaskExecutor:
                 self._idle.wait(timeout=1.0)
             left = list(self._open.items())
             self._open.clear()
-        for _, (task_id, sink, _future) in left:
+        for _, (task_id, sink, _future, _loader) in left:
             sink(
                 Outcome(
                     task_id,

@@ -54,6 +54,7 @@ __all__ = [
     "latest",
     "page",
     "summary",
+    "task_ids",
     "workers",
 ]
 
@@ -121,6 +122,14 @@ def page(db: sqlite3.Connection, filters: TaskFilters, cursor: int | None, limit
     return TaskPage(tuple(rows), rows[-1].seq if len(found) > limit else None)
 
 
+def task_ids(db: sqlite3.Connection, filters: TaskFilters) -> tuple[str, ...]:
+    """The id of every registered task ``filters`` match: one statement, so one consistent
+    snapshot (a row saved meanwhile is read as it was, or as it is, never skipped)."""
+    where, args = _where(filters)
+    query = f"SELECT task_id FROM tasks WHERE {where} ORDER BY seq DESC"
+    return tuple(t for (t,) in db.execute(query, args))
+
+
 def changes_since(db: sqlite3.Connection, seq: int, limit: int = PAGE_MAX) -> Changes:
     """The latest change number and the ids of the tasks saved after change ``seq``, oldest
     first, at most ``limit``."""
@@ -162,7 +171,8 @@ def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
         dependents=_refs(db, dependents),
         dependents_total=total,
         blocked=[
-            TaskRef(upstream.ids[i], upstream.family[i], upstream.status[i]) for i in blocking
+            TaskRef(upstream.ids[i], upstream.family[i], TaskStatus(upstream.status[i]))
+            for i in blocking
         ],
     )
 
@@ -173,7 +183,7 @@ def _refs(db: sqlite3.Connection, task_ids: Sequence[str]) -> list[TaskRef]:
     refs = []
     for task_id in task_ids:
         family, status = known.get(task_id, ("", TaskStatus.UNKNOWN))
-        refs.append(TaskRef(task_id, family, status))
+        refs.append(TaskRef(task_id, family, TaskStatus(status)))
     return refs
 
 

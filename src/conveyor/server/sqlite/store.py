@@ -105,8 +105,9 @@ Columns = tuple[tuple[str, str, int, int], ...]  # (name, declared type, not nul
 
 class SqliteStore:
     """State in one SQLite file (WAL), migrated to the current schema when opened; a
-    :class:`~conveyor.server.stores.StateStore` and
-    :class:`~conveyor.server.stores.TaskReads`."""
+    :class:`~conveyor.server.stores.StateStore`, its
+    :class:`~conveyor.server.stores.TaskReads` and
+    :class:`~conveyor.server.stores.CanListIds`."""
 
     settings_schema: ClassVar[dict[str, Field]] = {
         "synchronous": Field(
@@ -444,6 +445,10 @@ class SqliteStore:
         """The graph around the task, walked on the ``edges`` table, reading no further than
         the cap; None for an unknown task."""
         return self._read(reads.graph, task_id, downstream, cap)
+
+    def task_ids(self, filters: TaskFilters) -> tuple[str, ...]:
+        """Every id ``filters`` match, in one statement (``CanListIds``)."""
+        return self._read(reads.task_ids, filters)
 
     def changes_since(self, seq: int, limit: int = PAGE_MAX) -> Changes:
         """The latest change number (one row read) and the tasks saved after ``seq``."""

@@ -160,7 +160,9 @@ class DictStore:
                 deps=[self._ref(d) for d in dict.fromkeys(row["deps"])],
                 dependents=[self._ref(d) for d in dependents[:DEPENDENTS_SHOWN]],
                 dependents_total=len(dependents),
-                blocked=[TaskRef(up.ids[i], up.family[i], up.status[i]) for i in blocking],
+                blocked=[
+                    TaskRef(up.ids[i], up.family[i], TaskStatus(up.status[i])) for i in blocking
+                ],
             )
 
     def graph(self, task_id: str, downstream: bool, cap: int = GRAPH_CAP) -> TaskGraph | None:
@@ -205,7 +207,7 @@ class DictStore:
 
     def _ref(self, task_id: str) -> TaskRef:
         family, status, _ = self._node(task_id)
-        return TaskRef(task_id, family, status)
+        return TaskRef(task_id, family, TaskStatus(status))
 
 
 class SaveOnlyStore:
