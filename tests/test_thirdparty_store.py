@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 from conveyor.backends import load_backend
-from conveyor.server.stores import StoreContext, TaskReads
+from conveyor.protocol import encode
+from conveyor.server.stores import StoreContext, TaskReads, task_info
 from conveyor.testing import check_state_store
-from conveyor.testing.processes import free_port
+from conveyor.testing.processes import SchedulerProcess, child_env, free_port, kill_marked
 from conveyor.testing.stores import READ_CHECKS
 
 PUBLIC = {"conveyor.protocol", "conveyor.server.stores", "conveyor.settings"}
@@ -90,3 +94,54 @@ def test_only_the_sqlite_store_knows_sqlite() -> None:
         if "sqlite3" in path.read_text(encoding="utf-8")
     )
     assert naming == ["sqlite/reads.py", "sqlite/store.py"], naming
+
+
+def test_the_task_list_of_the_api_is_what_the_store_holds(tmp_path: Path) -> None:
+    """``GET /api/v1/tasks`` of a server on the ``dict`` store answers the store's rows
+    (``TaskReads.task_infos``): each entry is what its saved row says, parameters unredacted
+    (the route is behind the token), oldest change first, and a running task's status
+    message, progress and URL are there once annotated."""
+    marker = uuid.uuid4().hex
+    config = tmp_path / "server.toml"
+    config.write_text(
+        '[scheduler]\nretry_delay = 3600\n[server]\nstate_store = "dict"\ntoken = "t0ken"\n',
+        encoding="utf-8",
+    )
+    server = SchedulerProcess(tmp_path, config, child_env(tmp_path, "STORETEST_MARKER", marker))
+    server.token = "t0ken"
+    specs: list[dict[str, Any]] = [
+        {"task_id": "Load-1", "family": "Load", "deps": ["Fetch-1"], "priority": 5,
+         "params": {"day": "2026-12-02", "password": "s3cret"}},
+        {"task_id": "Fetch-1", "family": "Fetch", "status": "DONE"},
+        {"task_id": "Old-1", "family": "Old", "status": "DISABLED", "explanation": "retired"},
+    ]  # fmt: skip
+    server.start()
+    try:
+        assert server.request("GET", "/api/v1/tasks", headers={"Authorization": None}).status == 401
+        for body in (
+            {"worker_id": "w1", "tasks": specs},
+            {"worker_id": "w1"},
+            {"task_id": "Load-1", "kind": "status_message", "value": "loading"},
+            {"task_id": "Load-1", "kind": "progress", "value": 40.0},
+            {"task_id": "Load-1", "kind": "tracking_url", "value": "http://x.example/1"},
+        ):
+            route = "add_tasks" if "tasks" in body else "annotate" if "kind" in body else "get_work"
+            reply = server.request("POST", f"/api/v1/{route}", body)
+            assert reply.status == 200, (route, reply.status, reply.body[:300])
+        reply = server.request("GET", "/api/v1/tasks")
+        assert reply.status == 200, reply.body[:300]
+        listed = reply.json()["tasks"]
+        saved = json.loads(server.state.read_text(encoding="utf-8"))["tasks"]
+    finally:
+        server.kill()
+        kill_marked("STORETEST_MARKER", marker)
+    by_change = sorted(saved.values(), key=lambda entry: entry[1])  # (row, seq, changed)
+    assert listed == [encode(task_info(row)) for row, _, _ in by_change]
+    load = next(entry for entry in listed if entry["task_id"] == "Load-1")
+    assert load["params"] == {"day": "2026-12-02", "password": "s3cret"}, load
+    assert load["status"] == "RUNNING" and load["worker"] == "w1", load
+    assert (load["status_message"], load["progress"]) == ("loading", 40.0), load
+    assert load["tracking_url"] == "http://x.example/1" and load["priority"] == 5, load
+    assert load["dependencies"] == ["Fetch-1"], load
+    old = next(entry for entry in listed if entry["task_id"] == "Old-1")
+    assert (old["status"], old["explanation"]) == ("DISABLED", "retired"), old

@@ -351,11 +351,22 @@ def create_app(
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(document)
 
+    def task_infos() -> TaskList:
+        # The store holds every change the scheduler made: each accepted call is committed
+        # before it is answered, and the time-based ones (retries due, workers lost) are
+        # committed by the tick, and here for those due now, so the list reflects this moment
+        # (while the store refuses writes the scheduler is frozen: nothing changes). The list
+        # itself is read through TaskReads, not under the scheduler's lock.
+        service.query(service.core.statuses, ())
+        return TaskList(service.reads.task_infos())
+
     async def tasks(request: Request) -> JSONResponse:
-        listed = await asyncio.to_thread(service.query, service.core.task_list)
-        return JSONResponse(encode(TaskList(tuple(listed))))
+        listed = await asyncio.to_thread(task_infos)
+        return JSONResponse(encode(listed))
 
     async def workers(request: Request) -> JSONResponse:
+        # On the scheduler: when each worker was last seen changes on every ping and is not
+        # stored (that would be a write per ping); see docs/decisions.md.
         listed = await asyncio.to_thread(service.core.worker_list)  # (a reload holds its lock)
         return JSONResponse({"workers": listed})
 

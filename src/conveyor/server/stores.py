@@ -33,6 +33,7 @@ from ..protocol import (
     TaskEntry,
     TaskFilters,
     TaskGraph,
+    TaskInfo,
     TaskPage,
     TaskRef,
     TaskStatus,
@@ -72,6 +73,7 @@ __all__ = [
     "public_params",
     "search_text",
     "task_detail",
+    "task_info",
     "walk_graph",
 ]
 
@@ -170,16 +172,17 @@ class StateStore(Protocol):
 
 @runtime_checkable
 class TaskReads(Protocol):
-    """What the web UI reads, from what the store holds (every committed save), as typed
+    """What the web UI and ``GET /api/v1/tasks`` read, from what the store holds (every
+    committed save), as typed
     values of :mod:`conveyor.protocol`; every state store implements it (the server refuses
     to start with one that does not). A read must not hold up :meth:`StateStore.save` nor
     take the scheduler's lock, and must not list every task to answer where it can help it.
     Tasks saved with ``registered`` false are not in the list, counts nor families.
 
-    :func:`list_entry`, :func:`task_detail`, :func:`blocked_by`, :func:`graph_answer`,
-    :func:`matches` and :func:`list_worker` compute what the UI shows of a row: a store
-    answers with them (the built-in ones do), so that every store shows the same; a store
-    holding its rows in memory walks a graph with :func:`walk_graph`.
+    :func:`list_entry`, :func:`task_detail`, :func:`task_info`, :func:`blocked_by`,
+    :func:`graph_answer`, :func:`matches` and :func:`list_worker` compute what the UI shows
+    of a row: a store answers with them (the built-in ones do), so that every store shows the
+    same; a store holding its rows in memory walks a graph with :func:`walk_graph`.
     ``conveyor.testing.check_state_store`` checks the reads too.
     """
 
@@ -207,6 +210,10 @@ class TaskReads(Protocol):
 
     def workers(self) -> tuple[StoredWorker, ...]:
         """Every stored worker."""
+
+    def task_infos(self) -> tuple[TaskInfo, ...]:
+        """Every registered task as ``GET /api/v1/tasks`` lists it (:func:`task_info`:
+        parameters unredacted, the route is behind the token), oldest change first."""
 
 
 @runtime_checkable
@@ -315,6 +322,24 @@ def list_entry(row: Mapping[str, Any], seq: int, changed: float) -> TaskEntry:
         progress=row["progress"],
         changed=changed,
         seq=seq,
+    )
+
+
+def task_info(row: Mapping[str, Any]) -> TaskInfo:
+    """The entry of ``GET /api/v1/tasks`` for ``row``: the scheduler's record as it was
+    saved, parameters and texts unredacted (the route is behind the server's token)."""
+    return TaskInfo(
+        task_id=row["task_id"],
+        family=row["family"],
+        params=dict(row["params"]),
+        status=_status(row["status"]),
+        worker=row["worker"],
+        priority=row["priority"],
+        dependencies=tuple(row["deps"]),
+        status_message=row["status_message"],
+        progress=row["progress"],
+        tracking_url=row["tracking_url"],
+        explanation=row["explanation"],
     )
 
 

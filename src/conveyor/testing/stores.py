@@ -4,10 +4,11 @@
 writes (:func:`conveyor.scheduler.persist.to_row`) through a store, then reads them back
 through its :class:`~conveyor.server.stores.TaskReads` as the web UI does (counts, pages in
 order with their cursor, each filter, a task's detail, its graph up and down and capped, the
-changes since a change number, the workers, the families), and raises ``AssertionError``
-naming the first broken promise: a store that passes serves the web UI. ``open_store`` opens
-the store (called more than once when ``durable``: a store reopened on the same place must load
-what was saved)::
+changes since a change number, the workers, the families) and as ``GET /api/v1/tasks`` does
+(every registered task, unredacted), and raises ``AssertionError`` naming the first broken
+promise: a store that passes serves the web UI and the task list of the API. ``open_store``
+opens the store (called more than once when ``durable``: a store reopened on the same place
+must load what was saved)::
 
     from conveyor.server.stores import StoreContext
     from conveyor.testing import check_state_store
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import StoredWorker, TaskFilters, TaskStatus
+from ..protocol import StoredWorker, TaskFilters, TaskInfo, TaskStatus
 from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import TaskRecord
 from ..secrets import REDACTED
@@ -35,6 +36,7 @@ READ_CHECKS = [
     "reads-graph",
     "reads-workers",
     "reads-families",
+    "reads-task-infos",
 ]
 """The names :func:`check_state_store` gives the checks of the reads, in order."""
 
@@ -162,10 +164,40 @@ def _check_reads(store: Any) -> None:
     assert families == sorted(families), f"families() is not sorted: {families}"
     assert {"RLeaf", "RMid", "RRoot", "RTop"} <= set(families), families
     assert "RHidden" not in families, "families() lists the family of an unregistered task"
+    _check_task_infos(store)
     store.save([], [], gone_tasks=_SAVED)
     after = store.summary()
     assert after.counts == before.counts, "summary() still counts deleted tasks"
     assert after.seq > before.seq, "deleting tasks did not move the change number on"
+
+
+def _check_task_infos(store: Any) -> None:
+    infos = list(store.task_infos())
+    assert all(isinstance(info, TaskInfo) for info in infos), f"task_infos() answered {infos}"
+    ids = [info.task_id for info in infos]
+    assert len(ids) == len(set(ids)), f"task_infos() repeats a task: {ids}"
+    assert [t for t in ids if t.startswith("r-")] == list(reversed(_LISTED)), (
+        f"task_infos() listed {ids}; expected {list(reversed(_LISTED))} oldest change first"
+        " (no unregistered task)"
+    )
+    root = infos[ids.index("r-root")]
+    expected = TaskInfo(
+        task_id="r-root",
+        family="RRoot",
+        params={"p": "r-root", "password": "hay"},
+        status=TaskStatus.RUNNING,
+        worker="w9",
+        priority=0,
+        dependencies=("r-mid",),
+        status_message="",
+        progress=None,
+        tracking_url="",
+        explanation="",
+    )
+    assert root == expected, f"task_infos() entry {root}; expected {expected} (unredacted)"
+    leaf = infos[ids.index("r-leaf1")]
+    assert leaf.status is TaskStatus.FAILED and leaf.explanation == "it broke", leaf
+    assert not {"a", "b", "r-hidden"} & set(ids), f"task_infos() lists unregistered tasks: {ids}"
 
 
 def _check_summary(store: Any, before: Any) -> None:

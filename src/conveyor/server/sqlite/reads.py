@@ -27,6 +27,7 @@ from ...protocol import (
     TaskDetail,
     TaskFilters,
     TaskGraph,
+    TaskInfo,
     TaskPage,
     TaskRef,
     TaskStatus,
@@ -41,6 +42,7 @@ from ..stores import (
     graph_answer,
     list_entry,
     task_detail,
+    task_info,
 )
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "page",
     "summary",
     "task_ids",
+    "task_infos",
     "workers",
 ]
 
@@ -146,6 +149,13 @@ def workers(db: sqlite3.Connection) -> tuple[StoredWorker, ...]:
     """Every stored worker."""
     found = db.execute("SELECT worker_id, assistant FROM workers ORDER BY rowid")
     return tuple(StoredWorker(w, bool(a)) for w, a in found)
+
+
+def task_infos(db: sqlite3.Connection) -> tuple[TaskInfo, ...]:
+    """Every registered task as ``GET /api/v1/tasks`` lists it, oldest change first: one
+    statement, so one consistent snapshot."""
+    found = db.execute("SELECT data FROM tasks WHERE status IS NOT NULL ORDER BY seq")
+    return tuple(task_info(json.loads(data)) for (data,) in found)
 
 
 def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:

@@ -36,6 +36,7 @@ from ...protocol import (
     TaskDetail,
     TaskFilters,
     TaskGraph,
+    TaskInfo,
     TaskPage,
     TaskSummary,
 )
@@ -229,6 +230,17 @@ class SqliteStore:
                 f"running; nothing more is written to it; {self._rescue()}"
             )
 
+    def _still_there(self) -> bool:
+        """Whether the file at the state path is the one opened (a new reading connection
+        would read it); after a deletion or replacement, reads go through the writing
+        connection, which still holds every committed change."""
+        if self._identity is None:
+            return True
+        try:
+            return _identity(self._path) == self._identity
+        except FileNotFoundError:
+            return False
+
     def _rescue(self) -> str:
         """Copy what the open (deleted or replaced) database holds to
         ``<path>.rescued-<time>`` (never over an earlier rescue), once; say where it is and
@@ -414,9 +426,14 @@ class SqliteStore:
     def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(connection, *args)`` on a read-only connection of the calling thread's own,
         which sees what was committed: reading never waits for a write nor holds one up
-        (WAL). The connection never leaves this module (and :mod:`.reads`)."""
+        (WAL). If the file was deleted or replaced meanwhile, a thread without one reads
+        through the writing connection instead (the server refuses writes then). The
+        connection never leaves this module (and :mod:`.reads`)."""
         reader: sqlite3.Connection | None = getattr(self._readers, "db", None)
         if reader is None:
+            if not self._still_there():  # (deleted or replaced: what we hold is in our handle)
+                with self._lock:
+                    return fn(self._db, *args)
             uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=ro"
             reader = self._readers.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             with self._lock:
@@ -457,6 +474,10 @@ class SqliteStore:
     def workers(self) -> tuple[StoredWorker, ...]:
         """Every stored worker."""
         return self._read(reads.workers)
+
+    def task_infos(self) -> tuple[TaskInfo, ...]:
+        """Every registered task as ``GET /api/v1/tasks`` lists it, in one statement."""
+        return self._read(reads.task_infos)
 
     def close(self) -> None:
         """Close the connections and release the lock (removing the lock file)."""

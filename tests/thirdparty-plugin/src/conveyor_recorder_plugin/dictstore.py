@@ -22,6 +22,7 @@ from conveyor.protocol import (
     TaskDetail,
     TaskFilters,
     TaskGraph,
+    TaskInfo,
     TaskPage,
     TaskRef,
     TaskStatus,
@@ -37,6 +38,7 @@ from conveyor.server.stores import (
     list_entry,
     matches,
     task_detail,
+    task_info,
     walk_graph,
 )
 from conveyor.settings import Field
@@ -189,6 +191,15 @@ class DictStore:
         """Every stored worker."""
         with self._lock:
             return tuple(StoredWorker(w, a) for w, a in self._workers.items())
+
+    def task_infos(self) -> tuple[TaskInfo, ...]:
+        """Every registered task as ``GET /api/v1/tasks`` lists it, oldest change first."""
+        with self._lock:
+            found = sorted(
+                ((self._stamp[t][0], row) for t, row in self._rows.items() if row["registered"]),
+                key=lambda entry: entry[0],
+            )
+            return tuple(task_info(row) for _, row in found)
 
     # --- (under the lock) -----------------------------------------------------------------
 
