@@ -329,22 +329,18 @@ def test_a_method_style_transport_gets_a_timeout_as_a_plain_failure(tmp_path: Pa
 
 
 class Rejecting:
-    """A method-style ``task_failed`` and ``release`` from before their newest fields: each
-    rejects an unknown keyword with TypeError, as Python does; every try is counted."""
+    """A method-style ``task_failed`` and ``release`` from before their newest fields (real
+    old signatures: Python itself refuses an unknown keyword); every call made is recorded."""
 
     def __init__(self) -> None:
         self.tries: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
-    def task_failed(self, *args: Any, **kwargs: Any) -> TaskStatus:
-        self.tries.append(("task_failed", args, kwargs))
-        if set(kwargs) - {"attempt"}:
-            raise TypeError(f"task_failed() got an unexpected keyword argument {set(kwargs)}")
+    def task_failed(self, worker_id: str, task_id: str, explanation: str, attempt: int = 0) -> str:
+        self.tries.append(("task_failed", (worker_id, task_id, explanation), {"attempt": attempt}))
         return TaskStatus.FAILED
 
-    def release(self, *args: Any, **kwargs: Any) -> None:
-        self.tries.append(("release", args, kwargs))
-        if kwargs:
-            raise TypeError("release() got an unexpected keyword argument 'task_ids'")
+    def release(self, worker_id: str) -> None:
+        self.tries.append(("release", (worker_id,), {}))
 
 
 def test_the_adapter_drops_the_newest_field_a_method_rejects_and_remembers_it() -> None:
@@ -354,21 +350,40 @@ def test_the_adapter_drops_the_newest_field_a_method_rejects_and_remembers_it() 
     transport = MethodTransport(target)
     timed_out = p.TaskFailed("w", "t", "slow", 3, p.AttemptEnd.TIMED_OUT)
     assert transport.call(timed_out) == p.TaskFailedAnswer(TaskStatus.FAILED)
-    assert target.tries == [
-        ("task_failed", ("w", "t", "slow"), {"attempt": 3, "outcome": "timed_out"}),
-        ("task_failed", ("w", "t", "slow"), {"attempt": 3}),
-    ]
-    target.tries.clear()
     assert transport.call(timed_out) == p.TaskFailedAnswer(TaskStatus.FAILED)
-    assert target.tries == [("task_failed", ("w", "t", "slow"), {"attempt": 3})]
+    assert target.tries == [("task_failed", ("w", "t", "slow"), {"attempt": 3})] * 2
+    assert transport._untaken == {"task_failed": {"outcome"}}  # remembered: one refusal only
     target.tries.clear()
     assert transport.call(p.Release("w", ("t",))) == p.Ok()
     assert transport.call(p.Release("w", ("t",))) == p.Ok()
-    assert target.tries == [
-        ("release", ("w",), {"task_ids": ("t",)}),
-        ("release", ("w",), {}),
-        ("release", ("w",), {}),
-    ]
+    assert target.tries == [("release", ("w",), {}), ("release", ("w",), {})]
+
+
+def test_a_type_error_inside_a_method_is_raised_and_attempt_is_never_dropped() -> None:
+    """A TypeError raised by a method's own body is not taken for a refused field: raised at
+    once, the method called once, nothing dropped; a method refusing ``attempt`` is refused."""
+
+    class Buggy:
+        calls = 0
+
+        def task_failed(self, *args: Any, **kwargs: Any) -> str:
+            Buggy.calls += 1
+            raise TypeError("a bug inside task_failed")
+
+    buggy = MethodTransport(Buggy())
+    timed_out = p.TaskFailed("w", "t", "slow", 3, p.AttemptEnd.TIMED_OUT)
+    with pytest.raises(TypeError, match="a bug inside"):
+        buggy.call(timed_out)
+    assert (Buggy.calls, buggy._untaken) == (1, {})
+
+    class Unfenced:
+        def task_failed(self, worker_id: str, task_id: str, explanation: str) -> str:
+            return TaskStatus.FAILED
+
+    unfenced = MethodTransport(Unfenced())
+    with pytest.raises(TypeError, match="attempt"):
+        unfenced.call(p.TaskFailed("w", "t", "boom", 3))
+    assert unfenced._untaken == {}
 
 
 def test_a_type_error_with_nothing_left_to_drop_is_raised() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -116,11 +117,23 @@ def test_fifty_tasks_on_a_local_cluster_leave_no_process_behind(tmp_path: Path) 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     seen: list[psutil.Process] = []
 
+    def new_branch(proc: psutil.Process) -> bool:
+        """Whether no ancestor of ``proc`` below this process was there before (a process a
+        browser of the UI tests, alive in this session, starts meanwhile is not the cluster's)."""
+        parent = proc.parent()
+        while parent is not None and parent.pid != os.getpid():
+            if parent.pid in before:
+                return False
+            parent = parent.parent()
+        return True
+
     def look() -> None:  # while the gate's attempt runs, the cluster's processes are up
         read_pid(tmp_path / "gate.pid")
         for proc in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):  # an attempt that just ended
-                if proc.pid not in before and "resource_tracker" not in " ".join(proc.cmdline()):
+                if proc.pid in before or not new_branch(proc):
+                    continue
+                if "resource_tracker" not in " ".join(proc.cmdline()):
                     seen.append(proc)  # (the resource tracker is Python's, not the cluster's)
         put(tmp_path / "gate.go", "go")
 

@@ -524,7 +524,7 @@ def build_dispatcher(config: Config) -> Dispatcher | None:
             raise ConfigError(
                 f"the notifier {name!r} of [notifiers] enabled could not be built: "
                 + _scrub(_describe(exc), secrets)
-            ) from exc
+            ) from None  # (its text may hold a secret: only the scrubbed one is kept)
         targets.append((name, notifier, table))
     return Dispatcher(
         targets,

@@ -143,7 +143,10 @@ class FakeClock:
 
     The worker's process executors measure attempt timeouts on it too: an attempt's timeout
     fires when the clock is moved past it (:meth:`advance`, from any thread), which wakes their
-    supervisors through :meth:`on_advance` (see :mod:`conveyor.executors.deadline`).
+    supervisors through :meth:`on_advance` (see :mod:`conveyor.executors.deadline`). So does
+    everything after a timeout (SIGKILL ``kill_grace`` after SIGTERM, the grace after an
+    outcome): a test whose attempt hangs or ignores SIGTERM must move the clock itself, or the
+    run (and ``close()``) waits for it.
     """
 
     blocks = False
@@ -154,7 +157,7 @@ class FakeClock:
         self.slept = 0.0
         """The total of every ``sleep()``: how long the run waited, in fake seconds."""
         self._listeners: list[Callable[[], None]] = []
-        self._listening = threading.Lock()
+        self._listening = threading.RLock()  # (a listener may remove itself)
 
     def __call__(self) -> float:
         """The current fake time."""
@@ -174,12 +177,12 @@ class FakeClock:
         self.advance(max(0.0, seconds))
 
     def advance(self, seconds: float) -> None:
-        """Move the clock forward, then call every :meth:`on_advance` listener."""
+        """Move the clock forward, then call every :meth:`on_advance` listener (under the
+        listeners' lock: once a listener's remover has returned, it is never called again)."""
         self.now += seconds
         with self._listening:
-            listeners = tuple(self._listeners)
-        for listener in listeners:
-            listener()
+            for listener in tuple(self._listeners):
+                listener()
 
     def on_advance(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` (no arguments, on the advancing thread) after every move; returns

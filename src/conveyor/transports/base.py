@@ -83,9 +83,11 @@ class MethodTransport:
     called again without it, newest field first (fields are added to a request at its end), until
     the call is one it takes; this transport then leaves those fields out of that route's calls
     for good, with one warning per field (what they said is dropped: a timeout reaches such a
-    ``task_failed`` as a plain failure). A target without the route's method raises
-    ``AttributeError`` (the worker's ``release`` at the end of a run is best effort: it logs
-    that and carries on).
+    ``task_failed`` as a plain failure). Only a ``TypeError`` of the call itself counts (one
+    raised inside the method is the method's own and is raised), and ``attempt``, which fences
+    stale reports and which every method-style transport took, is never dropped. A target
+    without the route's method raises ``AttributeError`` (the worker's ``release`` at the end
+    of a run is best effort: it logs that and carries on).
     """
 
     def __init__(self, target: object) -> None:
@@ -105,10 +107,13 @@ class MethodTransport:
             try:
                 return route.answer_of(method(*args, **kwargs))
             except TypeError as exc:
-                if not kwargs:
+                # only a call the method's signature refused (raised before its body ran, so in
+                # this frame alone) is retried; never without `attempt`, which fences reports
+                newest = list(kwargs)[-1] if kwargs else ""
+                if not newest or newest in _KEPT or exc.__traceback__ is None:
                     raise
-                # an older method without the newest field passed: call it as it was called then
-                newest = list(kwargs)[-1]
+                if exc.__traceback__.tb_next is not None:  # raised inside the method
+                    raise
                 del kwargs[newest]
                 self._untaken.setdefault(route.name, set()).add(newest)
                 kind = type(self.target)
@@ -122,6 +127,8 @@ class MethodTransport:
                 )
 
 
+_KEPT = frozenset({"attempt"})
+"""Fields :class:`MethodTransport` never drops: every method-style transport took them."""
 _WARNED: set[type[Any]] = set()
 
 

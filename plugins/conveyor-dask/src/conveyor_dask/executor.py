@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import time
@@ -113,7 +114,9 @@ class DaskExecutor:
         self._topic = f"conveyor-notes-{uuid.uuid4().hex}"
         self._lock = threading.Lock()
         # attempt key -> id, sink, future, the task loader that rebuilds its yielded dependencies
-        self._open: dict[str, tuple[str, Sink, Future[Any], str]] = {}
+        # (and the starting thread's context, with the worker's [tasks.*] defaults: yielded
+        # dependencies are rebuilt in it, on Dask's threads)
+        self._open: dict[str, tuple[str, Sink, Future[Any], str, contextvars.Context]] = {}
         self._reporting = 0  # outcomes taken out of _open and not yet handed to their sink
         self._idle = threading.Condition(self._lock)
         self._interrupted = ""  # the reason of interrupt(), once called
@@ -135,6 +138,7 @@ class DaskExecutor:
         task = request.task
         key = f"conveyor-{request.task_id}-{request.attempt}-{uuid.uuid4().hex[:8]}"
         attempt = spec_of(request, self.context)
+        context = contextvars.copy_context()
         spec = encode(attempt)
         options: dict[str, Any] = {
             "key": key,
@@ -160,7 +164,7 @@ class DaskExecutor:
             run_attempt, spec, key, self._topic, stop_name(self._topic), **options
         )
         with self._lock:
-            self._open[key] = (request.task_id, sink, future, attempt.loader)
+            self._open[key] = (request.task_id, sink, future, attempt.loader, context)
         future.add_done_callback(self._on_done)
 
     def _can_run(self, wanted: Mapping[str, float]) -> bool:
@@ -180,9 +184,11 @@ class DaskExecutor:
             entry = self._open.get(str(body.get("key")))
         if entry is None:  # its outcome is in: a late note would come after it
             return
-        task_id, sink, _, loader = entry
+        task_id, sink, _, loader, context = entry
         try:
-            message = executor_message(decode_attempt_message(body.get("message")), task_id, loader)
+            message = context.run(
+                executor_message, decode_attempt_message(body.get("message")), task_id, loader
+            )
         except FieldError:
             return  # (not a note of this version's: nothing to show)
         if isinstance(message, Note):
@@ -195,8 +201,8 @@ class DaskExecutor:
                 return
             self._reporting += 1  # close() waits for this outcome to reach its sink
         try:
-            task_id, sink, _, loader = entry
-            sink(self._outcome(task_id, future, loader))
+            task_id, sink, _, loader, context = entry
+            sink(context.run(self._outcome, task_id, future, loader))
             self._forget(str(future.key))
         finally:
             with self._lock:
@@ -274,7 +280,7 @@ class DaskExecutor:
                 self._idle.wait(timeout=1.0)
             left = list(self._open.items())
             self._open.clear()
-        for _, (task_id, sink, _future, _loader) in left:
+        for _, (task_id, sink, *_rest) in left:
             sink(
                 Outcome(
                     task_id,
