@@ -159,16 +159,17 @@ def test_complete_checks_on_threads_take_the_walking_workers_defaults(
     assert sorted(module.seen) == [("asia", "asia"), ("eu", "eu")]
 
 
-@pytest.mark.parametrize("executor", ["inline", "thread", "subprocess"])
+@pytest.mark.parametrize("executor", ["inline", "thread", "fork", "subprocess"])
 def test_dynamic_dependencies_take_the_running_workers_defaults(
     task_module: WriteModule, tmp_path: Path, executor: str
 ) -> None:
     """A task run() yields is made where run() runs (the worker's thread, a pool thread or
-    an attempt's process): it takes the defaults of the worker running it, for two workers
-    alive at once."""
+    an attempt's process) and again by the worker (for a process executor, on the thread that
+    reads the attempt's messages): both take the defaults of the worker running it, its task
+    id style included, for two workers alive at once."""
     module = __import__(task_module(TASKS))
     workers_n = 1 if executor == "inline" else 2
-    chosen = f'[worker]\nexecutor = "{executor}"\nworkers = {workers_n}\n'
+    chosen = f'[worker]\nexecutor = "{executor}"\nworkers = {workers_n}\ntask_id_style = "luigi"\n'
     dirs = {region: tmp_path / f"{region}-out" for region in ("eu", "asia")}
     workers = {r: conveyor.Worker(config=_region_config(tmp_path, r, chosen)) for r in dirs}
     try:
@@ -213,3 +214,25 @@ def test_task_defaults_applied_in_a_block_only(task_module: WriteModule) -> None
         assert task_defaults_in_use() == ({"Leaf": {"region": "eu"}}, {"Leaf": "test"}, "conveyor")
     assert (outside.region, inside.region, module.Leaf(out="-").region) == ("us", "eu", "us")
     assert inside.task_id != outside.task_id
+
+
+def test_workers_closed_out_of_order_leave_only_their_own_defaults(
+    task_module: WriteModule, tmp_path: Path
+) -> None:
+    """Two Workers made in one thread and closed in the order they were made: while the later
+    one lives its defaults apply, once both are closed the process's apply again (the earlier
+    one's never come back), and closing twice changes nothing."""
+    module = __import__(task_module(TASKS))
+    use_task_defaults({"Leaf": {"region": "moon"}})
+    eu = conveyor.Worker(config=_region_config(tmp_path, "eu"))
+    asia = conveyor.Worker(config=_region_config(tmp_path, "asia"))
+    try:
+        assert module.Leaf(out="-").region == "asia"
+        eu.close()
+        assert module.Leaf(out="-").region == "asia"
+        eu.close()
+        assert module.Leaf(out="-").region == "asia"
+    finally:
+        asia.close()
+        eu.close()
+    assert module.Leaf(out="-").region == "moon"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
 from .config import Config, resolve_config
 from .log import configure_logging
-from .task import Task
+from .task import is_task_like
+from .tasklike import TaskLike
 from .worker.loop import Worker
 
 __all__ = ["RunResult", "build"]
@@ -23,7 +24,8 @@ class RunResult:
 
     ``ok``: every requested task is complete at the end. ``exit_code``: see docs/cli.md.
     ``summary``: the execution summary text. ``states``: task_id → final state for every task
-    of the graph. ``errors``: task_id → failure explanation. ``tasks``: task_id → task.
+    of the graph. ``errors``: task_id → failure explanation. ``tasks``: task_id → task (a
+    :class:`conveyor.Task` or another :class:`~conveyor.TaskLike`).
     """
 
     ok: bool
@@ -31,11 +33,11 @@ class RunResult:
     summary: str
     states: Mapping[str, str]
     errors: Mapping[str, str]
-    tasks: Mapping[str, Task]
+    tasks: Mapping[str, TaskLike]
 
 
 def build(
-    tasks: Task | Iterable[Task],
+    tasks: TaskLike | Iterable[TaskLike],
     *,
     config: Config | str | os.PathLike[str] | None = None,
     **overrides: Any,
@@ -47,7 +49,11 @@ def build(
     failures never raise; a bad configuration raises ConfigError, a bad plugin or backend
     PluginError.
     """
-    requested = [tasks] if isinstance(tasks, Task) else list(tasks)
+    # (a task may be iterable: whether it is a task is asked first)
+    if is_task_like(tasks):
+        requested = [cast(TaskLike, tasks)]
+    else:
+        requested = list(cast(Iterable[TaskLike], tasks))
     cfg = resolve_config(config).with_overrides(**overrides)
     if not structlog.is_configured() or "log_level" in overrides or "log_format" in overrides:
         configure_logging(cfg.logging)

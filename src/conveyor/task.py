@@ -11,6 +11,7 @@ worker can find the class again from those strings (``load_task_class``).
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import importlib
 import json
@@ -18,7 +19,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar, overload
 
 from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
@@ -35,7 +36,7 @@ from .parameters import (
 from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
 from .task_registry import register_task_class, registered_task_classes
-from .tasklike import DEFAULT_LOADER, TaskPolicy
+from .tasklike import DEFAULT_LOADER, TaskLike, TaskPolicy
 
 __all__ = [
     "ConveyorLoader",
@@ -45,15 +46,23 @@ __all__ = [
     "Task",
     "TaskDefaults",
     "WrapperTask",
+    "checked_tasks",
     "clone",
     "common_params",
     "flatten",
+    "found_complete",
+    "is_external",
     "is_secret_name",
+    "is_task_like",
     "load_task_class",
+    "on_failure",
+    "on_success",
     "outputs_of",
     "rebuild_task",
     "reporting",
+    "requirements",
     "task_defaults_in_use",
+    "task_loader_of",
     "use_task_defaults",
 ]
 
@@ -213,6 +222,12 @@ def settled(struct: Any) -> Any:
             return struct
         return values
     return struct
+
+
+@functools.lru_cache(maxsize=256)
+def _split_owners(owners: str) -> tuple[str, ...]:
+    """``owner_email`` given as one string: comma-separated addresses."""
+    return tuple(a.strip() for a in owners.split(",") if a.strip())
 
 
 _POLICIES: dict[tuple[Any, ...], TaskPolicy] = {}
@@ -397,7 +412,12 @@ class Task:
         ``worker_timeout``, ``priority``, ``resources``, ``retry_count``, ``owner_email``,
         ``disabled``, whether it is external and ``task_loader``."""
         owners = self.owner_email
-        owned = (owners,) if isinstance(owners, str) else tuple(owners or ())
+        if not owners:
+            owned: tuple[str, ...] = ()
+        elif isinstance(owners, str):
+            owned = _split_owners(owners)
+        else:
+            owned = tuple(str(a) for a in owners if a)
         resources = self.resources
         # Tasks of a class nearly always share one policy, and a frozen value costs more to
         # build than to look up (the walk asks once per task): equal inputs share one value.
@@ -475,7 +495,7 @@ class Task:
         """The tasks this one needs: a task or any nesting of lists/tuples/dicts (default none)."""
         return []
 
-    def deps(self) -> list[Task]:
+    def deps(self) -> list[TaskLike]:
         """The flattened requirements; raises TaskDefinitionError for anything not a Task."""
         return checked_tasks(self, self.requires(), "requires()")
 
@@ -633,7 +653,6 @@ class TaskDefaults:
         self.folded = {key.casefold(): key for key in tables}
         self.per_class: dict[type[Task], Mapping[str, Any]] = {}  # each class's checked defaults
         self.bound: dict[tuple[Any, ...], _Binding] = {}  # bindings made under these defaults
-        self._left: list[Token[TaskDefaults | None]] = []  # the tokens leave() has used
 
     def find(self, key: str) -> str | None:
         """The table key for the family key ``key`` (exact, else without regard to case)."""
@@ -653,29 +672,27 @@ class TaskDefaults:
         finally:
             _IN_CONTEXT.reset(token)
 
-    def enter(self) -> Token[TaskDefaults | None]:
+    def enter(self) -> None:
         """Apply these defaults in the current context until :meth:`leave` (what a Worker
         does from its construction to its ``close()``, so that tasks made in a ``with Worker(...)``
-        block take its defaults); returns what :meth:`leave` takes."""
-        return _IN_CONTEXT.set(self)
+        block take its defaults). Entered defaults stack: the latest entered that has not
+        left is in force (outside an :meth:`applied` block)."""
+        _ENTERED.set((*_ENTERED.get(()), self))
 
-    def leave(self, token: Token[TaskDefaults | None]) -> None:
-        """Undo :meth:`enter`: put back the defaults that were in force in this context before
-        it (from another context, or after a later ``enter`` left unbalanced, only if these
-        are still the ones in force). Leaving with a token a second time does nothing (a
-        Worker's ``close()`` may be called twice)."""
-        if any(used is token for used in self._left):
-            return
-        self._left.append(token)
-        try:
-            _IN_CONTEXT.reset(token)
-        except ValueError:  # another context
-            if _IN_CONTEXT.get() is self:
-                _IN_CONTEXT.set(None)
+    def leave(self) -> None:
+        """Undo :meth:`enter` in the current context, whatever was entered after it: workers
+        may close in any order, and leaving twice does nothing (a Worker's ``close()`` may be
+        called twice). From another context it does nothing: the context that entered them
+        keeps them."""
+        entered = _ENTERED.get(())
+        if self in entered:
+            _ENTERED.set(tuple(d for d in entered if d is not self))
 
 
 #: The defaults applied in this context (a Worker's); None: the process's.
 _IN_CONTEXT: ContextVar[TaskDefaults | None] = ContextVar("conveyor_task_defaults", default=None)
+#: The defaults entered in this context (the Workers alive there), oldest first.
+_ENTERED: ContextVar[tuple[TaskDefaults, ...]] = ContextVar("conveyor_task_defaults_entered")
 _PROCESS: TaskDefaults | None = None  # None: not set yet; the configuration is discovered
 _DISCOVERY_FAILED = False  # discovering it for an id failed: not tried again until one is set
 
@@ -684,8 +701,13 @@ DefaultsInUse = tuple[Mapping[str, Mapping[str, Any]], Mapping[str, str], str]
 
 
 def _in_force() -> TaskDefaults | None:
-    """The defaults tasks are made with here: this context's, else the process's."""
-    return _IN_CONTEXT.get() or _PROCESS
+    """The defaults tasks are made with here: those applied, else the latest entered, else
+    the process's."""
+    applied = _IN_CONTEXT.get()
+    if applied is not None:
+        return applied
+    entered = _ENTERED.get(())
+    return entered[-1] if entered else _PROCESS
 
 
 def _bound_memo() -> dict[tuple[Any, ...], _Binding] | None:
@@ -709,7 +731,7 @@ def restore_task_defaults(previous: DefaultsInUse | None) -> None:
     if previous is None:
         _PROCESS = None
         _DISCOVERY_FAILED = False
-        _IN_CONTEXT.set(None)  # (as use_task_defaults: what is set by hand applies here)
+        _forget_workers_defaults()  # (as use_task_defaults: what is set by hand applies here)
     else:
         use_task_defaults(*previous)
 
@@ -739,7 +761,13 @@ def use_task_defaults(
     _DISCOVERY_FAILED = False
     # what is set by hand applies in this context from now on, over the defaults of a Worker
     # made in it (its own walks and run apply its defaults again)
+    _forget_workers_defaults()
+
+
+def _forget_workers_defaults() -> None:
+    """Let the process's defaults apply in this context: none applied, none entered."""
     _IN_CONTEXT.set(None)
+    _ENTERED.set(())
 
 
 def _discover() -> TaskDefaults:
@@ -1007,8 +1035,90 @@ def common_params(task: Task, cls: type[Task]) -> dict[str, Any]:
     return {name: values[name] for name, _ in cls.parameters() if name in values}
 
 
-def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
-    """Flatten ``struct`` and check every leaf is a Task, naming the owner and what it returned."""
+_TASK_LIKE: dict[type, bool] = {}
+"""Whether objects of a class that is not a :class:`Task` are :class:`~conveyor.TaskLike`s."""
+
+
+def is_task_like(value: object) -> bool:
+    """True for a task: a :class:`Task` (a :class:`Settings` too, which the worker then
+    refuses to schedule, saying why), or an object of another class with every member of
+    :class:`~conveyor.TaskLike` (decided once per class, from its first object)."""
+    if isinstance(value, Task):
+        return True
+    cls = type(value)
+    known = _TASK_LIKE.get(cls)
+    if known is None:
+        known = _TASK_LIKE[cls] = isinstance(value, TaskLike)
+    return known
+
+
+def requirements(task: TaskLike) -> list[TaskLike]:
+    """``task``'s requirements, flattened and checked (TaskDefinitionError for a leaf that is
+    not a task): :meth:`Task.deps` for a conveyor task, ``flatten(task.requires())`` checked
+    the same way for another :class:`~conveyor.TaskLike`."""
+    if isinstance(task, Task):
+        return task.deps()
+    return checked_tasks(task, task.requires(), "requires()")
+
+
+def is_external(task: TaskLike) -> bool:
+    """Whether ``task`` has no ``run()``: :meth:`Task.is_external` for a conveyor task, its
+    policy's ``external`` for another :class:`~conveyor.TaskLike`."""
+    if isinstance(task, Task):
+        return task.is_external()
+    return task.task_policy().external
+
+
+def found_complete(task: TaskLike) -> bool:
+    """Whether an attempt finds ``task`` already done before its ``run()``: only a task with
+    outputs of its own (``output()``, non-empty) whose ``complete()`` is True; never an
+    external task or a :class:`WrapperTask`, whose completeness follows from its
+    requirements (as in Luigi, its ``run()`` is always called). Another
+    :class:`~conveyor.TaskLike` without an ``output()`` method is never found complete."""
+    if isinstance(task, Task):
+        if task.is_external() or isinstance(task, WrapperTask):
+            return False
+        outputs = task.output()
+    else:
+        output = getattr(task, "output", None)
+        if output is None or task.task_policy().external:
+            return False
+        outputs = output()
+    return bool(outputs) and bool(flatten(outputs)) and task.complete() is True
+
+
+def task_loader_of(task: TaskLike) -> str:
+    """The name of the :class:`~conveyor.TaskLoader` that rebuilds ``task`` elsewhere (a
+    conveyor task's ``task_loader``, without building its policy; else its policy's)."""
+    if isinstance(task, Task):
+        return task.task_loader
+    return task.task_policy().loader
+
+
+def on_success(task: TaskLike) -> None:
+    """Call ``task.on_success()`` if it has one (every conveyor task has)."""
+    if isinstance(task, Task):
+        task.on_success()
+        return
+    hook = getattr(task, "on_success", None)
+    if hook is not None:
+        hook()
+
+
+def on_failure(task: TaskLike, exception: BaseException) -> str | None:
+    """``task.on_failure(exception)`` if it has one (every conveyor task has), else None."""
+    if isinstance(task, Task):
+        return task.on_failure(exception)
+    hook = getattr(task, "on_failure", None)
+    if hook is None:
+        return None
+    text = hook(exception)
+    return None if text is None else str(text)
+
+
+def checked_tasks(owner: TaskLike, struct: object, what: str) -> list[TaskLike]:
+    """Flatten ``struct`` and check every leaf is a task (a :class:`Task` or another
+    :class:`~conveyor.TaskLike`), naming the owner and what it returned."""
     if isinstance(struct, Task) and not isinstance(struct, Settings):
         return [struct]
     if isinstance(struct, Settings):
@@ -1018,6 +1128,8 @@ def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     if struct is None:  # "nothing", as Luigi reads it; a None *inside* a list is an error
         return []
     if not (isinstance(struct, Mapping) or _is_nesting(struct)):
+        if is_task_like(struct):  # a task of another framework
+            return [struct]  # type: ignore[list-item]
         raise TaskDefinitionError(
             f"{owner!r}.{what} returned {struct!r} ({type(struct).__name__}); "
             "expected a Task, or a list, tuple, dict, generator or other iterable of Tasks",
@@ -1026,7 +1138,7 @@ def checked_tasks(owner: Task, struct: object, what: str) -> list[Task]:
     out: list[Any] = []
     _flatten_into(struct, out, keep_none=True)
     for item in out:
-        if not isinstance(item, Task):
+        if not isinstance(item, Task) and not is_task_like(item):
             raise TaskDefinitionError(
                 f"{owner!r}.{what} returned {item!r} ({type(item).__name__}) inside its result; "
                 "expected only Tasks",
@@ -1053,6 +1165,9 @@ def outputs_of(struct: object) -> Any:
         return type(struct)(outputs_of(item) for item in struct)
     if _is_nesting(struct):
         return [outputs_of(item) for item in struct]  # type: ignore[attr-defined]
+    output = getattr(struct, "output", None)  # a task of another framework: its output()
+    if output is not None and is_task_like(struct):
+        return output()
     return struct
 
 

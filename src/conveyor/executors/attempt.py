@@ -19,13 +19,17 @@ from ..protocol import NoteKind
 from ..task import (
     DynamicRequirements,
     Task,
-    WrapperTask,
     checked_tasks,
-    flatten,
+    found_complete,
+    is_external,
+    on_failure,
+    on_success,
     outputs_of,
     reporting,
+    requirements,
     settled,
 )
+from ..tasklike import TaskLike
 from .base import (
     FAILED,
     NEEDS_DEPS,
@@ -86,7 +90,7 @@ def run_attempt(
 
 
 def _attempt(
-    task: Task,
+    task: TaskLike,
     request: AttemptRequest,
     started: float,
     suspend: bool,
@@ -95,28 +99,35 @@ def _attempt(
     task_id = request.task_id
     resume = request.resume
     try:
-        if resume is None and _found_complete(task):
+        if resume is None and found_complete(task):
             return Outcome(task_id, SUCCEEDED, _since(started), found_complete=True)
         _check_dependencies(task, request.deps)
         if on_run is not None:
             on_run()
+        own = task if isinstance(task, Task) else None  # conveyor's: no helper in between
+        # (a resumed run() is no external's)
+        external = resume is None and (own.is_external() if own is not None else is_external(task))
         if resume is not None:
             new_deps, paused = _drive(task, resume.generator, suspend, resume.yielded)
         else:
-            result = None if task.is_external() else task.run()  # (an external has no run())
+            result = None if external else task.run()  # (an external has no run())
             new_deps, paused = _drive(task, result, suspend)
         if new_deps:
             return Outcome(
                 task_id, NEEDS_DEPS, _since(started), new_deps=new_deps, suspended=paused
             )
-        must_check = request.check_complete or task.is_external()
-        if must_check and task.has_own_completion() and not task.complete():
+        must_check = request.check_complete or external
+        # another framework's complete() is its own: always worth asking
+        if must_check and (own is None or own.has_own_completion()) and not task.complete():
             raise _Failure(
                 f"{task!r}: run() returned but the task is not complete "
                 "(an output is missing or complete() returned False)",
                 "IncompleteAfterRun",
             )
-        task.on_success()
+        if own is not None:
+            own.on_success()
+        else:
+            on_success(task)
     except _Failure as failure:
         return Outcome(
             task_id,
@@ -144,20 +155,8 @@ def _attempt(
 _PASS_THROUGH = (KeyboardInterrupt, Interrupted)
 
 
-def _found_complete(task: Task) -> bool:
-    """True for a task with outputs of its own that is complete before its run(): another
-    worker (or another task's run()) made them after this worker registered it, so running it
-    again would redo finished work (the summary and ``conveyor_task_succeeded(skipped=True)``
-    say so). Never for a task without outputs, such as a WrapperTask, whose completeness
-    follows from its requirements: as in Luigi, its run() is always called."""
-    if task.is_external() or isinstance(task, WrapperTask):
-        return False
-    outputs = task.output()
-    return bool(outputs) and bool(flatten(outputs)) and task.complete() is True
-
-
-def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:
-    missing = [dep for dep in (task.deps() if deps is None else deps) if not dep.complete()]
+def _check_dependencies(task: TaskLike, deps: tuple[TaskLike, ...] | None) -> None:
+    missing = [dep for dep in (requirements(task) if deps is None else deps) if not dep.complete()]
     if missing:
         names = ", ".join(repr(dep) for dep in missing)
         raise _Failure(
@@ -168,8 +167,8 @@ def _check_dependencies(task: Task, deps: tuple[Task, ...] | None) -> None:
 
 
 def _drive(
-    task: Task, result: Any, suspend: bool, resumed_at: Any = _NOT_RESUMED
-) -> tuple[tuple[Task, ...], Suspended | None]:
+    task: TaskLike, result: Any, suspend: bool, resumed_at: Any = _NOT_RESUMED
+) -> tuple[tuple[TaskLike, ...], Suspended | None]:
     """Run a generator ``run()`` through its yields; return incomplete yielded tasks, if any.
 
     ``resumed_at`` is what a suspended generator last yielded: those dependencies are checked
@@ -195,7 +194,7 @@ def _drive(
         return (), None
 
 
-def _incomplete(task: Task, yielded: Any) -> tuple[Task, ...]:
+def _incomplete(task: TaskLike, yielded: Any) -> tuple[TaskLike, ...]:
     """The yielded tasks that are not complete (none when a DynamicRequirements' own check
     says they all are)."""
     if isinstance(yielded, DynamicRequirements):
@@ -214,10 +213,10 @@ def _incomplete(task: Task, yielded: Any) -> tuple[Task, ...]:
     return tuple(dep for dep in deps if not dep.complete())
 
 
-def _explain(task: Task, exc: BaseException) -> str:
+def _explain(task: TaskLike, exc: BaseException) -> str:
     text = traceback.format_exc()
     try:
-        custom = task.on_failure(exc)
+        custom = on_failure(task, exc)
     except Exception:
         return text + "\non_failure() raised too:\n" + traceback.format_exc()
     return str(custom) if custom else text

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..clock import SYSTEM, Clock
 from ..protocol import AttemptOutcome, NoteKind
-from ..task import Task
+from ..tasklike import TaskLike
 
 if TYPE_CHECKING:
     from ..settings import Field
@@ -69,14 +69,15 @@ class Suspended:
 class AttemptRequest:
     """One attempt to run a task (``resume``: a suspended run() to continue, in-process only)."""
 
-    task: Task
+    task: TaskLike
+    """The task (a :class:`conveyor.Task` or any other :class:`~conveyor.TaskLike`)."""
     task_id: str
     attempt: int
     timeout: float = 0.0
     check_complete: bool = True
-    deps: tuple[Task, ...] | None = None
+    deps: tuple[TaskLike, ...] | None = None
     """The task's requirements when the worker already has them (saves calling requires()
-    again); None means the executor calls ``task.deps()``."""
+    again); None means the executor calls ``requires()`` (:func:`conveyor.task.requirements`)."""
     resume: Suspended | None = None
 
 
@@ -103,7 +104,7 @@ class Outcome:
     duration: float = 0.0
     error: str = ""
     exception_type: str = ""
-    new_deps: tuple[Task, ...] = ()
+    new_deps: tuple[TaskLike, ...] = ()
     missing: tuple[str, ...] = ()
     timeout: float = 0.0
     exitcode: int | None = None

@@ -25,8 +25,8 @@ from .. import protocol as p
 from ..errors import TaskLoadError
 from ..loaders import task_loader
 from ..protocol import AttemptOutcome, AttemptStage, FailureCause, Stage
-from ..task import Task
-from ..tasklike import DEFAULT_LOADER
+from ..task import is_task_like
+from ..tasklike import DEFAULT_LOADER, TaskLike
 from .base import FAILED, Message, Note, Outcome
 
 __all__ = [
@@ -55,9 +55,9 @@ def truncate(text: str, limit: int = MAX_TEXT) -> str:
     return f"{text[:keep]}\n[... truncated {cut} characters ...]\n{text[-keep:]}"
 
 
-def task_ref(task: Task) -> p.DependencyRef:
+def task_ref(task: TaskLike) -> p.DependencyRef:
     """What rebuilds ``task`` in another process."""
-    return p.DependencyRef(task.task_module, task.task_family, task.to_str_params())
+    return p.DependencyRef(task.task_module, task.task_family, dict(task.task_params))
 
 
 def to_wire(message: Message | Stage) -> p.AttemptMessage:
@@ -136,12 +136,17 @@ def from_wire(
     )
 
 
-def _rebuild(loader: str, ref: p.DependencyRef) -> Task:
+def _rebuild(loader: str, ref: p.DependencyRef) -> TaskLike:
     """The dependency ``ref`` names, rebuilt by the task loader ``loader``; TaskLoadError for
-    what is not a :class:`~conveyor.Task` (what a worker's graph holds)."""
+    what is not a task (a :class:`~conveyor.Task` or another :class:`~conveyor.TaskLike`:
+    what a worker's graph holds)."""
     task = task_loader(loader).load(ref.module, ref.family, ref.params)
-    if not isinstance(task, Task):
-        raise TaskLoadError(f"the task loader {loader!r} made {task!r}, not a conveyor.Task")
+    if not is_task_like(task):
+        raise TaskLoadError(
+            f"the task loader {loader!r} made {task!r}, which is not a task "
+            "(conveyor.TaskLike: task_id, task_family, task_module, task_params, "
+            "task_policy(), complete(), requires(), run())"
+        )
     return task
 
 

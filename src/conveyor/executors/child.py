@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import ConveyorError, TaskLoadError
 from ..loaders import task_loader
 from ..protocol import AttemptSpec
-from ..task import Task, task_defaults_in_use, use_task_defaults
-from ..tasklike import TaskLoader
+from ..task import is_task_like, task_defaults_in_use, task_loader_of, use_task_defaults
+from ..tasklike import TaskLike, TaskLoader
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome
 from .channel import AttemptStage, PipeSink, Stage, task_ref
@@ -106,17 +106,22 @@ def attempt_spec(request: AttemptRequest, context: ExecutorContext | None = None
     deps = request.deps
     in_use = task_defaults_in_use()
     context = context or ExecutorContext()
+    loader = task_loader_of(task)
+    if deps is not None and (
+        len(deps) > _DEPS_SENT or any(task_loader_of(dep) != loader for dep in deps)
+    ):
+        deps = None  # the child calls requires() itself (its loader rebuilds only its kind)
     return AttemptSpec(
         module=task.task_module,
         family=task.task_family,
         task_id=request.task_id,
-        params=task.to_str_params(),
+        params=dict(task.task_params),
         attempt=request.attempt,
         timeout=request.timeout,
         check_complete=request.check_complete,
         # the requirements the worker knows, so that the child checks those rather than
         # calling requires() again (a range's would look at its dates again)
-        deps=None if deps is None or len(deps) > _DEPS_SENT else tuple(map(task_ref, deps)),
+        deps=None if deps is None else tuple(map(task_ref, deps)),
         # the [tasks.*] defaults in use, for the tasks the child makes (requires(), input())
         task_defaults=_plain(in_use[0]) if in_use and in_use[0] else {},
         task_default_sources=dict(in_use[1]) if in_use and in_use[0] else {},
@@ -125,7 +130,7 @@ def attempt_spec(request: AttemptRequest, context: ExecutorContext | None = None
         kill_grace=context.kill_grace,
         log_level=context.log_level,
         log_format=context.log_format,
-        loader=task.task_loader,  # (the class attribute: what task_policy().loader says)
+        loader=loader,  # (what task_policy().loader says)
     )
 
 
@@ -152,10 +157,10 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     """
     task_id = spec.task_id
     use_task_defaults(spec.task_defaults, spec.task_default_sources, spec.task_id_style)
-    deps: tuple[Task, ...] | None = None
+    deps: tuple[TaskLike, ...] | None = None
     try:
         loader = task_loader(spec.loader)
-        task: Task = _load(loader, spec.module, spec.family, spec.params)
+        task = _load(loader, spec.module, spec.family, spec.params)
         if spec.deps is not None:
             deps = tuple(_load(loader, d.module, d.family, d.params) for d in spec.deps)
         if task.task_id != task_id:
@@ -175,12 +180,16 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     run_in_child(request, msg_fd)
 
 
-def _load(loader: TaskLoader, module: str, family: str, params: Mapping[str, str]) -> Task:
+def _load(loader: TaskLoader, module: str, family: str, params: Mapping[str, str]) -> TaskLike:
     """The task rebuilt by ``loader``, the attempt's :class:`~conveyor.TaskLoader` (entry point
     of ``conveyor.task_loaders`` named by ``AttemptSpec.loader``; conveyor's own classes:
-    ``"conveyor"``), under the defaults set above; TaskLoadError for what is not a
-    :class:`~conveyor.Task` (what this runner runs)."""
+    ``"conveyor"``), under the defaults set above; TaskLoadError for what is not a task (a
+    :class:`~conveyor.Task` or another :class:`~conveyor.TaskLike`: what this runner runs)."""
     task = loader.load(module, family, params)
-    if not isinstance(task, Task):
-        raise TaskLoadError(f"the task loader made {task!r}, not a conveyor.Task")
+    if not is_task_like(task):
+        raise TaskLoadError(
+            f"the task loader made {task!r}, which is not a task (conveyor.TaskLike: task_id, "
+            "task_family, task_module, task_params, task_policy(), complete(), requires(), "
+            "run())"
+        )
     return task

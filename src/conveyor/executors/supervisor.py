@@ -28,6 +28,7 @@ line.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import itertools
 import os
@@ -99,9 +100,12 @@ class Child:
     """What the process does before it has loaded its task, as a timeout then explains it
     (``interpreter start-up`` for a fresh interpreter)."""
     stage: AttemptStage | None = None
+    """How far the process has said it got (None: nothing said yet)."""
     loader: str = DEFAULT_LOADER
     """The task loader that rebuilds the dependencies the attempt yields (its spec's)."""
-    """How far the process has said it got (None: nothing said yet)."""
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    """The context of the thread that started the attempt (the worker's, with its
+    ``[tasks.*]`` defaults): the dependencies it yields are rebuilt in it, on this thread."""
     deadline: Deadline = field(init=False, default_factory=lambda: Deadline(0.0, 0.0, 0.0))
     """Its timeout and the escalation so far (none until :meth:`Supervisor.watch` sets it)."""
 
@@ -364,7 +368,7 @@ class Supervisor:
 
     def _deliver(self, child: Child, data: bytes) -> None:
         for line in child.reader.feed(data):
-            message = decode(line, child.task_id, child.loader)
+            message = child.context.run(decode, line, child.task_id, child.loader)
             if isinstance(message, Stage):
                 child.stage = message.stage
             elif isinstance(message, Outcome):

@@ -33,6 +33,7 @@ process group when the server dies.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import selectors
@@ -51,6 +52,7 @@ import psutil
 from ..errors import ConveyorError, TaskLoadError
 from ..protocol import AttemptSpec, decode, encode
 from ..task import load_task_class
+from ..tasklike import DEFAULT_LOADER
 from .child import arm_parent_death, rebuild_and_run, reset_signals
 from .proctree import MARK_VARIABLE, descendants, signal_tree
 
@@ -380,7 +382,10 @@ class _Server:
         try:
             attempt = decode(AttemptSpec, message["attempt"], strict=False)
             # imported here, once: every later attempt of the family forks with it loaded
-            load_task_class(attempt.module, attempt.family)
+            if attempt.loader == DEFAULT_LOADER:
+                load_task_class(attempt.module, attempt.family)
+            else:  # another framework's task: its loader finds the class in the attempt
+                importlib.import_module(attempt.module)
         except BaseException as exc:  # SystemExit at import included: the server stays up
             self._refuse(fds, exc)
             return

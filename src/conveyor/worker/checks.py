@@ -21,14 +21,15 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..errors import ConveyorError
-from ..task import Task, WrapperTask
+from ..task import WrapperTask, requirements
+from ..tasklike import TaskLike
 
 __all__ = ["CheckResult", "ParallelChecks", "SequentialChecks", "check_complete"]
 
-CheckResult = tuple[Task, bool, str]
+CheckResult = tuple[TaskLike, bool, str]
 
 
-def check_complete(task: Task) -> CheckResult:
+def check_complete(task: TaskLike) -> CheckResult:
     """Call ``task.complete()`` and vet its answer."""
     if _plain_wrapper(task):
         return task, _wrapper_complete(task), ""
@@ -48,11 +49,13 @@ def check_complete(task: Task) -> CheckResult:
     return task, value, ""
 
 
-def _plain_wrapper(task: Task) -> bool:
+def _plain_wrapper(task: TaskLike) -> bool:
+    """A conveyor :class:`~conveyor.task.WrapperTask` keeping the inherited ``complete()``
+    (the rule is conveyor's: another framework's task is checked by its own complete())."""
     return isinstance(task, WrapperTask) and type(task).complete is WrapperTask.complete
 
 
-def _wrapper_complete(root: Task) -> bool:
+def _wrapper_complete(root: TaskLike) -> bool:
     """What ``WrapperTask.complete()`` answers, but False (descend and find out) where it
     would raise, or would take a requirement's non-bool answer for a bool: the walk then
     checks each requirement itself and reports the one that is broken.
@@ -64,7 +67,7 @@ def _wrapper_complete(root: Task) -> bool:
     done: set[str] = set()
     on_path = {root.task_id}
     try:
-        stack: list[tuple[Task, Iterator[Task]]] = [(root, iter(root.deps()))]
+        stack: list[tuple[TaskLike, Iterator[TaskLike]]] = [(root, iter(requirements(root)))]
     except Exception:  # the walk calls requires() again and reports it
         return False
     while stack:
@@ -82,7 +85,7 @@ def _wrapper_complete(root: Task) -> bool:
             continue
         try:
             if _plain_wrapper(dep):
-                stack.append((dep, iter(dep.deps())))  # in requires() order, as all() would
+                stack.append((dep, iter(requirements(dep))))  # in requires() order, as all() would
                 on_path.add(dep_id)
                 continue
             value = dep.complete()
@@ -101,7 +104,7 @@ class SequentialChecks:
         """Start with nothing outstanding."""
         self._done: deque[CheckResult] = deque()
 
-    def submit(self, task: Task) -> None:
+    def submit(self, task: TaskLike) -> None:
         """Check ``task`` now."""
         self._done.append(check_complete(task))
 
@@ -126,9 +129,9 @@ class ParallelChecks:
     def __init__(self, threads: int, timeout: float) -> None:
         """Start ``threads`` checker threads; ``timeout`` 0 means wait forever."""
         self._timeout = timeout
-        self._jobs: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[TaskLike | None] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[CheckResult] = queue.SimpleQueue()
-        self._inflight: dict[str, tuple[Task, float]] = {}
+        self._inflight: dict[str, tuple[TaskLike, float]] = {}
         # each thread runs in a copy of the caller's context: a complete() that makes tasks
         # makes them with the [tasks.*] defaults of the worker walking (a ContextVar)
         self._threads = [
@@ -147,7 +150,7 @@ class ParallelChecks:
         while (task := self._jobs.get()) is not None:
             self._results.put(check_complete(task))
 
-    def submit(self, task: Task) -> None:
+    def submit(self, task: TaskLike) -> None:
         """Queue a check of ``task``."""
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else float("inf")
         self._inflight[task.task_id] = (task, deadline)

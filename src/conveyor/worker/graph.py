@@ -8,8 +8,7 @@ from typing import Any
 
 from ..core.states import TaskState
 from ..executors.base import Outcome
-from ..task import Task
-from ..tasklike import TaskPolicy
+from ..tasklike import TaskLike, TaskPolicy
 
 __all__ = ["Node", "find_cycle", "label"]
 
@@ -18,7 +17,8 @@ __all__ = ["Node", "find_cycle", "label"]
 class Node:
     """One task as this worker tracks it."""
 
-    task: Task
+    task: TaskLike
+    """The task: a :class:`conveyor.Task` or any other :class:`~conveyor.TaskLike`."""
     task_id: str
     params: Mapping[str, str]
     state: TaskState = TaskState.NEW
@@ -58,7 +58,7 @@ class Node:
         return (*self.deps, *self.dynamic) if self.dynamic else self.deps
 
 
-def label(task: Task) -> str:
+def label(task: TaskLike) -> str:
     """A short human label: ``Family`` or ``Family(p=v, ...)`` (secret values hidden)."""
     text = repr(task)
     return text[:-2] if text.endswith("()") else text

@@ -74,9 +74,12 @@ from ..protocol import (
 from ..task import (
     Task,
     TaskDefaults,
+    is_task_like,
     load_task_class,
+    requirements,
     take_id_style_in_use,
 )
+from ..tasklike import TaskLike
 from ..transports.base import SchedulerTransport, TransportContext, as_transport
 from .graph import Node
 from .outbox import Outbox
@@ -125,7 +128,7 @@ class Worker:
         self._task_defaults = TaskDefaults(
             self.config.tasks, self.config.task_sources, self.config.worker.task_id_style
         )
-        self._defaults_token = self._task_defaults.enter()
+        self._task_defaults.enter()
         # from here on a failure (a plugin that does not load, a notifier refused) undoes what
         # was done: the executor built is closed and the task defaults are put back
         try:
@@ -188,7 +191,7 @@ class Worker:
                 close()
             except Exception as exc:  # the failure being raised matters more
                 log.warning("could not close what a failed worker set up", error=str(exc))
-        self._task_defaults.leave(self._defaults_token)
+        self._task_defaults.leave()
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
         # conveyor's own first (the summary, the logs, the notifier dispatch), then the others
@@ -243,7 +246,7 @@ class Worker:
         if self._isolator is not None:
             return
         timeouts = itertools.chain(
-            (self.settings.timeout,), (n.task.worker_timeout or 0 for n in self._graph.values())
+            (self.settings.timeout,), (n.task_policy().timeout or 0 for n in self._graph.values())
         )
         if DeadlinePolicy.any_needs_isolation(self._executor, timeouts):
             self._isolator = self._make_executor(_PROCESS_EXECUTOR)
@@ -275,14 +278,21 @@ class Worker:
                 while self._suspended:
                     self._suspended.popitem()[1].close()
             finally:
-                self._task_defaults.leave(self._defaults_token)
+                self._task_defaults.leave()
 
-    def add(self, task: Task) -> bool:
-        """Walk ``task``'s graph and register it; False if any task in it is broken."""
-        if not isinstance(task, Task):
-            raise TypeError(f"Worker.add() takes a conveyor.Task, got {type(task).__name__}")
+    def add(self, task: TaskLike) -> bool:
+        """Walk ``task``'s graph and register it; False if any task in it is broken.
+
+        ``task`` is a :class:`conveyor.Task` or any other :class:`~conveyor.TaskLike`."""
+        if not is_task_like(task):
+            raise TypeError(
+                f"Worker.add() takes a task (conveyor.Task or conveyor.TaskLike: task_id, "
+                "task_family, task_module, task_params, task_policy(), complete(), "
+                f"requires(), run()), got {type(task).__name__}"
+            )
         with self._task_defaults.applied():
-            take_id_style_in_use(task)  # (made before this worker's configuration set it)
+            if isinstance(task, Task):  # (made before this worker's config set its id style)
+                take_id_style_in_use(task)
             self._requested.append(task.task_id)
             return self._walker.walk([task])
 
@@ -294,7 +304,7 @@ class Worker:
         else:
             self._transport.call(AddTasks(self.id, tuple(specs), self.settings.assistant))
 
-    def tasks(self) -> dict[str, Task]:
+    def tasks(self) -> dict[str, TaskLike]:
         """Every task of this worker's graph, by task id."""
         return {task_id: node.task for task_id, node in self._graph.items()}
 
@@ -488,7 +498,7 @@ class Worker:
         node.attempts += 1
         node.hand_out = work.attempt
         self._lease = work.lease or self._lease
-        timeout = self._timeout_of(node.task)
+        timeout = self._timeout_of(node)
         executor = self._executor_for(timeout)
         self._running[node.task_id] = node
         node.executor = executor.name
@@ -533,9 +543,10 @@ class Worker:
             return None
         return paused
 
-    def _timeout_of(self, task: Task) -> float:
-        if task.worker_timeout is not None:
-            return float(task.worker_timeout)
+    def _timeout_of(self, node: Node) -> float:
+        timeout = (node.policy or node.task_policy()).timeout  # (the task's worker_timeout)
+        if timeout is not None:
+            return float(timeout)
         return float(self.settings.timeout)
 
     def _adopt(self, work: Work) -> Node | None:
@@ -551,7 +562,7 @@ class Worker:
         node = Node(task, work.task_id, ev.Params(work.params))
         self._graph[work.task_id] = node
         try:
-            deps = task.deps()
+            deps = requirements(task)
         except Exception as exc:  # requires() is user code: broken, as the walk would say
             node.error = requires_error(task, exc)
             self._transit(node, Trigger.BROKEN, error=node.error, phase="requires")
@@ -648,7 +659,7 @@ class Worker:
         if decision.reschedule:
             self._walker.walk([node.task], recheck=(node.task_id, *outcome.missing))
 
-    def _ran_and_incomplete(self, yielded: Sequence[Task]) -> tuple[str, ...]:
+    def _ran_and_incomplete(self, yielded: Sequence[TaskLike]) -> tuple[str, ...]:
         """The yielded dependencies that already ran successfully here (still incomplete)."""
         graph = self._graph
         ids = (dep.task_id for dep in yielded)
@@ -666,7 +677,7 @@ class Worker:
         )
 
     def _on_new_deps(
-        self, node: Node, new_deps: Sequence[Task], suspended: Suspended | None
+        self, node: Node, new_deps: Sequence[TaskLike], suspended: Suspended | None
     ) -> None:
         ids = tuple(dep.task_id for dep in new_deps)
         dynamic = node.dynamic

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ..clock import Clock
@@ -27,7 +26,6 @@ class Transitions:
         self.hooks = hooks
         self.clock = clock
         self.host = host
-        self._owners: dict[type, tuple[str, ...]] = {}  # owner_email of each task class
 
     def __call__(self, node: Node, trigger: Trigger, **fields: Any) -> None:
         """Apply ``trigger`` to ``node`` (InvalidTransition if the table forbids it) and fire
@@ -41,11 +39,6 @@ class Transitions:
         if not hooks.wants(event_cls.hook):
             return
         task = node.task
-        owners = self._owners.get(type(task))
-        if owners is None:
-            owners = _owners_of(task)
-            if not hasattr(inspect.getattr_static(task, "owner_email", None), "__get__"):
-                self._owners[type(task)] = owners  # a plain class attribute: once per class
         hooks.fire(
             event_cls(
                 task_id=node.task_id,
@@ -55,17 +48,8 @@ class Transitions:
                 worker_id=self.worker_id,
                 timestamp=self.clock.time(),
                 state=_STATE_NAMES[state],
-                owner_email=owners,
+                owner_email=(node.policy or node.task_policy()).owners,  # (read once per node)
                 host=self.host,
                 **fields,
             )
         )
-
-
-def _owners_of(task: object) -> tuple[str, ...]:
-    owner = getattr(task, "owner_email", None)
-    if not owner:
-        return ()
-    if isinstance(owner, str):
-        return tuple(a.strip() for a in owner.split(",") if a.strip())
-    return tuple(str(a) for a in owner if a)

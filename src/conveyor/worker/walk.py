@@ -15,7 +15,8 @@ from ..core.machine import registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import TaskSpec, TaskStatus
-from ..task import Task
+from ..task import requirements
+from ..tasklike import TaskLike
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
 from .transitions import Transitions
@@ -46,7 +47,7 @@ class GraphWalk:
         self.register = register
         self.scheduled = 0  # tasks this worker walked into (for task_limit)
 
-    def walk(self, roots: Iterable[Task], recheck: Iterable[str] = ()) -> bool:
+    def walk(self, roots: Iterable[TaskLike], recheck: Iterable[str] = ()) -> bool:
         """Check, walk and register ``roots`` and what they need; False if any is broken.
 
         Tasks already in the graph are not walked again unless their id is in ``recheck``.
@@ -87,7 +88,7 @@ class GraphWalk:
 
     def _submit(
         self,
-        task: Task,
+        task: TaskLike,
         checks: SequentialChecks | ParallelChecks,
         visited: set[str],
         recheck: Set[str],
@@ -111,7 +112,7 @@ class GraphWalk:
 
     def _visit(
         self, node: Node, complete: bool, specs: list[TaskSpec], pending: list[str]
-    ) -> list[Task]:
+    ) -> list[TaskLike]:
         """Record a check result; register the task; return the dependencies to walk."""
         if complete:
             self.transit(node, Trigger.CHECKED_COMPLETE, complete=True)
@@ -136,7 +137,7 @@ class GraphWalk:
 
     def _requirements(
         self, node: Node, specs: list[TaskSpec]
-    ) -> tuple[list[Task] | None, TaskStatus, bool]:
+    ) -> tuple[list[TaskLike] | None, TaskStatus, bool]:
         """The dependencies to walk, the status to register and whether it may run here."""
         task = node.task
         settings = self.settings
@@ -155,7 +156,7 @@ class GraphWalk:
             node.error = decided.error or node.error
             return [], decided.status, decided.runnable
         try:
-            deps = task.deps()
+            deps = requirements(task)
         except ConfigError:  # a [tasks.*] table the dependency's family refuses: the file's
             raise  # mistake, not the task's (exit code 2, as for any configuration error)
         except Exception as exc:
@@ -212,7 +213,7 @@ class GraphWalk:
         )
 
 
-def requires_error(task: Task, exc: Exception) -> str:
+def requires_error(task: TaskLike, exc: Exception) -> str:
     """The explanation of a ``requires()`` that raised: the message of conveyor's own errors,
     else the traceback."""
     if isinstance(exc, ConveyorError):
