@@ -103,6 +103,20 @@ class Boom(Make):
         raise RuntimeError("boom from another framework")
 
 
+class YieldsForeign(conveyor.Task):
+    """A conveyor task whose run() yields a task of the other framework."""
+
+    root = conveyor.Parameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.root, "yields-foreign"))
+
+    def run(self):
+        yield Make(root=self.root, name="yielded-foreign", text="x")
+        with self.output().open("w") as out:
+            out.write("done")
+
+
 class Mixed(conveyor.Task):
     """A conveyor task that requires a task of the other framework."""
 
@@ -201,6 +215,22 @@ def test_a_conveyor_task_may_require_a_foreign_one(executor: str, mod: Any, tmp_
     assert (tmp_path / "mixed").read_text(encoding="utf-8") == "mixed:foreign"
 
 
+@pytest.mark.parametrize("executor", ["thread", "subprocess"])
+def test_a_conveyor_run_yielding_a_foreign_task(executor: str, mod: Any, tmp_path: Path) -> None:
+    """In process, a conveyor task's run() may yield a foreign task; in an attempt's process
+    conveyor's loader cannot rebuild it, and the attempt fails saying so (not as an
+    unreadable message)."""
+    task = mod.YieldsForeign(root=str(tmp_path))
+    result = conveyor.build(task, executor=executor)
+    if executor == "thread":
+        assert result.ok, result.summary
+        assert (tmp_path / "yields-foreign").read_text(encoding="utf-8") == "done"
+    else:
+        assert result.states[task.task_id] == "FAILED"
+        assert "cannot rebuild" in result.errors[task.task_id]
+        assert "unreadable" not in result.errors[task.task_id]
+
+
 def test_worker_add_refuses_what_is_not_a_task() -> None:
     """Worker.add() takes a TaskLike; anything else is a TypeError naming what it got."""
     with (
@@ -208,6 +238,35 @@ def test_worker_add_refuses_what_is_not_a_task() -> None:
         pytest.raises(TypeError, match=r"conveyor\.TaskLike.*got str"),
     ):
         worker.add("Top")  # type: ignore[arg-type]
+
+
+def test_a_task_class_is_not_a_task_and_requires_returning_one_is_a_broken_task(
+    tmp_path: Path,
+) -> None:
+    """A class is never a task (``return A`` written for ``return A()``), whatever was asked
+    before: ``requires()`` returning one makes its task broken, named, as before the protocol;
+    and asking about a class does not make ``int`` a task."""
+
+    class A(conveyor.Task):
+        def output(self) -> conveyor.LocalTarget:
+            return conveyor.LocalTarget(str(tmp_path / "a"))
+
+    class B(conveyor.Task):
+        def requires(self) -> Any:
+            return A  # the class, not A()
+
+        def output(self) -> conveyor.LocalTarget:
+            return conveyor.LocalTarget(str(tmp_path / "b"))
+
+    assert (is_task_like(A), is_task_like(int), is_task_like(A())) == (False, False, True)
+    result = conveyor.build(B(), local_scheduler=True, log_level="warning")
+    assert not result.ok
+    assert "returned" in result.summary and "expected a Task" in result.summary
+    with (
+        conveyor.Worker(conveyor.Scheduler()) as worker,
+        pytest.raises(TypeError, match=r"conveyor\.TaskLike"),
+    ):
+        worker.add(A)  # type: ignore[arg-type]
 
 
 def test_the_foreign_loader_is_found_by_entry_point(mod: Any, tmp_path: Path) -> None:

@@ -1042,9 +1042,13 @@ _TASK_LIKE: dict[type, bool] = {}
 def is_task_like(value: object) -> bool:
     """True for a task: a :class:`Task` (a :class:`Settings` too, which the worker then
     refuses to schedule, saying why), or an object of another class with every member of
-    :class:`~conveyor.TaskLike` (decided once per class, from its first object)."""
+    :class:`~conveyor.TaskLike` (decided once per class, from its first object). A class
+    is never a task, even one whose members make it look like one (``return A`` for
+    ``return A()``)."""
     if isinstance(value, Task):
         return True
+    if isinstance(value, type):
+        return False
     cls = type(value)
     known = _TASK_LIKE.get(cls)
     if known is None:

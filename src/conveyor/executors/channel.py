@@ -161,6 +161,17 @@ def decode(line: bytes, task_id: str, loader: str = DEFAULT_LOADER) -> Message |
     dependencies rebuilt by the task loader ``loader`` (:func:`from_wire`)."""
     try:
         return from_wire(p.decode_attempt_message(json.loads(line)), task_id, loader)
+    except TaskLoadError as exc:  # a yielded dependency its loader cannot build
+        return Outcome(
+            task_id,
+            FAILED,
+            error=truncate(
+                f"run() yielded a task the attempt's task loader {loader!r} cannot rebuild in "
+                f"the worker: {exc}"
+            ),
+            exception_type="TaskLoadError",
+            load_error=True,
+        )
     except Exception as exc:
         return Outcome(
             task_id,
