@@ -117,6 +117,16 @@ class YieldsForeign(conveyor.Task):
             out.write("done")
 
 
+class Fragile(Make):
+    """Cannot be built in another process than the one named by ``pid``: rebuilding it in an
+    attempt's process raises ValueError from its constructor (through the loader)."""
+
+    def __init__(self, **params):
+        if int(params.get("pid", os.getpid())) != os.getpid():
+            raise ValueError("fragile: made in another process")
+        super().__init__(**params)
+
+
 class Mixed(conveyor.Task):
     """A conveyor task that requires a task of the other framework."""
 
@@ -311,6 +321,20 @@ def test_a_loader_that_makes_no_task_fails_the_attempt(mod: Any, tmp_path: Path)
     assert result.states[thing.task_id] == "FAILED"
     assert "foreign loader" in result.errors[thing.task_id]
     assert not (tmp_path / "local").exists()
+
+
+@pytest.mark.parametrize("executor", ["subprocess", "fork"])
+def test_a_loader_raising_an_error_of_its_own_fails_the_attempt_naming_it(
+    executor: str, mod: Any, tmp_path: Path
+) -> None:
+    """An error that is not conveyor's, raised while the loader rebuilds the task (here the
+    task's own constructor), fails the attempt as a load error naming it; run() never ran."""
+    fragile = mod.Fragile(root=str(tmp_path), name="fragile", text="x", pid=str(os.getpid()))
+    result = conveyor.build(fragile, executor=executor, workers=1)
+    assert result.states[fragile.task_id] == "FAILED"
+    error = result.errors[fragile.task_id]
+    assert "could not rebuild" in error and "ValueError: fragile" in error
+    assert not (tmp_path / "fragile").exists()
 
 
 class _Local(Thing):

@@ -184,8 +184,18 @@ def _load(loader: TaskLoader, module: str, family: str, params: Mapping[str, str
     """The task rebuilt by ``loader``, the attempt's :class:`~conveyor.TaskLoader` (entry point
     of ``conveyor.task_loaders`` named by ``AttemptSpec.loader``; conveyor's own classes:
     ``"conveyor"``), under the defaults set above; TaskLoadError for what is not a task (a
-    :class:`~conveyor.Task` or another :class:`~conveyor.TaskLike`: what this runner runs)."""
-    task = loader.load(module, family, params)
+    :class:`~conveyor.Task` or another :class:`~conveyor.TaskLike`: what this runner runs),
+    and for any error the loader raises that is not conveyor's (a third party's loader, or
+    the task's own constructor, raising ValueError…): the attempt then fails as a load error
+    naming it, instead of the process dying with a traceback."""
+    try:
+        task = loader.load(module, family, params)
+    except ConveyorError:
+        raise
+    except Exception as exc:
+        raise TaskLoadError(
+            f"the task loader could not rebuild {module}.{family}: {type(exc).__name__}: {exc}"
+        ) from exc
     if not is_task_like(task):
         raise TaskLoadError(
             f"the task loader made {task!r}, which is not a task (conveyor.TaskLike: task_id, "
