@@ -165,8 +165,9 @@ characters; Luigi-style ids are the family and 60 more)."""
 # Python's re reads too). Lone surrogates are refused by decode as well, but left out of the
 # pattern: a JSON Schema validator working on UTF-16 would read them as every character
 # outside the BMP. They cannot reach decode from the server anyway (its JSON parser refuses
-# them with a 400).
-_NO_CONTROL_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+# them with a 400). The end is "no character follows", not "$": Python's "$" also matches
+# before a final newline, so a validator using Python's re accepted "\n" with "$".
+_NO_CONTROL_PATTERN = r"^[^\u0000-\u001f\u007f-\u009f]*(?![\s\S])"
 _UNWANTED = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
