@@ -85,7 +85,7 @@ if TYPE_CHECKING:
         WrapperTask,
         flatten,
     )
-    from .tasklike import TaskLike, TaskLoader, TaskPolicy
+    from .tasklike import AdaptsTasks, ParsesCommandLines, TaskLike, TaskLoader, TaskPolicy
     from .util import inherits, requires
     from .worker.loop import Worker
 
@@ -179,6 +179,8 @@ _EXPORTS = {
     "TaskDefaults": ("conveyor.task", "TaskDefaults"),
     "TaskLike": ("conveyor.tasklike", "TaskLike"),
     "TaskLoader": ("conveyor.tasklike", "TaskLoader"),
+    "AdaptsTasks": ("conveyor.tasklike", "AdaptsTasks"),
+    "ParsesCommandLines": ("conveyor.tasklike", "ParsesCommandLines"),
     "TaskPolicy": ("conveyor.tasklike", "TaskPolicy"),
     "WrapperTask": ("conveyor.task", "WrapperTask"),
     "flatten": ("conveyor.task", "flatten"),
@@ -206,6 +208,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptsTasks",
     "BackendNotFound",
     "BoolParameter",
     "ChoiceListParameter",
@@ -256,6 +259,7 @@ __all__ = [
     "OptionalYearParameter",
     "Parameter",
     "ParameterError",
+    "ParsesCommandLines",
     "PathParameter",
     "PluginError",
     "RangeDaily",

@@ -17,7 +17,7 @@ from stevedore.exception import NoMatches
 from .errors import BackendNotFound, PluginError
 from .plugins import entry_point_names, load_local_plugins
 from .settings import check_backend_settings, schema_of
-from .tasklike import TaskLoader
+from .tasklike import DEFAULT_LOADER, TaskLoader
 
 if TYPE_CHECKING:
     from .config import Config
@@ -32,6 +32,7 @@ __all__ = [
     "installed_names",
     "load_backend",
     "load_task_loader",
+    "other_task_loaders",
 ]
 
 GROUPS = {
@@ -102,6 +103,19 @@ def load_task_loader(name: str) -> TaskLoader:
         _cache[key] = load_backend("conveyor.task_loaders", name)()
     loader: TaskLoader = _cache[key]
     return loader
+
+
+def other_task_loaders() -> list[TaskLoader]:
+    """Every installed task loader but conveyor's own, by entry-point name, each built once
+    per process (asked for the optional capabilities of :mod:`conveyor.tasklike` when an
+    object or a command line is not conveyor's); BackendNotFound or PluginError as for any
+    backend."""
+    key = ("conveyor.task_loaders#others", "")
+    if key not in _cache:
+        names = installed_names(GROUPS["task_loader"])
+        _cache[key] = [load_task_loader(name) for name in names if name != DEFAULT_LOADER]
+    loaders: list[TaskLoader] = _cache[key]
+    return loaders
 
 
 def build_backend(

@@ -16,16 +16,17 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from . import __version__
-from .backends import check_selected, describe_installed
+from .backends import check_selected, describe_installed, other_task_loaders
 from .config import Config, load_config, to_toml
 from .core.summary import first_line
-from .errors import ConfigError, ConveyorError, PluginError, TaskLoadError
+from .errors import ConfigError, ConveyorError, ParameterError, PluginError, TaskLoadError
 from .log import configure_logging, resolve_level
 from .parameters import allow_task_modules, task_modules_named
 from .progress import ProgressPlugin, TerminalStream
 from .protocol import TaskInfo, TaskList, TaskStatus, encode
 from .secrets import REDACTED, hide_secret_params, is_secret_name
 from .task import Task, load_task_class, use_task_defaults
+from .tasklike import ParsesCommandLines, TaskLike
 from .worker.loop import Worker
 
 __all__ = ["main"]
@@ -255,7 +256,10 @@ def cmd_run(args: list[str]) -> int:
     early = vars(_run_parser(None).parse_args(before))
     module, family = _task_location(task_name, _module_from(early, after))
     sys.path.insert(0, os.getcwd())
-    task_cls = load_task_class(module, family)
+    try:
+        task_cls = load_task_class(module, family)
+    except TaskLoadError as not_ours:  # perhaps a task of another framework (a luigi.Task)
+        return _run_foreign(module, family, early, after, not_ours)
     parser = _run_parser(task_cls)
     if "-h" in after or "--help" in after:
         parser.print_help()
@@ -277,6 +281,53 @@ def cmd_run(args: list[str]) -> int:
     config = config.with_overrides(log_level=level)
     configure_logging(config.logging, terminal)
     return _run_task(task, config, terminal)
+
+
+def _run_foreign(
+    module: str, family: str, early: dict[str, Any], after: list[str], not_ours: TaskLoadError
+) -> int:
+    """``conveyor run`` of a task class of another framework: the first installed task loader
+    that parses command lines (:class:`~conveyor.tasklike.ParsesCommandLines`) and claims
+    ``module``/``family`` builds the task from the words after TASK that are not run's own
+    options; with none, the error of conveyor's own loader stands."""
+    own, rest = _split_run_options(after)
+    late = vars(_run_parser(None).parse_args(own))
+    options = {**early, **{k: v for k, v in late.items() if v is not None}}
+    task: TaskLike | None = None
+    for loader in other_task_loaders():
+        if isinstance(loader, ParsesCommandLines):
+            try:
+                task = loader.task_from_command_line(module, family, rest)
+            except ParameterError as exc:
+                raise UsageError(f"conveyor run: {exc}") from None
+            if task is not None:
+                break
+    if task is None:
+        raise not_ours
+    config = _run_config(options)
+    terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
+    level = resolve_level(config.logging.level, progress_line=terminal is not None)
+    config = config.with_overrides(log_level=level)
+    configure_logging(config.logging, terminal)
+    return _run_task(task, config, terminal)
+
+
+def _split_run_options(words: list[str]) -> tuple[list[str], list[str]]:
+    """``words`` split into run's own options (with their values) and the rest, in order."""
+    own: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        flag = word.split("=", 1)[0]
+        if flag in _RUN_OPTIONS:
+            takes_value = _RUN_OPTIONS[flag][1] and "=" not in word
+            own += words[index : index + (2 if takes_value else 1)]
+            index += 2 if takes_value else 1
+        else:
+            rest.append(word)
+            index += 1
+    return own, rest
 
 
 def _parse_task_args(parser: _Parser, after: list[str], task_cls: type[Task]) -> dict[str, Any]:
@@ -343,7 +394,7 @@ def _run_config(options: dict[str, Any]) -> Config:
     )
 
 
-def _run_task(task: Task, config: Config, terminal: TerminalStream | None) -> int:
+def _run_task(task: TaskLike, config: Config, terminal: TerminalStream | None) -> int:
     plugins = [ProgressPlugin(terminal)] if terminal is not None else []
     with Worker(config=config, plugins=plugins) as worker:
         worker.add(task)

@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .tasklike import DEFAULT_LOADER
+
 __all__ = [
     "IDENTIFIER",
     "IDENTIFIER_MAX_LENGTH",
@@ -259,6 +261,9 @@ class TaskSpec:
     runnable: bool = True
     retry_count: int | None = None
     explanation: str = ""
+    loader: str = field(default=DEFAULT_LOADER, metadata=_NAMED)
+    """The :class:`~conveyor.TaskLoader` that rebuilds the task from module, family and params
+    (``"conveyor"`` for conveyor's own task classes; ``"luigi"`` for a ``luigi.Task``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +282,8 @@ class Work:
     params: Mapping[str, str]
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
     lease: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    loader: str = field(default=DEFAULT_LOADER, metadata=_NAMED)
+    """The task loader that rebuilds it, as registered (:attr:`TaskSpec.loader`)."""
 
 
 @dataclass(frozen=True, slots=True)

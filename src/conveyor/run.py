@@ -11,7 +11,7 @@ import structlog
 
 from .config import Config, resolve_config
 from .log import configure_logging
-from .task import is_task_like
+from .task import as_task
 from .tasklike import TaskLike
 from .worker.loop import Worker
 
@@ -49,11 +49,14 @@ def build(
     failures never raise; a bad configuration raises ConfigError, a bad plugin or backend
     PluginError.
     """
-    # (a task may be iterable: whether it is a task is asked first)
-    if is_task_like(tasks):
-        requested = [cast(TaskLike, tasks)]
-    else:
-        requested = list(cast(Iterable[TaskLike], tasks))
+    # (a task may be iterable: whether it is a task is asked first; a task of another
+    # framework is adapted by its task loader, here and in Worker.add)
+    single = as_task(tasks)
+    requested = (
+        [single]
+        if single is not None
+        else [as_task(task) or task for task in cast(Iterable[TaskLike], tasks)]
+    )
     cfg = resolve_config(config).with_overrides(**overrides)
     if not structlog.is_configured() or "log_level" in overrides or "log_format" in overrides:
         configure_logging(cfg.logging)

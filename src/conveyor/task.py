@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any, ClassVar, TypeVar, overload
+from typing import Any, ClassVar, TypeVar, cast, overload
 
 from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
@@ -36,7 +36,7 @@ from .parameters import (
 from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
 from .task_registry import register_task_class, registered_task_classes
-from .tasklike import DEFAULT_LOADER, TaskLike, TaskPolicy
+from .tasklike import DEFAULT_LOADER, AdaptsTasks, TaskLike, TaskPolicy
 
 __all__ = [
     "ConveyorLoader",
@@ -1056,6 +1056,31 @@ def is_task_like(value: object) -> bool:
     return known
 
 
+_NOT_ADAPTED: set[type] = set()
+"""Classes of objects that no installed task loader adapts (asked once per class)."""
+
+
+def as_task(value: object) -> TaskLike | None:
+    """``value`` if it is a task (:func:`is_task_like`); else the :class:`~conveyor.TaskLike`
+    an installed task loader with :class:`~conveyor.tasklike.AdaptsTasks` makes of it (a
+    ``luigi.Task`` through the luigi plugin); else None. The loaders are asked only for an
+    object that is not a task, once per class when none adapts it."""
+    if is_task_like(value):
+        return cast(TaskLike, value)
+    cls = type(value)
+    if isinstance(value, type) or cls in _NOT_ADAPTED:
+        return None
+    from .backends import other_task_loaders  # (stevedore: only for an object not a task)
+
+    for loader in other_task_loaders():
+        if isinstance(loader, AdaptsTasks):
+            adapted = loader.adapt(value)
+            if adapted is not None:
+                return adapted
+    _NOT_ADAPTED.add(cls)
+    return None
+
+
 def requirements(task: TaskLike) -> list[TaskLike]:
     """``task``'s requirements, flattened and checked (TaskDefinitionError for a leaf that is
     not a task): :meth:`Task.deps` for a conveyor task, ``flatten(task.requires())`` checked
@@ -1132,8 +1157,9 @@ def checked_tasks(owner: TaskLike, struct: object, what: str) -> list[TaskLike]:
     if struct is None:  # "nothing", as Luigi reads it; a None *inside* a list is an error
         return []
     if not (isinstance(struct, Mapping) or _is_nesting(struct)):
-        if is_task_like(struct):  # a task of another framework
-            return [struct]  # type: ignore[list-item]
+        adapted = as_task(struct)  # a task of another framework
+        if adapted is not None:
+            return [adapted]
         raise TaskDefinitionError(
             f"{owner!r}.{what} returned {struct!r} ({type(struct).__name__}); "
             "expected a Task, or a list, tuple, dict, generator or other iterable of Tasks",
@@ -1141,8 +1167,12 @@ def checked_tasks(owner: TaskLike, struct: object, what: str) -> list[TaskLike]:
         )
     out: list[Any] = []
     _flatten_into(struct, out, keep_none=True)
-    for item in out:
+    for index, item in enumerate(out):
         if not isinstance(item, Task) and not is_task_like(item):
+            adapted = as_task(item)
+            if adapted is not None:
+                out[index] = adapted
+                continue
             raise TaskDefinitionError(
                 f"{owner!r}.{what} returned {item!r} ({type(item).__name__}) inside its result; "
                 "expected only Tasks",
@@ -1170,7 +1200,7 @@ def outputs_of(struct: object) -> Any:
     if _is_nesting(struct):
         return [outputs_of(item) for item in struct]  # type: ignore[attr-defined]
     output = getattr(struct, "output", None)  # a task of another framework: its output()
-    if output is not None and is_task_like(struct):
+    if output is not None and as_task(struct) is not None:
         return output()
     return struct
 

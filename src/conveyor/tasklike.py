@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_LOADER", "LOADER_GROUP", "TaskLike", "TaskLoader", "TaskPolicy"]
+__all__ = [
+    "DEFAULT_LOADER",
+    "LOADER_GROUP",
+    "AdaptsTasks",
+    "ParsesCommandLines",
+    "TaskLike",
+    "TaskLoader",
+    "TaskPolicy",
+]
 
 DEFAULT_LOADER = "conveyor"
 """The loader of conveyor's own task classes (:class:`conveyor.Task` and its subclasses)."""
@@ -132,4 +140,38 @@ class TaskLoader(Protocol):
 
     def load(self, module: str, family: str, params: Mapping[str, str]) -> TaskLike:
         """The task ``module``/``family`` with ``params``; TaskLoadError if impossible."""
+        ...
+
+
+@runtime_checkable
+class AdaptsTasks(Protocol):
+    """A :class:`TaskLoader` that can also make a :class:`TaskLike` of another framework's
+    task object (an optional capability: conveyor asks for it with ``isinstance``).
+
+    When ``conveyor.build()``, ``Worker.add()``, or a conveyor task's ``requires()``, ``yield``
+    or ``input()`` meets an object that is not a task, each installed loader with this method
+    is asked in turn (by entry-point name); the first that returns a task wins, and None means
+    "not one of mine". The luigi plugin wraps a ``luigi.Task`` this way.
+    """
+
+    def adapt(self, value: object) -> TaskLike | None:
+        """``value`` as a :class:`TaskLike`, or None when it is not this framework's task."""
+        ...
+
+
+@runtime_checkable
+class ParsesCommandLines(Protocol):
+    """A :class:`TaskLoader` that builds its framework's tasks from ``conveyor run``'s words
+    (an optional capability).
+
+    ``conveyor run module.Family ...`` asks each installed loader with this method, in turn,
+    when ``Family`` is not a conveyor task class of ``module``: ``args`` are the words after
+    TASK that are not ``conveyor run``'s own options (those always belong to conveyor run).
+    It returns the task, None when ``module``/``family`` is not this framework's task, and
+    raises :class:`~conveyor.errors.ParameterError` for words it cannot take (the message says
+    which and what was expected: ``conveyor run`` exits 2 with it).
+    """
+
+    def task_from_command_line(self, module: str, family: str, args: list[str]) -> TaskLike | None:
+        """The task ``module``/``family`` with the parameters in ``args``, or None."""
         ...

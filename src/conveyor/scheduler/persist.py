@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..protocol import AttemptEnd, TaskStatus
+from ..tasklike import DEFAULT_LOADER
 from .policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 
 __all__ = ["ADDED_FIELDS", "SCHEMA_VERSION", "RowError", "from_row", "to_row"]
@@ -46,6 +47,7 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "family": rec.family,
         "module": rec.module,
         "params": dict(rec.params),
+        "loader": rec.loader,
         "status": rec.status,
         "deps": list(rec.deps),
         "own_priority": rec.own_priority,
@@ -226,6 +228,7 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "family": _text,
     "module": _text,
     "params": _text_map,
+    "loader": _text,
     "status": _status,
     "deps": _texts,
     "own_priority": _integer,
@@ -248,7 +251,9 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
 }
 """Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
 
-ADDED_FIELDS: Mapping[str, Any] = MappingProxyType({"attempt": 0, "reported": 0, "attempts": []})
+ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
+    {"attempt": 0, "reported": 0, "attempts": [], "loader": DEFAULT_LOADER}
+)
 """Fields added after rows were first written, and the value a row saved without one gets.
 A field added to :func:`to_row` later belongs here too, or every older row is unusable."""
 

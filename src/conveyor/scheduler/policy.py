@@ -73,6 +73,7 @@ from ..protocol import (
     WorkLeft,
     route_of,
 )
+from ..tasklike import DEFAULT_LOADER
 
 __all__ = [
     "ATTEMPT_HISTORY",
@@ -238,6 +239,8 @@ class TaskRecord:
     family: str = ""
     module: str = ""
     params: Mapping[str, str] = field(default_factory=dict)
+    loader: str = DEFAULT_LOADER
+    """The task loader that rebuilds the task (``TaskSpec.loader``)."""
     status: TaskStatus = PENDING
     deps: Sequence[str] = ()
     """Dependency ids in order: a tuple, or a list once a registration merged more in."""
@@ -376,6 +379,7 @@ class SchedulerCore:
         rec.registered = True
         if spec.family:
             rec.family, rec.module, rec.params = spec.family, spec.module, spec.params
+            rec.loader = spec.loader
         if worker_id not in rec.stakeholders:
             rec.stakeholders += (worker_id,)
         _members(self._by_worker, worker_id).add(rec.task_id)
@@ -588,7 +592,9 @@ class SchedulerCore:
                 continue
             self._take(rec, worker_id)
             lease = self.worker_disconnect_delay
-            return Work(rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease)
+            return Work(
+                rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader
+            )
         return None
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:

@@ -46,6 +46,7 @@ from ..executors.base import (
 )
 from ..executors.channel import truncate
 from ..executors.deadline import DeadlinePolicy
+from ..loaders import task_loader
 from ..parameters import allow_task_modules, task_modules_named
 from ..plugins import (
     START_REFUSALS,
@@ -74,12 +75,12 @@ from ..protocol import (
 from ..task import (
     Task,
     TaskDefaults,
-    is_task_like,
+    as_task,
     load_task_class,
     requirements,
     take_id_style_in_use,
 )
-from ..tasklike import TaskLike
+from ..tasklike import DEFAULT_LOADER, TaskLike
 from ..transports.base import SchedulerTransport, TransportContext, as_transport
 from .graph import Node
 from .outbox import Outbox
@@ -283,13 +284,16 @@ class Worker:
     def add(self, task: TaskLike) -> bool:
         """Walk ``task``'s graph and register it; False if any task in it is broken.
 
-        ``task`` is a :class:`conveyor.Task` or any other :class:`~conveyor.TaskLike`."""
-        if not is_task_like(task):
+        ``task`` is a :class:`conveyor.Task`, any other :class:`~conveyor.TaskLike`, or an
+        object an installed task loader adapts (a ``luigi.Task`` with the luigi plugin)."""
+        adapted = as_task(task)
+        if adapted is None:
             raise TypeError(
                 f"Worker.add() takes a task (conveyor.Task or conveyor.TaskLike: task_id, "
                 "task_family, task_module, task_params, task_policy(), complete(), "
                 f"requires(), run()), got {type(task).__name__}"
             )
+        task = adapted
         with self._task_defaults.applied():
             if isinstance(task, Task):  # (made before this worker's config set its id style)
                 take_id_style_in_use(task)
@@ -573,7 +577,7 @@ class Worker:
         self._transit(node, Trigger.ADOPTED, dependencies=node.deps, dynamic=False)
         return node
 
-    def _load_foreign(self, work: Work) -> Task:
+    def _load_foreign(self, work: Work) -> TaskLike:
         allowed = self.settings.task_modules
         if not _allowed(work.module, allowed):
             raise TaskLoadError(
@@ -581,18 +585,26 @@ class Worker:
                 f"[worker] task_modules ({', '.join(allowed) or 'empty'}); refused without "
                 "importing it"
             )
+        if work.loader != DEFAULT_LOADER:  # another framework's task (a luigi.Task): its loader
+            task: TaskLike = task_loader(work.loader).load(work.module, work.family, work.params)
+            self._check_rebuilt_id(work, task)
+            return task
         cls = load_task_class(work.module, work.family)
         # a task-class value (RangeDaily's `of`) may import its module if task_modules allows
         named = task_modules_named(cls.parameters(), work.params)
         with allow_task_modules(m for m in named if _allowed(m, allowed)):
             task = cls.from_str_params(work.params)
+        self._check_rebuilt_id(work, task)
+        return task
+
+    @staticmethod
+    def _check_rebuilt_id(work: Work, task: TaskLike) -> None:
         if task.task_id != work.task_id:
             raise TaskLoadError(
                 f"task {work.task_id} rebuilt here has the id {task.task_id}: the worker that "
                 "registered it and this one make ids differently (give both the same [worker] "
                 "task_id_style and [tasks] tables)"
             )
-        return task
 
     # --- messages from executors ----------------------------------------------------------
 

@@ -210,6 +210,7 @@ class GraphWalk:
             runnable=runnable,
             retry_count=policy.retry_count,
             explanation=explanation,
+            loader=policy.loader,
         )
 
 
