@@ -1199,10 +1199,9 @@ def outputs_of(struct: object) -> Any:
         return type(struct)(outputs_of(item) for item in struct)
     if _is_nesting(struct):
         return [outputs_of(item) for item in struct]  # type: ignore[attr-defined]
-    output = getattr(struct, "output", None)  # a task of another framework: its output()
-    if output is not None and as_task(struct) is not None:
-        return output()
-    return struct
+    adapted = as_task(struct)  # a task of another framework (adapted by its loader): output()
+    output = None if adapted is None else getattr(adapted, "output", None)
+    return struct if output is None else output()
 
 
 def load_task_class(module: str, family: str) -> type[Task]:

@@ -6,6 +6,11 @@ and its parameters are strings. :class:`ForeignLoader` is registered as the task
 ``foreign`` (entry-point group ``conveyor.task_loaders``); a :class:`Thing` names it in its
 policy, so that an attempt's process rebuilds it with this loader. Nothing else of conveyor's
 tests uses either.
+
+The loader has both optional capabilities of a task loader: it adapts a :class:`Recipe` (an
+object that is not a task: a Thing class and its parameters, as another framework might hand a
+task around) into the :class:`Thing` it describes (``AdaptsTasks``), and it builds a Thing from
+``conveyor run``'s words, ``--key value`` pairs (``ParsesCommandLines``).
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from conveyor.errors import TaskLoadError
+from conveyor.errors import ParameterError, TaskLoadError
 from conveyor.tasklike import TaskPolicy
 
-__all__ = ["LOADER_NAME", "ForeignLoader", "Thing"]
+__all__ = ["LOADER_NAME", "ForeignLoader", "Recipe", "Thing"]
 
 LOADER_NAME = "foreign"
 """The name :class:`ForeignLoader` is registered under."""
@@ -81,6 +86,15 @@ class Thing:
         return f"{self.task_family}({shown})"
 
 
+class Recipe:
+    """Not a task: the Thing class to make and its parameters (what the loader adapts)."""
+
+    def __init__(self, thing: type[Thing], **params: str) -> None:
+        """Keep the class and the parameters."""
+        self.thing = thing
+        self.params = params
+
+
 class ForeignLoader:
     """Rebuilds a :class:`Thing` from its module, family and string parameters."""
 
@@ -93,3 +107,20 @@ class ForeignLoader:
         if not (isinstance(cls, type) and issubclass(cls, Thing)):
             raise TaskLoadError(f"foreign loader: {module}.{family} is not a Thing")
         return cls(**params)
+
+    def adapt(self, value: object) -> Thing | None:
+        """The Thing a :class:`Recipe` describes; None for anything else."""
+        if isinstance(value, Recipe):
+            return value.thing(**value.params)
+        return None
+
+    def task_from_command_line(self, module: str, family: str, args: list[str]) -> Thing | None:
+        """A Thing from ``--key value`` pairs; None when ``module.family`` is not a Thing."""
+        cls = getattr(importlib.import_module(module), family, None)
+        if not (isinstance(cls, type) and issubclass(cls, Thing)):
+            return None
+        if len(args) % 2 or not all(word.startswith("--") for word in args[::2]):
+            raise ParameterError(
+                f"foreign loader: expected --key value pairs for {family}, got {args!r}"
+            )
+        return cls(**{key[2:]: value for key, value in zip(args[::2], args[1::2], strict=True)})
