@@ -25,6 +25,7 @@ from conveyor.errors import TaskDefinitionError
 from conveyor.protocol import DEFAULT_LOADER, TaskSpec
 from conveyor.scheduler.persist import from_row, to_row
 from conveyor.task import as_task
+from conveyor.testing import RecordingPlugin
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,6 +79,21 @@ class YieldsRecipe(conveyor.Task):
         path = yield Recipe(Make, root=self.root, name="yielded", text="dynamic")
         with self.output().open("w") as out:
             out.write("yielded " + pathlib.Path(path).read_text(encoding="utf-8"))
+
+
+class Noisy(Make):
+    """Reports a status message and a progress through the reporter conveyor sets."""
+
+    _report = None
+
+    def set_task_reporter(self, report):
+        self._report = report
+
+    def run(self):
+        self._report("status_message", "half way")
+        self._report("progress", 50)
+        super().run()
+        self._report("tracking_url", "https://example.org/job/1")
 
 
 class NeedsJunk(conveyor.Task):
@@ -200,3 +216,22 @@ def test_an_assistant_rebuilds_a_foreign_task_with_its_loader(mod: Any, tmp_path
         assert a.run()
     registrar.close()
     assert (tmp_path / "adopted").read_text(encoding="utf-8") == "by the assistant"
+
+
+@pytest.mark.parametrize("executor", ["inline", "subprocess"])
+def test_a_foreign_task_with_a_reporter_method_reports_notes(
+    executor: str, mod: Any, tmp_path: Path
+) -> None:
+    """set_task_reporter() is given the reporter around run(), in the attempt's process: the
+    notes reach the worker's hooks."""
+    task = mod.Noisy(root=str(tmp_path), name="noisy", text="n")
+    assert isinstance(task, conveyor.ReportsNotes)
+    recorder = RecordingPlugin()
+    with conveyor.Worker(config=conveyor.Config(), executor=executor, plugins=[recorder]) as w:
+        assert w.add(task)
+        assert w.run()
+    messages = recorder.events("conveyor_task_status_message", task.task_id)
+    assert [e.message for e in messages] == ["half way"]
+    assert [e.percentage for e in recorder.events("conveyor_task_progress", task.task_id)] == [50]
+    urls = recorder.events("conveyor_task_tracking_url", task.task_id)
+    assert [e.url for e in urls] == ["https://example.org/job/1"]

@@ -85,7 +85,14 @@ if TYPE_CHECKING:
         WrapperTask,
         flatten,
     )
-    from .tasklike import AdaptsTasks, ParsesCommandLines, TaskLike, TaskLoader, TaskPolicy
+    from .tasklike import (
+        AdaptsTasks,
+        ParsesCommandLines,
+        ReportsNotes,
+        TaskLike,
+        TaskLoader,
+        TaskPolicy,
+    )
     from .util import inherits, requires
     from .worker.loop import Worker
 
@@ -181,6 +188,7 @@ _EXPORTS = {
     "TaskLoader": ("conveyor.tasklike", "TaskLoader"),
     "AdaptsTasks": ("conveyor.tasklike", "AdaptsTasks"),
     "ParsesCommandLines": ("conveyor.tasklike", "ParsesCommandLines"),
+    "ReportsNotes": ("conveyor.tasklike", "ReportsNotes"),
     "TaskPolicy": ("conveyor.tasklike", "TaskPolicy"),
     "WrapperTask": ("conveyor.task", "WrapperTask"),
     "flatten": ("conveyor.task", "flatten"),
@@ -265,6 +273,7 @@ __all__ = [
     "RangeDaily",
     "RangeHourly",
     "RangeMonthly",
+    "ReportsNotes",
     "RunResult",
     "Scheduler",
     "SchedulerUnavailable",

@@ -36,7 +36,7 @@ from .parameters import (
 from .secrets import REDACTED, is_secret_name, redact_text
 from .targets import Target
 from .task_registry import register_task_class, registered_task_classes
-from .tasklike import DEFAULT_LOADER, AdaptsTasks, TaskLike, TaskPolicy
+from .tasklike import DEFAULT_LOADER, AdaptsTasks, ReportsNotes, TaskLike, TaskPolicy
 
 __all__ = [
     "ConveyorLoader",
@@ -972,9 +972,31 @@ def _plain_json(value: object) -> Any:
 def reporting(task: object, report: Reporter) -> AbstractContextManager[None]:
     """Within the block, ``task``'s ``set_status_message()``, ``set_progress_percentage()`` and
     ``set_tracking_url()`` call ``report(kind, value)`` (an executor's attempt does this around
-    ``run()``); afterwards they go nowhere again. A task that is not a :class:`Task` has no such
-    methods here: the block runs without a reporter."""
-    return _Reporting(task, report) if isinstance(task, Task) else nullcontext()
+    ``run()``); afterwards they go nowhere again. A task that is not a :class:`Task` is given
+    the reporter through its ``set_task_reporter(report)`` method if it has one (and None
+    after the block: :class:`~conveyor.tasklike.ReportsNotes`); without one, the block runs
+    without a reporter."""
+    if isinstance(task, Task):
+        return _Reporting(task, report)
+    if isinstance(task, ReportsNotes):
+        return _ForeignReporting(task, report)
+    return nullcontext()
+
+
+class _ForeignReporting:
+    """:func:`reporting` for a task of another framework with ``set_task_reporter()``."""
+
+    __slots__ = ("report", "task")
+
+    def __init__(self, task: ReportsNotes, report: Reporter) -> None:
+        self.task = task
+        self.report = report
+
+    def __enter__(self) -> None:
+        self.task.set_task_reporter(self.report)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.task.set_task_reporter(None)
 
 
 class _Reporting:

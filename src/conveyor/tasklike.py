@@ -22,7 +22,7 @@ This module imports nothing else of conveyor's: it is the vocabulary, not the ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -32,6 +32,7 @@ __all__ = [
     "LOADER_GROUP",
     "AdaptsTasks",
     "ParsesCommandLines",
+    "ReportsNotes",
     "TaskLike",
     "TaskLoader",
     "TaskPolicy",
@@ -174,4 +175,22 @@ class ParsesCommandLines(Protocol):
 
     def task_from_command_line(self, module: str, family: str, args: list[str]) -> TaskLike | None:
         """The task ``module``/``family`` with the parameters in ``args``, or None."""
+        ...
+
+
+@runtime_checkable
+class ReportsNotes(Protocol):
+    """A task of another framework whose code reports a status message, a progress percentage
+    or a tracking URL while it runs (an optional capability of a :class:`TaskLike`).
+
+    Around each attempt's ``run()`` (in the process that runs it), conveyor calls
+    ``set_task_reporter(report)``, and ``set_task_reporter(None)`` afterwards; while set, the
+    task calls ``report(kind, value)`` with ``kind`` one of ``"status_message"`` (a str),
+    ``"progress"`` (a number from 0 to 100) and ``"tracking_url"`` (a str). The notes reach
+    the worker, its hooks and the scheduler as a :class:`conveyor.Task`'s
+    ``set_status_message()`` and the others do.
+    """
+
+    def set_task_reporter(self, report: Callable[[str, object], None] | None) -> None:
+        """Route the task's notes to ``report`` (None: nowhere)."""
         ...
