@@ -191,6 +191,7 @@ class ServerSettings:
     )
     # each entry is checked (host[:port]) by conveyor.server.hosts when the server starts
     allowed_hosts: tuple[str, ...] = _setting((), "str_list", "more names it answers to")
+    luigi_rpc: bool = _setting(False, "bool", "serve Luigi workers (luigid's RPC routes)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hooks import REPORT_REFUSED, ServerHooks
 from .hosts import OwnAddress
+from .luigi_rpc import luigi_routes
 from .schema import openapi_document
 from .stores import (
     CanCompact,
@@ -330,12 +331,20 @@ def create_app(
     max_request_bytes: int,
     address: OwnAddress,
     flush_timeout: float = 5.0,
+    luigi_rpc: bool = False,
 ) -> Starlette:
     """The ASGI application serving ``service`` as the server at ``address``; when it shuts
-    down, the service is closed (its plugins given ``flush_timeout`` to flush)."""
+    down, the service is closed (its plugins given ``flush_timeout`` to flush). With
+    ``luigi_rpc``, Luigi's RPC routes are served too (:mod:`.luigi_rpc`)."""
     handlers = _handlers(service)
     document = openapi_document()
-    guard = Guard(None, token=token, max_request_bytes=max_request_bytes, address=address)
+    guard = Guard(
+        None,
+        token=token,
+        max_request_bytes=max_request_bytes,
+        address=address,
+        luigi_rpc=luigi_rpc,
+    )
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse(
@@ -394,6 +403,7 @@ def create_app(
         Route("/api/v1/workers", workers, methods=["GET"]),
         *(_post_route(name, handlers[name], service.hooks) for name in ROUTES),
         *ui_routes(service, token=token),
+        *(luigi_routes(service) if luigi_rpc else ()),
     ]
     routes += service.hooks.routes(routes)  # (PluginError, exit 2, for one that collides)
 

@@ -14,6 +14,13 @@ Every check but the last reads the headers alone, before any byte of the body; i
 6. a ``Content-Length`` over the limit gets 413; a body that turns out larger while it is
    streamed in gets 413 as soon as it crosses the limit.
 
+Luigi's RPC routes (``/api/add_task`` ...; :data:`~.luigi_rpc.LUIGI_PATHS`) are checked the
+same way, except for what Luigi sends: with ``luigi_rpc`` on, they take HTTP Basic auth whose
+password is the token (the user name is not looked at) instead of a bearer token, and
+``application/x-www-form-urlencoded`` bodies instead of JSON (a cross-site form can send one,
+so the ``Origin`` check above is what refuses another site's page; browsers send ``Origin`` on
+every cross-site ``POST``). With ``luigi_rpc`` off they answer 404 saying how to turn it on.
+
 Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
 Whatever the app raises ends here too: logged with its traceback, and answered (if nothing
 was sent yet) with a JSON 500 that carries none.
@@ -27,6 +34,8 @@ the connection and reads the rest of the body to throw it away, however large th
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import json
 from typing import Any
@@ -34,6 +43,7 @@ from typing import Any
 import structlog
 
 from .hosts import OwnAddress
+from .luigi_rpc import LUIGI_PATHS
 
 __all__ = ["CONTENT_SECURITY_POLICY", "SECURITY_HEADERS", "Guard"]
 
@@ -58,6 +68,11 @@ log = structlog.get_logger("conveyor.server")
 
 _CLOSE = (b"connection", b"close")
 _JSON = b"application/json"
+_FORM = b"application/x-www-form-urlencoded"
+_LUIGI_OFF = (
+    "no such route: Luigi's RPC routes are off on this server; set [server] luigi_rpc = true "
+    "to serve Luigi workers (see docs/server.md)"
+)
 
 
 class _TooLarge(Exception):
@@ -68,10 +83,18 @@ class Guard:
     """Wraps an ASGI app with the checks above."""
 
     def __init__(
-        self, app: Any, *, token: str, max_request_bytes: int, address: OwnAddress
+        self,
+        app: Any,
+        *,
+        token: str,
+        max_request_bytes: int,
+        address: OwnAddress,
+        luigi_rpc: bool = False,
     ) -> None:
-        """Guard ``app``; an empty ``token`` turns authentication off (nothing else)."""
+        """Guard ``app``; an empty ``token`` turns authentication off (nothing else);
+        ``luigi_rpc``: Luigi's RPC routes are served (Basic auth and form bodies on them)."""
         self.app = app
+        self.luigi_rpc = luigi_rpc
         self._token = token.encode()
         self.max = max_request_bytes
         self.address = address
@@ -90,7 +113,10 @@ class Guard:
         if refusal is None and scope["method"] == "OPTIONS":
             await _send(send, 204, b"", {"allow": "GET, POST, OPTIONS"})
             return
-        refusal = refusal or self._unacceptable(scope["method"], headers, api)
+        if refusal is None and scope["path"] in LUIGI_PATHS:
+            refusal = self._luigi_unacceptable(scope["method"], headers)
+        else:
+            refusal = refusal or self._unacceptable(scope["method"], headers, api)
         if refusal is not None:
             await _reply(send, *refusal)
             return
@@ -117,6 +143,38 @@ class Guard:
         if self._announced_too_large(headers):
             return 413, f"request body larger than {self.max} bytes", {}
         return None
+
+    def _luigi_unacceptable(self, method: str, headers: Headers) -> Refusal | None:
+        """For Luigi's routes: 404 when they are off, 401 without the token as the Basic
+        password, 415 for a POST body that is not a form, 413 if too large."""
+        if not self.luigi_rpc:
+            return 404, _LUIGI_OFF, {}
+        if self._token and not self._basic_authorised(headers):
+            message = "missing or invalid credentials: the Basic auth password must be the token"
+            return 401, message, {"www-authenticate": 'Basic realm="conveyor"'}
+        kind = headers.get("content-type")
+        if method == "POST" and (kind or b"").partition(b";")[0].strip().lower() != _FORM:
+            shown = "none" if kind is None else repr(kind.decode("latin-1"))
+            message = (
+                f"Content-Type {shown} is not accepted on Luigi's RPC routes; expected "
+                "application/x-www-form-urlencoded (data=<JSON object>)"
+            )
+            return 415, message, {}
+        if self._announced_too_large(headers):
+            return 413, f"request body larger than {self.max} bytes", {}
+        return None
+
+    def _basic_authorised(self, headers: Headers) -> bool:
+        """Whether ``Authorization: Basic`` carries the token as its password."""
+        scheme, _, given = headers.get("authorization", b"").partition(b" ")
+        if scheme.lower() != b"basic":
+            return False
+        try:
+            decoded = base64.b64decode(given.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        password = decoded.partition(b":")[2]
+        return hmac.compare_digest(password, self._token)
 
     def _authorised(self, headers: Headers) -> bool:
         scheme, _, given = headers.get("authorization", b"").partition(b" ")

@@ -151,6 +151,7 @@ def serve(config: Config) -> int:
                 max_request_bytes=server.max_request_bytes,
                 address=address,
                 flush_timeout=config.notifiers.flush_timeout,
+                luigi_rpc=server.luigi_rpc,
             )
             print(
                 f"conveyor scheduler on {url} (state: {server.state_store} {server.state_path})",
