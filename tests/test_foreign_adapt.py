@@ -235,3 +235,25 @@ def test_a_foreign_task_with_a_reporter_method_reports_notes(
     assert [e.percentage for e in recorder.events("conveyor_task_progress", task.task_id)] == [50]
     urls = recorder.events("conveyor_task_tracking_url", task.task_id)
     assert [e.url for e in urls] == ["https://example.org/job/1"]
+
+
+def test_an_assistant_is_handed_only_tasks_its_loaders_rebuild() -> None:
+    """An assistant naming no loaders gets conveyor tasks only; one naming the foreign loader
+    gets the foreign task; what one skips stays queued for the next, in priority order."""
+    scheduler = conveyor.Scheduler()
+    scheduler.add_tasks(
+        "registrar",
+        [
+            TaskSpec("F_1", "F", "m", {}, priority=9, loader=LOADER_NAME),
+            TaskSpec("F_2", "F", "m", {}, priority=8, loader=LOADER_NAME),
+            TaskSpec("C_1", "C", "m", {}, priority=1),
+        ],
+    )
+    plain = scheduler.get_work("plain", assistant=True)
+    assert plain is not None and plain.task_id == "C_1" and plain.loader == DEFAULT_LOADER
+    assert scheduler.get_work("plain", assistant=True) is None  # (F_1, F_2 are not for it)
+    both = scheduler.get_work("both", assistant=True, loaders=(DEFAULT_LOADER, LOADER_NAME))
+    assert both is not None and (both.task_id, both.loader) == ("F_1", LOADER_NAME)
+    again = scheduler.get_work("foreign", assistant=True, loaders=(LOADER_NAME,))
+    assert again is not None and again.task_id == "F_2"
+    assert scheduler.get_work("registrar") is None  # (its own tasks are all handed out)

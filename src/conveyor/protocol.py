@@ -326,11 +326,18 @@ class AddTasks:
 
 @dataclass(frozen=True, slots=True)
 class GetWork:
-    """Ask for the best runnable task; ``running`` lists what the worker runs now."""
+    """Ask for the best runnable task; ``running`` lists what the worker runs now.
+
+    ``loaders`` names the task loaders an assistant can rebuild tasks with: it is handed only
+    tasks another worker registered with one of them (None, or left out: conveyor's own only,
+    what an assistant of an older release can build). A worker that is not an assistant is
+    handed only tasks it registered itself, so its ``loaders`` are not looked at.
+    """
 
     worker_id: str = field(metadata=_ID)
     assistant: bool = False
     running: tuple[str, ...] | None = field(default=None, metadata=_ID)
+    loaders: tuple[str, ...] | None = field(default=None, metadata=_NAMED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -274,6 +274,7 @@ class TaskRecord:
 
 
 _Entry = tuple[int, int, str]
+_CONVEYOR_ONLY = frozenset({DEFAULT_LOADER})
 
 
 class SchedulerCore:
@@ -554,48 +555,64 @@ class SchedulerCore:
     # --- handing out work -----------------------------------------------------------------
 
     def get_work(
-        self, worker_id: str, assistant: bool = False, running: Collection[str] | None = None
+        self,
+        worker_id: str,
+        assistant: bool = False,
+        running: Collection[str] | None = None,
+        loaders: Collection[str] | None = None,
     ) -> Work | None:
         """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None.
 
         When ``running`` is given, tasks recorded as running on this worker but missing from it
-        (a hand-out whose answer never arrived) go back to PENDING, without a failure.
+        (a hand-out whose answer never arrived) go back to PENDING, without a failure. An
+        assistant is handed another worker's task only if its loader is one of ``loaders``
+        (None: conveyor's own only); see :class:`~conveyor.protocol.GetWork`.
         """
         with self._lock:
             now = self._seen(worker_id, assistant)
             self._wake(now)
             if running is not None and self._running_on.get(worker_id):
                 self._reclaim(worker_id, set(running))
-            for key in (worker_id, _ASSISTANTS) if assistant else (worker_id,):
-                work = self._pop(key, worker_id)
-                if work is not None:
-                    return work
-            return None
+            work = self._pop(worker_id, worker_id)
+            if work is None and assistant:
+                accepted = frozenset(loaders) if loaders else _CONVEYOR_ONLY
+                work = self._pop(_ASSISTANTS, worker_id, accepted)
+            return work
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
         for task_id in list(self._running_on.get(worker_id, ())):
             if task_id not in running:
                 self._set_status(self._tasks[task_id], PENDING, Cause.RECLAIMED)
 
-    def _pop(self, key: str, worker_id: str) -> Work | None:
+    def _pop(self, key: str, worker_id: str, loaders: frozenset[str] | None = None) -> Work | None:
+        """The best ready task of the heap ``key``; with ``loaders`` (the assistants' heap),
+        only a task rebuilt by one of them: the others stay queued for other assistants."""
         heap = self._heaps.get(key)
-        while heap:
-            entry = heapq.heappop(heap)
-            rec = self._tasks.get(entry[2])
-            if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
-                continue
-            if key != _ASSISTANTS and worker_id not in rec.stakeholders:
-                continue  # released by this worker since it was queued for it
-            blocked = self._blocking_resource(rec)
-            if blocked is not None:
-                heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
-                continue
-            self._take(rec, worker_id)
-            lease = self.worker_disconnect_delay
-            return Work(
-                rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader
-            )
-        return None
+        skipped: list[_Entry] = []
+        try:
+            while heap:
+                entry = heapq.heappop(heap)
+                rec = self._tasks.get(entry[2])
+                if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
+                    continue
+                if key != _ASSISTANTS and worker_id not in rec.stakeholders:
+                    continue  # released by this worker since it was queued for it
+                if loaders is not None and rec.loader not in loaders:
+                    skipped.append(entry)  # (this assistant cannot build it; another may)
+                    continue
+                blocked = self._blocking_resource(rec)
+                if blocked is not None:
+                    heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
+                    continue
+                self._take(rec, worker_id)
+                lease = self.worker_disconnect_delay
+                return Work(
+                    rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader
+                )
+            return None
+        finally:
+            for entry in skipped:
+                heapq.heappush(heap, entry)  # type: ignore[arg-type]
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:
         for name, amount in rec.resources.items():

@@ -423,7 +423,9 @@ class LuigiRpc:
         request = _decode(
             GetWork,
             {"worker_id": worker_id, "assistant": assistant}
-            | ({} if running is None else {"running": list(running)}),
+            | ({} if running is None else {"running": list(running)})
+            # a Luigi assistant can build Luigi's tasks only, never a conveyor task
+            | ({"loaders": [LUIGI_LOADER]} if assistant else {}),
         )
         answer: WorkAnswer = self._call(request)
         reply = self._counts(self._query(WorkLeftRequest(worker_id)))

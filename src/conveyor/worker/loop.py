@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from .. import events as ev
-from ..backends import build_backend
+from ..backends import GROUPS, build_backend, installed_names
 from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
 from ..core.machine import HandOut, on_hand_out, on_outcome
@@ -167,6 +167,9 @@ class Worker:
             self._requested: list[str] = []
             self._running: dict[str, Node] = {}
             self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
+            # an assistant names the loaders it can rebuild tasks with, when there are others
+            # than conveyor's (left out, the server hands it conveyor tasks only, as before)
+            self._loaders = _assistant_loaders() if self.settings.assistant else None
             self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
             self._loop_thread = threading.get_ident()
             self._draining = False
@@ -407,7 +410,7 @@ class Worker:
                 continue
             try:
                 work: Work | None = self._transport.call(
-                    GetWork(self.id, self.settings.assistant, tuple(self._running))
+                    GetWork(self.id, self.settings.assistant, tuple(self._running), self._loaders)
                 ).work
                 self._contact = self.clock.monotonic()
             except SchedulerUnavailable as exc:
@@ -823,6 +826,12 @@ def _check_worker_id(worker_id: str) -> None:
     if problem:
         shown = worker_id if len(worker_id) <= 60 else worker_id[:57] + "..."
         raise ConfigError(f"worker_id {shown!r}: {problem}", key="worker_id")
+
+
+def _assistant_loaders() -> tuple[str, ...] | None:
+    """Every installed task loader's name, or None when conveyor's own is the only one."""
+    names = tuple(installed_names(GROUPS["task_loader"]))
+    return None if set(names) <= {DEFAULT_LOADER} else names
 
 
 def _allowed(module: str, allowed: Sequence[str]) -> bool:
