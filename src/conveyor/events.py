@@ -174,6 +174,8 @@ class TaskSucceeded(Event):
     skipped: bool = False
     """``run()`` was not called: the task (one with outputs of its own) was already complete
     when its attempt started, made by another worker or another task's ``run()`` meanwhile."""
+    explanation: str = ""
+    """What the task's ``on_success()`` returned, as text ("" for nothing), as Luigi's ``expl``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

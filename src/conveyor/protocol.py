@@ -358,6 +358,8 @@ class TaskDone:
     worker_id: str = field(metadata=_ID)
     task_id: str = field(metadata=_ID)
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
+    explanation: str = ""
+    """What the task's ``on_success()`` returned, kept as its explanation ("" for nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1328,6 +1330,8 @@ class Succeeded:
 
     duration: float = field(default=0.0, metadata=_NON_NEGATIVE)
     found_complete: bool = False
+    explanation: str = ""
+    """What ``on_success()`` returned, as text ("" for nothing)."""
 
 
 @dataclass(frozen=True, slots=True)

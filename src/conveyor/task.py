@@ -515,8 +515,10 @@ class Task:
     def run(self) -> Any:
         """Do the work. A generator may yield tasks: dynamic dependencies."""
 
-    def on_success(self) -> None:
-        """Called after a successful run()."""
+    def on_success(self) -> str | None:
+        """Called after a successful run(); the returned text, if any, is kept as the task's
+        explanation by the scheduler (shown in the UI and ``conveyor tasks``), as in Luigi."""
+        return None
 
     def on_failure(self, exception: BaseException) -> str | None:
         """Called when run() raised; the returned text, if any, is the failure explanation."""
@@ -1146,14 +1148,14 @@ def task_loader_of(task: TaskLike) -> str:
     return task.task_policy().loader
 
 
-def on_success(task: TaskLike) -> None:
-    """Call ``task.on_success()`` if it has one (every conveyor task has)."""
-    if isinstance(task, Task):
-        task.on_success()
-        return
-    hook = getattr(task, "on_success", None)
-    if hook is not None:
-        hook()
+def on_success(task: TaskLike) -> str | None:
+    """Call ``task.on_success()`` if it has one (every conveyor task has); what it returns,
+    as text, is the success's explanation (None: none), as Luigi's ``expl``."""
+    hook = task.on_success if isinstance(task, Task) else getattr(task, "on_success", None)
+    if hook is None:
+        return None
+    text = hook()
+    return None if text is None else str(text)
 
 
 def on_failure(task: TaskLike, exception: BaseException) -> str | None:

@@ -124,10 +124,7 @@ def _attempt(
                 "(an output is missing or complete() returned False)",
                 "IncompleteAfterRun",
             )
-        if own is not None:
-            own.on_success()
-        else:
-            on_success(task)
+        explanation = own.on_success() if own is not None else on_success(task)
     except _Failure as failure:
         return Outcome(
             task_id,
@@ -147,7 +144,8 @@ def _attempt(
             error=_explain(task, exc),
             exception_type=type(exc).__name__,
         )
-    return Outcome(task_id, SUCCEEDED, _since(started))
+    done = "" if explanation is None else str(explanation)
+    return Outcome(task_id, SUCCEEDED, _since(started), explanation=done)
 
 
 # Ctrl+C in an embedding program, and the worker's own interruption of an inline attempt, stop

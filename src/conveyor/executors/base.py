@@ -125,6 +125,8 @@ class Outcome:
     load_error: bool = False
     """With failed: the task could not be rebuilt where the attempt was to run (its module or
     class not found, or its rebuilt id different); ``run()`` was never called."""
+    explanation: str = ""
+    """With succeeded: what ``on_success()`` returned, as text ("" for nothing)."""
 
 
 Message = Note | Outcome

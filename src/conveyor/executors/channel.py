@@ -73,7 +73,7 @@ def to_wire(message: Message | Stage) -> p.AttemptMessage:
 def _end_to_wire(outcome: Outcome) -> p.AttemptMessage:
     kind, duration, error = outcome.kind, outcome.duration, truncate(outcome.error)
     if kind == AttemptOutcome.SUCCEEDED:
-        return p.Succeeded(duration, outcome.found_complete)
+        return p.Succeeded(duration, outcome.found_complete, truncate(outcome.explanation))
     if kind == AttemptOutcome.NEEDS_DEPS:
         return p.NeedsDependencies(duration, tuple(task_ref(t) for t in outcome.new_deps))
     if kind == AttemptOutcome.TIMED_OUT:
@@ -99,8 +99,14 @@ def from_wire(
     if isinstance(message, p.Note):
         return Note(task_id, message.kind, message.value)
     if isinstance(message, p.Succeeded):
-        found = message.found_complete
-        return Outcome(task_id, AttemptOutcome.SUCCEEDED, message.duration, found_complete=found)
+        found, text = message.found_complete, message.explanation
+        return Outcome(
+            task_id,
+            AttemptOutcome.SUCCEEDED,
+            message.duration,
+            found_complete=found,
+            explanation=text,
+        )
     if isinstance(message, p.NeedsDependencies):
         deps = tuple(_rebuild(loader, d) for d in message.new_deps)
         return Outcome(task_id, AttemptOutcome.NEEDS_DEPS, message.duration, new_deps=deps)

@@ -742,14 +742,17 @@ class SchedulerCore:
 
     # --- results --------------------------------------------------------------------------
 
-    def task_done(self, worker_id: str, task_id: str, attempt: int = 0) -> None:
+    def task_done(
+        self, worker_id: str, task_id: str, attempt: int = 0, explanation: str = ""
+    ) -> None:
         """Record that ``worker_id`` finished ``task_id`` successfully.
 
         ``attempt`` (a :attr:`Work.attempt`; 0 = not known) makes the report idempotent and
         fenced: a report of an attempt already applied is acknowledged and not applied again,
         and one about an attempt the task was handed out again since raises StaleReport and
         changes nothing. A success of the latest attempt counts even if the scheduler took the
-        task back meanwhile (its worker seemed gone): the work is done.
+        task back meanwhile (its worker seemed gone): the work is done. ``explanation`` (what
+        the task's ``on_success()`` returned) is kept as the done task's explanation.
         """
         with self._lock:
             self._seen(worker_id)
@@ -760,6 +763,7 @@ class SchedulerCore:
             if rec.attempts and (attempt or rec.status == RUNNING):
                 _end_attempt(rec, attempt, AttemptEnd.SUCCEEDED, self.clock())
             self._set_status(rec, DONE, Cause.DONE)
+            rec.explanation = explanation  # (after the move, which clears a failure's)
 
     def task_failed(
         self,

@@ -348,7 +348,8 @@ class LuigiRpc:
         if runnable is None or status == TaskStatus.FAILED:
             attempt = self._handed_out(worker_id, task_id)
         if status == TaskStatus.DONE and attempt is not None:
-            return self._report(worker_id, task_id, TaskDone(worker_id, task_id, attempt))
+            done = TaskDone(worker_id, task_id, attempt, expl)  # (expl: on_success()'s text)
+            return self._report(worker_id, task_id, done)
         if status == TaskStatus.FAILED and attempt is not None:
             failed = TaskFailed(worker_id, task_id, expl, attempt)
             return self._report(worker_id, task_id, failed)

@@ -645,8 +645,9 @@ class Worker:
         if trigger is Trigger.SUCCEEDED:
             node.succeeded = True
             node.found_complete = outcome.found_complete
-            self._outbox.send(TaskDone(self.id, node.task_id, node.hand_out))
-            ended = _ended_fields(node, outcome)
+            text = truncate(outcome.explanation)
+            self._outbox.send(TaskDone(self.id, node.task_id, node.hand_out, text))
+            ended = {**_ended_fields(node, outcome), "explanation": text}
             if outcome.found_complete:
                 self._transit(node, trigger, skipped=True, **ended)
             else:
