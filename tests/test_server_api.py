@@ -736,6 +736,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
             "runnable": st.booleans(),
             "retry_count": st.none() | st.integers(),
             "explanation": any_text,
+            "loader": any_text,
         },
     )
     typed = {
@@ -754,6 +755,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "explanation": "str",
         "assistant": "bool",
         "running": "str_list",
+        "loaders": "str_list",
         "task_ids": "str_list",
         "tasks": "tasks",
         "kind": "note",

@@ -274,7 +274,13 @@ class TaskRecord:
 
 
 _Entry = tuple[int, int, str]
-_CONVEYOR_ONLY = frozenset({DEFAULT_LOADER})
+_CONVEYOR_ONLY = (DEFAULT_LOADER,)
+
+
+def _assistants_key(loader: str) -> str:
+    """The key of the assistants' heap of tasks rebuilt by ``loader`` (worker ids never start
+    with NUL, so no worker's heap shares it)."""
+    return _ASSISTANTS if loader == DEFAULT_LOADER else f"{_ASSISTANTS}\0{loader}"
 
 
 class SchedulerCore:
@@ -361,8 +367,13 @@ class SchedulerCore:
         """
         # (route_of: TypeError naming what was given, if it is not a request)
         handler = _DISPATCH.get(type(request)) or _DISPATCH[route_of(request).request]
-        name, fields, answer = handler
-        return answer(getattr(self, name)(*fields(request)))
+        name, fields, answer, own = handler
+        method = getattr(self, name)
+        if getattr(type(self), name) is own:  # conveyor's method: every field, in order
+            return answer(method(*fields(request)))
+        # a subclass's override may predate a defaulted field: given only when not default
+        args, kwargs = route_of(request).arguments(request)
+        return answer(method(*args, **kwargs))
 
     # --- registration ---------------------------------------------------------------------
 
@@ -550,7 +561,7 @@ class SchedulerCore:
                 heap = heaps[worker_id] = []
             heapq.heappush(heap, entry)
         if self._assistants:
-            heapq.heappush(heaps.setdefault(_ASSISTANTS, []), entry)
+            heapq.heappush(heaps.setdefault(_assistants_key(rec.loader), []), entry)
 
     # --- handing out work -----------------------------------------------------------------
 
@@ -575,8 +586,7 @@ class SchedulerCore:
                 self._reclaim(worker_id, set(running))
             work = self._pop(worker_id, worker_id)
             if work is None and assistant:
-                accepted = frozenset(loaders) if loaders else _CONVEYOR_ONLY
-                work = self._pop(_ASSISTANTS, worker_id, accepted)
+                work = self._pop_for_assistant(worker_id, loaders or _CONVEYOR_ONLY)
             return work
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
@@ -584,35 +594,51 @@ class SchedulerCore:
             if task_id not in running:
                 self._set_status(self._tasks[task_id], PENDING, Cause.RECLAIMED)
 
-    def _pop(self, key: str, worker_id: str, loaders: frozenset[str] | None = None) -> Work | None:
-        """The best ready task of the heap ``key``; with ``loaders`` (the assistants' heap),
-        only a task rebuilt by one of them: the others stay queued for other assistants."""
+    def _pop(self, key: str, worker_id: str) -> Work | None:
+        """The best ready task of the heap ``key`` (a worker's, or an assistants' heap)."""
         heap = self._heaps.get(key)
-        skipped: list[_Entry] = []
-        try:
-            while heap:
-                entry = heapq.heappop(heap)
-                rec = self._tasks.get(entry[2])
-                if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
-                    continue
-                if key != _ASSISTANTS and worker_id not in rec.stakeholders:
-                    continue  # released by this worker since it was queued for it
-                if loaders is not None and rec.loader not in loaders:
-                    skipped.append(entry)  # (this assistant cannot build it; another may)
-                    continue
-                blocked = self._blocking_resource(rec)
-                if blocked is not None:
-                    heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
-                    continue
-                self._take(rec, worker_id)
-                lease = self.worker_disconnect_delay
-                return Work(
-                    rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader
-                )
+        while heap:
+            work = self._pop_top(key, heap, worker_id)
+            if work is not None:
+                return work
+        return None
+
+    def _pop_for_assistant(self, worker_id: str, loaders: Collection[str]) -> Work | None:
+        """The best ready task among the assistants' heaps of ``loaders`` (one heap per task
+        loader, so a task no loader of this assistant rebuilds is never even looked at)."""
+        if len(loaders) == 1:
+            [loader] = loaders
+            return self._pop(_assistants_key(loader), worker_id)
+        keys = [_assistants_key(loader) for loader in loaders]
+        heaps = self._heaps
+        while True:
+            tops = [(heap[0], key) for key in keys if (heap := heaps.get(key))]
+            if not tops:
+                return None
+            key = min(tops)[1]
+            work = self._pop_top(key, heaps[key], worker_id)
+            if work is not None:
+                return work
+
+    def _pop_top(self, key: str, heap: list[_Entry], worker_id: str) -> Work | None:
+        """Take the top entry of ``heap`` (the heap ``key``): the Work if its task is ready for
+        ``worker_id``, else None (the entry is dropped as stale, or parked on a resource)."""
+        entry = heapq.heappop(heap)
+        rec = self._tasks.get(entry[2])
+        if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
             return None
-        finally:
-            for entry in skipped:
-                heapq.heappush(heap, entry)  # type: ignore[arg-type]
+        if key[0] == "\0":  # an assistants' heap: only tasks of the heap's loader
+            if key != _assistants_key(rec.loader):
+                return None  # (registered again with another loader: queued there too)
+        elif worker_id not in rec.stakeholders:
+            return None  # released by this worker since it was queued for it
+        blocked = self._blocking_resource(rec)
+        if blocked is not None:
+            heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
+            return None
+        self._take(rec, worker_id)
+        lease = self.worker_disconnect_delay
+        return Work(rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader)
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:
         for name, amount in rec.resources.items():
@@ -1133,18 +1159,22 @@ class SchedulerCore:
             ]
 
 
-def _handler(route: Route) -> tuple[str, Callable[[Any], tuple[Any, ...]], Callable[[Any], Any]]:
+def _handler(
+    route: Route,
+) -> tuple[str, Callable[[Any], tuple[Any, ...]], Callable[[Any], Any], Any]:
     """How :meth:`SchedulerCore.call` serves ``route``: the name of its method, a function
-    giving a request's field values in order, and one making the method's result the answer
-    (worked out once: the dispatcher is on every call's path)."""
-    if not callable(getattr(SchedulerCore, route.name, None)):  # (a route without its method)
+    giving a request's field values in order, one making the method's result the answer, and
+    the method itself (a subclass overriding it is called by :meth:`Route.arguments` instead;
+    worked out once: the dispatcher is on every call's path)."""
+    own = getattr(SchedulerCore, route.name, None)
+    if not callable(own):  # (a route without its method)
         raise ImportError(f"SchedulerCore has no method {route.name}() for its route")
     names = [f.name for f in dataclasses.fields(route.request)]
     fields = operator.attrgetter(*names)
     values = fields if len(names) > 1 else lambda request: (fields(request),)
     ok = route.answer is Ok
     answer: Callable[[Any], Any] = (lambda _: _OK) if ok else route.answer_of
-    return route.name, values, answer
+    return route.name, values, answer, own
 
 
 _OK = Ok()
