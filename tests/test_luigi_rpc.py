@@ -160,6 +160,41 @@ class SlowTop(luigi.Task):
             out.write("top")
 
 
+class Batched(luigi.Task):
+    '''A task with a batch_method parameter: Luigi's worker calls add_task_batcher with
+    max_batch_size=float("inf"), sent as Infinity.'''
+
+    d = luigi.IntParameter(batch_method=max)
+
+    def output(self):
+        return luigi.LocalTarget(f"out/batched-{self.d}.txt")
+
+    def run(self):
+        with self.output().open("w") as out:
+            out.write(str(self.d))
+
+
+class BatchTop(luigi.WrapperTask):
+    def requires(self):
+        return [Batched(d=i) for i in range(3)]
+
+
+class Odd(luigi.Task):
+    '''Values luigid takes that are not what conveyor's own API takes.'''
+
+    priority = 1.5
+    resources = {"gpu": 0.5}
+
+    def output(self):
+        return luigi.LocalTarget("out/odd.txt")
+
+    def run(self):
+        self.set_status_message(42)
+        self.set_progress_percentage(12.5)
+        with self.output().open("w") as out:
+            out.write("odd")
+
+
 class Broken(luigi.Task):
     def output(self):
         return luigi.LocalTarget("out/broken.txt")
@@ -213,13 +248,15 @@ class Env:
         server.start()
         return server
 
-    def luigi(self, server: Server, task: str, *flags: str) -> tuple[subprocess.Popen[str], Path]:
-        """Start an unmodified ``luigi`` CLI worker on ``task`` (its own process group);
-        return it and its log file."""
+    def luigi(
+        self, server: Server, task: str, *flags: str, url: str | None = None
+    ) -> tuple[subprocess.Popen[str], Path]:
+        """Start an unmodified ``luigi`` CLI worker on ``task`` (its own process group; ``url``:
+        its ``--scheduler-url``, the server's by default); return it and its log file."""
         self.count += 1
         log = self.dir / f"luigi-{self.count}.log"
         args = [sys.executable, "-m", "luigi", "--module", self.module, task]
-        args += ["--scheduler-url", server.luigi_url(), "--workers", "1"]
+        args += ["--scheduler-url", url or server.luigi_url(), "--workers", "1"]
         args += ["--retcode-task-failed", "3", "--retcode-scheduling-error", "5"]
         args += ["--retcode-already-running", "7", "--no-lock", *flags]  # (several per host)
         with log.open("w") as out:
@@ -462,9 +499,144 @@ def test_a_stale_luigi_report_is_refused_without_failing_the_worker(env: Env) ->
     late = call("add_task", worker="wa", status="DONE", runnable=None, expl='""', **spec)
     assert late["response"] is None and "refused" in late["refused"]
     assert server.tasks()["T_1"]["status"] == "RUNNING"
+    # wa's late messages from run(): dynamic dependencies and a tracking URL, both refused
+    new = {**spec, "new_deps": ["D_1"]}
+    yielded = call("add_task", worker="wa", status="PENDING", runnable=None, expl='""', **new)
+    assert yielded["response"] is None and "taken back" in yielded["refused"], yielded
+    stale_url = {"task_id": "T_1", "status": "RUNNING", "tracking_url": "http://stale/"}
+    assert "not running on that worker" in call("add_task", worker="wa", **stale_url)["refused"]
+    t1 = server.tasks()["T_1"]
+    assert (t1["status"], t1["worker"], t1["dependencies"]) == ("RUNNING", "wb", [])
+    assert not t1["tracking_url"]
+    assert "D_1" not in server.tasks()
+    wb_url = {"task_id": "T_1", "status": "RUNNING", "tracking_url": "http://wb/"}
+    assert "refused" not in call("add_task", worker="wb", **wb_url)
+    assert server.tasks()["T_1"]["tracking_url"] == "http://wb/"
     done = call("add_task", worker="wb", status="DONE", runnable=None, expl='""', **spec)
     assert "refused" not in done
     assert server.tasks()["T_1"]["status"] == "DONE"
+
+
+def test_luigi_tasks_with_a_batch_method_run_each_alone(env: Env) -> None:
+    """Tasks with a ``batch_method`` parameter: Luigi's worker sends add_task_batcher with
+    ``max_batch_size`` Infinity, answered as a no-op; every task runs alone and is DONE."""
+    server = env.server()
+    proc, log = env.luigi(server, "BatchTop")
+    text = finish(proc, log)
+    assert proc.returncode == 0, text
+    assert [(env.dir / "out" / f"batched-{i}.txt").read_text() for i in range(3)] == ["0", "1", "2"]
+    listed = server.tasks()
+    ids = [env.task_id(f"Batched(d={i})") for i in range(3)] + [env.task_id("BatchTop()")]
+    assert {i: listed[i]["status"] for i in ids} == dict.fromkeys(ids, "DONE")
+    assert runs_in(text, "Batched") == 3, text
+
+    data = '{"worker": "w", "task_family": "F", "batched_args": ["d"], "max_batch_size": Infinity}'
+    reply = luigi_post(server, "add_task_batcher", b"data=" + urllib.parse.quote(data).encode())
+    assert (reply.status, reply.json()) == (200, {"response": None})
+
+
+def test_values_luigid_accepts_do_not_fail_a_luigi_worker(env: Env) -> None:
+    """A task with ``priority = 1.5``, ``resources = {"gpu": 0.5}`` that calls
+    ``set_status_message(42)`` runs under a real Luigi worker (priority 2, gpu 1, message
+    "42"); raw calls with Infinity, NaN, fractions, negatives and non-string values are read
+    leniently, while a wrong shape is still a 400."""
+    server = env.server()
+    proc, log = env.luigi(server, "Odd")
+    text = finish(proc, log)
+    assert proc.returncode == 0, text
+    odd = server.tasks()[env.task_id("Odd()")]
+    assert (odd["status"], odd["priority"], odd["status_message"]) == ("DONE", 2, "42")
+    assert odd["progress"] == 12.5
+    assert ui_detail(server, env.task_id("Odd()"))["resources"] == {"gpu": 1}
+
+    def post(method: str, data: str) -> Reply:
+        return luigi_post(server, method, b"data=" + urllib.parse.quote(data).encode())
+
+    spec = '"worker": "w", "task_id": "L_1", "family": "L", "status": "PENDING", "runnable": true'
+    odd_values = (
+        ', "priority": 2.5, "params": {"n": 3, "s": "x"}, "retry_policy_dict": '
+        '{"retry_count": 1.5, "disable_window": Infinity}, "resources": {"cpu": -1, "mem": NaN}'
+    )
+    assert post("add_task", "{" + spec + odd_values + "}").status == 200
+    detail = ui_detail(server, "L_1")
+    assert (detail["priority"], detail["retry_count"]) == (3, 2)  # (halves up)
+    assert (detail["params"], detail["resources"]) == ({"n": "3", "s": "x"}, {"cpu": 0})
+    infinite = spec.replace("L_1", "L_2") + ', "priority": Infinity'
+    assert post("add_task", "{" + infinite + "}").status == 200
+    assert ui_detail(server, "L_2")["priority"] == 0
+    for note in ('"progress_percentage": "50"', '"progress_percentage": NaN'):
+        assert (
+            post("set_task_progress_percentage", '{"task_id": "L_1", ' + note + "}").status == 200
+        )
+    assert server.tasks()["L_1"]["progress"] == 50.0
+    assert (
+        post("set_task_status_message", '{"task_id": "L_1", "status_message": null}').status == 200
+    )
+    for data, field in (
+        ("{" + spec + ', "resources": {"cpu": "x"}}', "resources.cpu"),
+        ("{" + spec + ', "priority": "high"}', "priority"),
+        ("{" + spec + ', "resources": [1]}', "resources"),
+    ):
+        reply = post("add_task", data)
+        assert (reply.status, reply.json()["field"]) == (400, field), (data, reply)
+
+
+def test_the_luigi_routes_refuse_cross_site_browser_requests(env: Env) -> None:
+    """On Luigi's routes a 401 has no WWW-Authenticate challenge; Sec-Fetch-Site other than
+    same-origin or none is refused, and so is a Referer naming another origin when there is
+    no Origin; what Luigi and same-origin requests send is served."""
+    server = env.server()
+    ping = b"data=" + json.dumps({"worker": "w"}).encode()
+    denied = luigi_post(server, "ping", ping, {"Authorization": None})
+    assert denied.status == 401 and "www-authenticate" not in denied.headers
+    for site in ("cross-site", "same-site", "Cross-Site"):
+        reply = luigi_post(server, "ping", ping, {"Sec-Fetch-Site": site})
+        assert reply.status == 403 and "Sec-Fetch-Site" in reply.error(), (site, reply)
+    for site in ("same-origin", "none"):
+        assert luigi_post(server, "ping", ping, {"Sec-Fetch-Site": site}).status == 200, site
+    own = f"http://127.0.0.1:{server.port}"
+    for referer in ("http://evil.example/page", f"http://127.0.0.1:{server.port + 1}/", "junk"):
+        reply = luigi_post(server, "ping", ping, {"Referer": referer})
+        assert reply.status == 403 and "Referer" in reply.error(), (referer, reply)
+    assert luigi_post(server, "ping", ping, {"Referer": f"{own}/ui/"}).status == 200
+    both = {"Referer": "http://evil.example/", "Origin": own}  # (the Origin is what counts)
+    assert luigi_post(server, "ping", ping, both).status == 200
+
+
+def test_disable_worker_is_refused_not_half_done(env: Env) -> None:
+    """disable_worker would have to be stored to hold: it is answered 501 saying what to do
+    instead, and the worker is still handed work."""
+    server = env.server()
+    reply = luigi_post(server, "disable_worker", b"data=" + json.dumps({"worker": "w"}).encode())
+    assert reply.status == 501 and "SIGUSR1" in reply.error(), reply
+    task = {"worker": "w", "task_id": "W_1", "family": "W", "status": "PENDING", "runnable": True}
+    assert luigi_post(server, "add_task", b"data=" + json.dumps(task).encode()).status == 200
+    work = luigi_post(server, "get_work", b"data=" + json.dumps({"worker": "w"}).encode())
+    assert work.json()["response"]["task_id"] == "W_1", work
+    assert work.json()["response"]["worker_state"] == "active"
+
+
+def test_the_token_is_taken_utf8_or_latin1_encoded(env: Env) -> None:
+    """A token with a non-ASCII character: a real Luigi worker given it percent-encoded
+    (its requests fetcher sends it Latin-1 encoded) runs its task; raw Basic auth with the
+    token as UTF-8 or as Latin-1 bytes is accepted, anything else is 401."""
+    token = "t\u00f6ken-\u00fc"
+    server = env.server(SERVER_TOML.replace(TOKEN, token))
+    url = f"http://luigi:{urllib.parse.quote(token)}@127.0.0.1:{server.port}/"
+    proc, log = env.luigi(server, "Extra", url=url)
+    text = finish(proc, log)
+    assert proc.returncode == 0, text
+    assert (env.dir / "out" / "extra.txt").read_text() == "10"
+    ping = b"data=" + json.dumps({"worker": "w"}).encode()
+    for password, status in (
+        (token.encode("utf-8"), 200),
+        (token.encode("latin-1"), 200),
+        (b"t\xf6ken", 401),
+        (urllib.parse.quote(token).encode(), 401),
+    ):
+        auth = base64.b64encode(b"luigi:" + password).decode()
+        reply = luigi_post(server, "ping", ping, {"Authorization": f"Basic {auth}"})
+        assert reply.status == status, (password, reply)
 
 
 def test_a_luigi_report_after_a_server_restart_is_fenced_by_the_stored_attempt(env: Env) -> None:

@@ -16,10 +16,13 @@ Every check but the last reads the headers alone, before any byte of the body; i
 
 Luigi's RPC routes (``/api/add_task`` ...; :data:`~.luigi_rpc.LUIGI_PATHS`) are checked the
 same way, except for what Luigi sends: with ``luigi_rpc`` on, they take HTTP Basic auth whose
-password is the token (the user name is not looked at) instead of a bearer token, and
-``application/x-www-form-urlencoded`` bodies instead of JSON (a cross-site form can send one,
-so the ``Origin`` check above is what refuses another site's page; browsers send ``Origin`` on
-every cross-site ``POST``). With ``luigi_rpc`` off they answer 404 saying how to turn it on.
+password is the token (the user name is not looked at; UTF-8 or Latin-1 encoded) instead of a
+bearer token, and ``application/x-www-form-urlencoded`` bodies instead of JSON. A cross-site
+form can send one, so more is asked of a request there: besides the ``Origin`` check above, a
+``Sec-Fetch-Site`` other than ``same-origin`` or ``none`` is refused 403, and so is, when
+there is no ``Origin``, a ``Referer`` naming another origin; and a 401 there carries no
+``WWW-Authenticate`` challenge (a browser would ask for credentials, then send them along on
+other sites' form posts). With ``luigi_rpc`` off they answer 404 saying how to turn it on.
 
 Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
 Whatever the app raises ends here too: logged with its traceback, and answered (if nothing
@@ -38,6 +41,7 @@ import base64
 import binascii
 import hmac
 import json
+import urllib.parse
 from typing import Any
 
 import structlog
@@ -96,6 +100,10 @@ class Guard:
         self.app = app
         self.luigi_rpc = luigi_rpc
         self._token = token.encode()
+        try:  # (a token Latin-1 cannot encode is compared as UTF-8 only)
+            self._token_latin1 = token.encode("latin-1")
+        except UnicodeEncodeError:
+            self._token_latin1 = self._token
         self.max = max_request_bytes
         self.address = address
         self.api_requests = 0  # served at /health, for operators and benchmarks
@@ -149,9 +157,14 @@ class Guard:
         password, 415 for a POST body that is not a form, 413 if too large."""
         if not self.luigi_rpc:
             return 404, _LUIGI_OFF, {}
+        problem = self._cross_site(headers)
+        if problem:
+            return 403, problem, {}
         if self._token and not self._basic_authorised(headers):
+            # (no WWW-Authenticate challenge: Luigi sends its credentials unasked, and a
+            # browser that asked for them would send them along on cross-site form posts)
             message = "missing or invalid credentials: the Basic auth password must be the token"
-            return 401, message, {"www-authenticate": 'Basic realm="conveyor"'}
+            return 401, message, {}
         kind = headers.get("content-type")
         if method == "POST" and (kind or b"").partition(b";")[0].strip().lower() != _FORM:
             shown = "none" if kind is None else repr(kind.decode("latin-1"))
@@ -164,8 +177,31 @@ class Guard:
             return 413, f"request body larger than {self.max} bytes", {}
         return None
 
+    def _cross_site(self, headers: Headers) -> str:
+        """For Luigi's routes (form bodies, which another site's page can post): why a
+        request comes from a browser on another site ("" if it does not seem to). Luigi
+        sends neither ``Sec-Fetch-Site`` nor ``Referer``; browsers send ``Sec-Fetch-Site``,
+        and older ones a ``Referer`` when they leave out ``Origin``."""
+        site = _text(headers.get("sec-fetch-site"))
+        if site is not None and site.strip().lower() not in ("same-origin", "none"):
+            return (
+                f"Sec-Fetch-Site {site!r} refused: Luigi's RPC routes take no requests from "
+                "another site's page"
+            )
+        referer = _text(headers.get("referer"))
+        if referer is None or "origin" in headers:  # (an Origin was checked already)
+            return ""
+        parts = urllib.parse.urlsplit(referer.strip())
+        if not parts.scheme or not parts.netloc:
+            return f"Referer {referer!r} refused: it names no origin"
+        origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+        problem = self.address.origin_error(origin, _text(headers.get("host")))
+        return f"Referer refused: {problem}" if problem else ""
+
     def _basic_authorised(self, headers: Headers) -> bool:
-        """Whether ``Authorization: Basic`` carries the token as its password."""
+        """Whether ``Authorization: Basic`` carries the token as its password, compared as
+        UTF-8 bytes and as Latin-1 bytes (Luigi's requests-based fetcher encodes it Latin-1,
+        its urllib one UTF-8), each in constant time."""
         scheme, _, given = headers.get("authorization", b"").partition(b" ")
         if scheme.lower() != b"basic":
             return False
@@ -174,7 +210,9 @@ class Guard:
         except (binascii.Error, ValueError):
             return False
         password = decoded.partition(b":")[2]
-        return hmac.compare_digest(password, self._token)
+        as_utf8 = hmac.compare_digest(password, self._token)
+        as_latin1 = hmac.compare_digest(password, self._token_latin1)
+        return as_utf8 or as_latin1
 
     def _authorised(self, headers: Headers) -> bool:
         scheme, _, given = headers.get("authorization", b"").partition(b" ")

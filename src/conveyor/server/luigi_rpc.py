@@ -41,12 +41,17 @@ Reads for Luigi's tools (``task_list``, ``graph``, ``dep_graph``, ``fetch_error`
 ``task_search``, ``get_task_status_message`` ...) come from the state store's
 :class:`~.stores.TaskReads`, answered in luigid's shapes with the fields conveyor keeps.
 The other methods of Luigi's RPC are answered as luigid does when the feature is off
-(scheduler messages, pause, batch emails) or with a JSON error 501 naming the method.
+(scheduler messages, pause, batch emails, ``add_task_batcher``: batching is not done) or with
+a JSON error 501 naming the method.
 
-Errors: a body without ``data``, ``data`` that is not a JSON object, or an argument of the
-wrong type is a 400 JSON error naming the argument; a ``GET`` of a method that changes state
-is 405. The :class:`~.guard.Guard` checks Host and Origin, Basic auth (the password must be
-the token) and ``application/x-www-form-urlencoded`` on these routes.
+Arguments are read as leniently as luigid reads them where a Luigi worker may send odd
+values (``Infinity``/``NaN`` read as null, fractional ``priority`` and ``resources`` rounded,
+a status message that is not a string made one), since an error answer makes the ``luigi``
+process fail. Errors: a body without ``data``, ``data`` that is not a JSON object, or an
+argument of the wrong shape is a 400 JSON error naming the argument; a ``GET`` of a method
+that changes state is 405. The :class:`~.guard.Guard` checks Host and Origin (and, on these
+routes, ``Sec-Fetch-Site`` and ``Referer``), Basic auth (the password must be the token) and
+``application/x-www-form-urlencoded``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import threading
 import urllib.parse
 from collections import OrderedDict
@@ -173,26 +179,66 @@ def _string_list(args: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _string_map(args: Mapping[str, Any], name: str) -> dict[str, str]:
-    items = _get(args, name, dict, {})
+def _params(args: Mapping[str, Any]) -> dict[str, str]:
+    """Luigi's ``params`` (``to_str_params()``: strings); a value a custom ``serialize()``
+    made something else is kept as its JSON text (``3`` -> ``"3"``), as luigid keeps it."""
+    items = _get(args, "params", dict, {})
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in items.items()}
+
+
+def _number(args: Mapping[str, Any], name: str) -> float | None:
+    """A number argument (a boolean counts as 0 or 1, as in Python); None when absent, null
+    or non-finite; BadArgument for any other shape."""
+    value = _get(args, name, (int, float, bool), None)
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return float(value) if isinstance(value, float) else int(value)
+
+
+def _priority(args: Mapping[str, Any]) -> int:
+    """Luigi's ``priority``: any finite number, rounded to the nearest integer, halves up
+    (``1.5`` -> 2, ``-1.5`` -> -1), so a higher priority never becomes a lower one; absent or
+    non-finite: 0."""
+    value = _number(args, "priority")
+    if value is None:
+        return 0
+    return value if isinstance(value, int) else math.floor(value + 0.5)
+
+
+def _resources(args: Mapping[str, Any]) -> dict[str, int]:
+    """Luigi's ``resources``: amounts rounded up (``{"gpu": 0.5}`` takes 1), negative ones
+    read as 0, null or non-finite ones left out; a value that is not a number is a
+    BadArgument."""
+    items = _get(args, "resources", dict, {})
     out = {}
     for key, value in items.items():
-        if not isinstance(value, str):
-            raise BadArgument(f"{name}.{key}", f"expected a string, got {_json_type(value)}")
-        out[key] = value
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            continue
+        if not isinstance(value, int | float):
+            raise BadArgument(f"resources.{key}", f"expected a number, got {_json_type(value)}")
+        out[key] = max(0, math.ceil(value))
     return out
 
 
-def _int_map(args: Mapping[str, Any], name: str) -> dict[str, int]:
-    items = _get(args, name, dict, {})
-    out = {}
-    for key, value in items.items():
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise BadArgument(f"{name}.{key}", f"expected an integer, got {_json_type(value)}")
-        out[key] = value
-    return out
+def _retry_count(args: Mapping[str, Any]) -> int | None:
+    """``retry_policy_dict.retry_count``: luigid disables a task once its failures reach it,
+    so a fraction is rounded up and a negative count is 0; null or non-finite: the server's
+    default."""
+    policy = _get(args, "retry_policy_dict", dict, {})
+    value = policy.get("retry_count")
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    if not isinstance(value, int | float):
+        field = "retry_policy_dict.retry_count"
+        raise BadArgument(field, f"expected a number, got {_json_type(value)}")
+    return max(0, math.ceil(value))
+
+
+def _text(value: Any) -> str:
+    """A message as text: a string as it is, null as "", anything else ``str()``."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
 
 
 def _explanation(value: Any) -> str:
@@ -225,16 +271,31 @@ def parse_form(body: bytes) -> dict[str, Any]:
 
 
 def parse_data(raw: str) -> dict[str, Any]:
-    """The JSON object of a ``data`` field; BadArgument if it is not one."""
-    from .app import load_json  # (strict JSON: no NaN, no lone surrogates)
+    """The JSON object of a ``data`` field; BadArgument if it is not one.
 
+    Python's ``json.dumps`` (what Luigi sends) writes ``Infinity``, ``-Infinity`` and ``NaN``
+    for non-finite floats (``max_batch_size=float("inf")``): here they are read as null, so
+    each argument takes its default (nothing non-finite can reach the stored state). Strings
+    that are not valid Unicode (lone surrogates) are refused, as on conveyor's own routes.
+    """
     try:
-        data = load_json(raw.encode("utf-8", "surrogatepass"))
+        data = json.loads(raw, parse_constant=_non_finite)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # (lone surrogates raise here)
+    except RecursionError:
+        raise BadArgument("data", "the data field is nested too deeply") from None
+    except UnicodeEncodeError:
+        message = "the data field holds a string that is not valid Unicode"
+        raise BadArgument("data", message) from None
     except ValueError as exc:
-        raise BadArgument("data", str(exc).replace("request body", "data field")) from None
+        raise BadArgument("data", f"the data field is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadArgument("data", f"expected a JSON object, got {_json_type(data)}")
     return data
+
+
+def _non_finite(name: str) -> None:
+    """``Infinity``, ``-Infinity`` or ``NaN`` in Luigi's JSON: read as null."""
+    return None
 
 
 # --- worker ids ---------------------------------------------------------------------------------
@@ -278,7 +339,6 @@ class LuigiRpc:
         self.service = service
         self._lock = threading.Lock()
         self._attempts: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._disabled: set[str] = set()
 
     # --- the conveyor calls ---------------------------------------------------------------
 
@@ -329,6 +389,8 @@ class LuigiRpc:
         task_id = _get(args, "task_id", str, _REQUIRED)
         worker_id = _worker(args)
         raw_status = _get(args, "status", str, "PENDING")
+        if raw_status == "SUSPENDED":
+            raw_status = "PENDING"  # (an old Luigi status; luigid reads it as PENDING too)
         try:
             status = TaskStatus(raw_status)
         except ValueError:
@@ -338,12 +400,7 @@ class LuigiRpc:
         assistant = bool(_get(args, "assistant", bool, False))
         expl = _explanation(args.get("expl"))
         if status == TaskStatus.RUNNING:
-            url = _get(args, "tracking_url", str, "")
-            if url:
-                self._call(self._annotate(task_id, NoteKind.TRACKING_URL, url))
-            else:
-                self._call(Ping(worker_id))
-            return None
+            return self._running(worker_id, task_id, _text(args.get("tracking_url")))
         attempt = None
         if runnable is None or status == TaskStatus.FAILED:
             attempt = self._handed_out(worker_id, task_id)
@@ -362,33 +419,87 @@ class LuigiRpc:
         if status == TaskStatus.FAILED:
             status = TaskStatus.UNKNOWN  # (broken before it ran: a registration cannot fail)
         deps = _string_list(args, "deps") + _string_list(args, "new_deps")
-        retry = _get(args, "retry_policy_dict", dict, {})
-        retry_count = retry.get("retry_count")
-        if retry_count is not None and (
-            not isinstance(retry_count, int) or isinstance(retry_count, bool) or retry_count < 0
-        ):
-            raise BadArgument("retry_policy_dict.retry_count", "expected an integer >= 0")
         spec = {
             "task_id": task_id,
             "family": _get(args, "family", str, ""),
             "module": _get(args, "module", str, ""),
-            "params": _string_map(args, "params"),
+            "params": _params(args),
             "status": status.value,
             "deps": list(deps),
             "priority": _priority(args),
-            "resources": _int_map(args, "resources"),
+            "resources": _resources(args),
             "runnable": True if runnable is None else runnable,
-            "retry_count": retry_count,
+            "retry_count": _retry_count(args),
             "explanation": expl,
             "loader": LUIGI_LOADER,
         }
         request = _decode(
             AddTasks, {"worker_id": worker_id, "tasks": [spec], "assistant": assistant}
         )
+        if runnable is None:  # (sent from run(): new_deps; it ends the attempt)
+            return self._from_run(worker_id, task_id, attempt, request)
         self._call(request)
-        if runnable is None and status == TaskStatus.PENDING:
-            self._forget(worker_id, task_id)  # (its run() yielded: that attempt ended)
         return None
+
+    def _holds(self, worker_id: str, task_id: str, attempt: int | None) -> bool:
+        """Whether ``worker_id`` runs ``task_id`` now (its current ``attempt``, if given);
+        call under the service's lock."""
+        rec = self.service.core.peek(task_id)
+        if rec is None or rec.status != TaskStatus.RUNNING or rec.worker != worker_id:
+            return False
+        return attempt is None or rec.attempt == attempt
+
+    def _from_run(
+        self, worker_id: str, task_id: str, attempt: int | None, request: AddTasks
+    ) -> Any:
+        """Apply a registration sent from a task's run() (``runnable`` None: dynamic
+        dependencies) only if the worker holds the task's current attempt; refused otherwise.
+        The check and the change are one :meth:`~.app.SchedulerService.call`, so no reclaim
+        comes between them."""
+        core = self.service.core
+
+        def apply() -> bool:
+            if attempt is None or not self._holds(worker_id, task_id, attempt):
+                return False
+            core.call(request)
+            return True
+
+        applied = self.service.call(apply)
+        self._forget(worker_id, task_id)  # (that attempt ended, either way)
+        if applied:
+            return None
+        held = (
+            "was never handed to that worker"
+            if attempt is None
+            else (f"attempt {attempt} is no longer that worker's (the task was taken back)")
+        )
+        why = f"the report of task {task_id} by worker {worker_id} was refused: the task {held}"
+        return self._refused("add_task", worker_id, task_id, attempt or 0, why)
+
+    def _running(self, worker_id: str, task_id: str, url: str) -> Any:
+        """Luigi's ``RUNNING`` report: the worker is alive; its tracking URL is stored only
+        while the task runs on that worker (a late one from a reclaimed worker is refused)."""
+        core = self.service.core
+        note = self._annotate(task_id, NoteKind.TRACKING_URL, url) if url else None
+
+        def apply() -> bool:
+            core.call(Ping(worker_id))
+            if note is None:
+                return True
+            if not self._holds(worker_id, task_id, None):
+                return False
+            core.call(note)
+            return True
+
+        if self.service.call(apply):
+            return None
+        with self._lock:
+            attempt = self._attempts.get((worker_id, task_id), 0)
+        why = (
+            f"the tracking URL of task {task_id} from worker {worker_id} was refused: the task "
+            "is not running on that worker"
+        )
+        return self._refused("add_task", worker_id, task_id, attempt, why)
 
     def _annotate(self, task_id: str, kind: NoteKind, value: str | float) -> Annotate:
         note: Annotate = _decode(Annotate, {"task_id": task_id, "kind": kind.value, "value": value})
@@ -419,8 +530,6 @@ class LuigiRpc:
         assistant = bool(_get(args, "assistant", bool, False))
         current = args.get("current_tasks")
         running = None if current is None else _string_list(args, "current_tasks")
-        if worker_id in self._disabled:
-            return {**self._counts(WorkLeft(0, 0, 0)), "task_id": None, "worker_state": "disabled"}
         request = _decode(
             GetWork,
             {"worker_id": worker_id, "assistant": assistant}
@@ -452,6 +561,8 @@ class LuigiRpc:
         return {
             "n_pending_tasks": left.pending,
             "n_unique_pending": left.unique_pending,
+            # (luigid counts the pending tasks this worker registered last; conveyor keeps no
+            # such order, and gives the tasks only this worker registered: never more)
             "n_pending_last_scheduled": left.unique_pending,
             "running_tasks": [],
             "worker_state": "active",
@@ -467,24 +578,30 @@ class LuigiRpc:
         self._call(Ping(_worker(args)))
         return None
 
-    def disable_worker(self, args: Mapping[str, Any]) -> Any:
-        """Hand the worker no more work (until the server restarts): Luigi phases it out."""
-        self._disabled.add(_worker(args))
-        return None
-
     # --- notes from run() -----------------------------------------------------------------
 
     def set_task_status_message(self, args: Mapping[str, Any]) -> Any:
         """Store the status message of a running task."""
         task_id = _get(args, "task_id", str, _REQUIRED)
-        message = _get(args, "status_message", str, "")
+        message = _text(args.get("status_message"))  # (luigid keeps whatever it is sent)
         self._call(self._annotate(task_id, NoteKind.STATUS_MESSAGE, message))
         return None
 
     def set_task_progress_percentage(self, args: Mapping[str, Any]) -> Any:
-        """Store the progress of a running task (clamped to 0-100, as a number)."""
+        """Store the progress of a running task (a number, or a string of one, clamped to
+        0-100; null or non-finite: nothing stored)."""
         task_id = _get(args, "task_id", str, _REQUIRED)
-        value = float(_get(args, "progress_percentage", (int, float), _REQUIRED))
+        raw = args.get("progress_percentage")
+        if isinstance(raw, str):
+            try:
+                raw = float(raw)
+            except ValueError:
+                raise BadArgument(
+                    "progress_percentage", f"expected a number, got {raw!r}"
+                ) from None
+        value = _number({"progress_percentage": raw}, "progress_percentage")
+        if value is None:
+            return None
         self._call(self._annotate(task_id, NoteKind.PROGRESS, min(100.0, max(0.0, value))))
         return None
 
@@ -587,7 +704,7 @@ class LuigiRpc:
             "add_worker": self.add_worker,
             "get_work": self.get_work,
             "ping": self.ping,
-            "disable_worker": self.disable_worker,
+            "add_task_batcher": self._nothing,  # (batching is not done: each task runs alone)
             "set_task_status_message": self.set_task_status_message,
             "set_task_progress_percentage": self.set_task_progress_percentage,
             "announce_scheduling_failure": self._nothing,
@@ -622,7 +739,7 @@ class LuigiRpc:
 
 
 _UNSUPPORTED = (
-    "add_task_batcher",
+    "disable_worker",
     "forgive_failures",
     "mark_as_done",
     "set_worker_processes",
@@ -634,14 +751,26 @@ _UNSUPPORTED = (
     "worker_list",
     "resource_list",
 )
-"""Luigi RPC methods answered 501: conveyor's UI and ``/api/v1/`` routes do these instead."""
+"""Luigi RPC methods answered 501: conveyor's UI and ``/api/v1/`` routes do most of these
+instead; ``disable_worker`` is not done (a disabled worker would have to be stored)."""
+
+
+_INSTEAD = {
+    "disable_worker": (
+        "conveyor does not disable workers; send the Luigi worker SIGUSR1 (it stops asking "
+        "for work and exits once its running tasks end) or stop it"
+    ),
+}
+"""What to do instead, for the unsupported methods the web UI does not do either."""
 
 
 def _unsupported(name: str) -> Callable[[Mapping[str, Any]], Any]:
+    instead = _INSTEAD.get(name, "use its web UI or its /api/v1/ routes instead")
+
     def handler(args: Mapping[str, Any]) -> Any:
         raise NotSupported(
-            f"Luigi's RPC method {name!r} is not supported by conveyor's server; use its web "
-            "UI or its /api/v1/ routes instead (see docs/server.md)"
+            f"Luigi's RPC method {name!r} is not supported by conveyor's server; {instead} "
+            "(see docs/server.md)"
         )
 
     return handler
@@ -652,7 +781,7 @@ LUIGI_METHODS = (
     "add_worker",
     "get_work",
     "ping",
-    "disable_worker",
+    "add_task_batcher",
     "set_task_status_message",
     "set_task_progress_percentage",
     "announce_scheduling_failure",
@@ -688,15 +817,6 @@ class _Refused:
     """The answer to a refused report: 200, ``response`` null, and why."""
 
     why: str
-
-
-def _priority(args: Mapping[str, Any]) -> int:
-    value = _get(args, "priority", (int, float), 0)
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise BadArgument("priority", "expected an integer")
-        value = int(value)
-    return int(value)
 
 
 def _decode(cls: type[Any], data: Mapping[str, Any]) -> Any:
