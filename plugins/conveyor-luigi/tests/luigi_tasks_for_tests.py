@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import time
 from typing import Any
 
 import conveyor
 import luigi
+import luigi.task
 import luigi.util
+from luigi.parameter import ParameterVisibility
 
 EVENTS_VARIABLE = "CONVEYOR_LUIGI_TEST_EVENTS"
 
@@ -359,3 +362,90 @@ class Daily(luigi.Task):
 
     def run(self) -> None:
         _write(self.output(), f"{self.date}\n")
+
+
+# --- review fixes: pickling, private and None parameters, complete() values, on_success() ----
+
+
+class Pickles(luigi.Task):
+    """Pickles itself in run(), as luigi.contrib's spark and hadoop job tasks do."""
+
+    root = luigi.Parameter()
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "pickles.txt"))
+
+    def run(self) -> None:
+        with self.no_unpicklable_properties():
+            data = pickle.dumps(self)
+        _write(self.output(), f"{pickle.loads(data).task_id}\n")
+
+
+class Private(luigi.Task):
+    """A private parameter: Luigi's to_str_params() leaves it out."""
+
+    root = luigi.Parameter()
+    level = luigi.IntParameter(default=1, visibility=ParameterVisibility.PRIVATE)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "private.txt"))
+
+    def run(self) -> None:
+        _write(self.output(), f"level={self.level}\n")
+
+
+class Optionals(luigi.Task):
+    """A parameter whose default is None and one whose default is not None."""
+
+    root = luigi.Parameter()
+    note = luigi.Parameter(default=None)
+    count = luigi.IntParameter(default=3)
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "optionals.txt"))
+
+    def run(self) -> None:
+        _write(self.output(), f"note={self.note!r} count={self.count!r}\n")
+
+
+class Truthy(luigi.Task):
+    """complete() answers 1 or 0, which Luigi accepts."""
+
+    root = luigi.Parameter()
+
+    def complete(self) -> Any:
+        return int(os.path.exists(os.path.join(self.root, "truthy.txt")))
+
+    def run(self) -> None:
+        with open(os.path.join(self.root, "truthy.txt"), "w", encoding="utf-8") as out:
+            out.write("made\n")
+
+
+class Polite(luigi.Task):
+    """on_success() returns text (the success's explanation)."""
+
+    root = luigi.Parameter()
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "polite.txt"))
+
+    def run(self) -> None:
+        _write(self.output(), "polite\n")
+
+    def on_success(self) -> str:
+        return f"made {self.output().path}"
+
+
+class NeedsExternal(luigi.Task):
+    """Requires an externalized copy of Piece 7: never runs it."""
+
+    root = luigi.Parameter()
+
+    def requires(self) -> luigi.Task:
+        return luigi.task.externalize(Piece(root=self.root, index=7))
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "needs-external.txt"))
+
+    def run(self) -> None:
+        _write(self.output(), "ran\n")

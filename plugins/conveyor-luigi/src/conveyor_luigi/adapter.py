@@ -12,8 +12,12 @@ This module imports ``luigi``: the loader imports it only once ``luigi`` is impo
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import queue
+import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, cast
@@ -33,7 +37,23 @@ LOADER_NAME = "luigi"
 Reporter = Callable[[str, object], None]
 """conveyor's reporter of an attempt: called with ``(kind, value)``."""
 
-_ADAPTER_ATTRIBUTE = "_conveyor_luigi_adapter"
+# The adapters of Luigi task objects, by the object's id(): not in the task's __dict__, so that
+# the task stays picklable (luigi.contrib's spark and hadoop tasks pickle themselves) and a copy
+# of it (luigi.task.externalize) does not inherit it. Luigi tasks compare and hash by task id,
+# so the key is the identity. An adapter is held weakly: conveyor holds it while it uses it, and
+# the adapter holds its task (so a live entry's id cannot be reused by another object).
+_ADAPTERS: dict[int, weakref.ref[LuigiTask]] = {}
+_ADAPTERS_LOCK = threading.RLock()  # re-entrant: a collection inside adapted() runs _forget
+
+# What Luigi's worker sets on a task while its run() runs, and sets back to None afterwards
+# (TaskProcess._forward_attributes)
+_FORWARDED = (
+    "set_tracking_url",
+    "set_status_message",
+    "set_progress_percentage",
+    "decrease_running_resources",
+    "scheduler_messages",
+)
 
 
 def is_external(task: luigi.Task) -> bool:
@@ -43,13 +63,24 @@ def is_external(task: luigi.Task) -> bool:
 
 
 def adapted(task: luigi.Task) -> LuigiTask:
-    """The adapter of ``task``: one per Luigi task object, made the first time it is asked."""
-    found = task.__dict__.get(_ADAPTER_ATTRIBUTE)
-    if isinstance(found, LuigiTask):
-        return found
-    made = LuigiTask(task)
-    task.__dict__[_ADAPTER_ATTRIBUTE] = made
-    return made
+    """The adapter of ``task``: one per Luigi task object while it is in use, made the first
+    time it is asked (nothing is stored on the task itself)."""
+    key = id(task)
+    with _ADAPTERS_LOCK:
+        ref = _ADAPTERS.get(key)
+        found = ref() if ref is not None else None
+        if found is not None and found.luigi_task is task:
+            return found
+        made = LuigiTask(task)
+        _ADAPTERS[key] = weakref.ref(made, functools.partial(_forget, key))
+        return made
+
+
+def _forget(key: int, dead: weakref.ref[LuigiTask]) -> None:
+    """Drop the entry of a collected adapter (unless a newer adapter took its place)."""
+    with _ADAPTERS_LOCK:
+        if _ADAPTERS.get(key) is dead:
+            del _ADAPTERS[key]
 
 
 def _owners(owner_email: object) -> tuple[str, ...]:
@@ -77,13 +108,23 @@ def _materialised(struct: Any) -> Any:
     return struct
 
 
+def _defaults_to_none(param: luigi.Parameter, family: str, name: str) -> bool:
+    """Whether a task of ``family`` built without ``name`` takes None (its default in the code,
+    ``luigi.cfg`` or the command line in force)."""
+    try:
+        return bool(param.task_value(family, name) is None)
+    except Exception:  # no default at all, or one that does not parse
+        return False
+
+
 class LuigiTask:
     """A ``luigi.Task`` object as a :class:`conveyor.TaskLike` (use :func:`adapted`).
 
     ``luigi_task`` is the wrapped object. The task id, family and module are Luigi's own; the
-    parameters are ``to_str_params()`` with every parameter, insignificant and private ones
-    included: they are what another process rebuilds the task from (``from_str_params``).
-    (The value of a ``TaskParameter`` is written ``module:Family``.)
+    parameters are every parameter's ``serialize()``d value, insignificant, hidden and private
+    ones included: they are what another process rebuilds the task from. (A value None that
+    the rebuilt task would take anyway is left out; the value of a ``TaskParameter`` is written
+    ``module:Family``.)
     """
 
     def __init__(self, task: luigi.Task) -> None:
@@ -121,16 +162,25 @@ class LuigiTask:
 
     @property
     def task_params(self) -> Mapping[str, str]:
-        """Every parameter in Luigi's string form (``to_str_params()``), read-only; a
-        ``TaskParameter``'s class is written ``module:Family`` (Luigi writes the family alone)
-        so that the loader can import its module in another process."""
+        """Every parameter in Luigi's string form (``param.serialize(value)``), private ones
+        included (Luigi's ``to_str_params()`` leaves them out), read-only. A ``TaskParameter``'s
+        class is written ``module:Family`` (Luigi writes the family alone) so that the loader can
+        import its module in another process. A value None is left out when the parameter's
+        default (code, ``luigi.cfg`` or command line) is None too; otherwise it is Luigi's
+        ``"None"``, which the loader turns back into None when the parameter cannot parse it."""
         if self._params is None:
-            params = dict(self._task.to_str_params())
-            for name, param in self._task.get_params():
-                value = getattr(self._task, name, None)
+            task = self._task
+            declared = dict(task.get_params())
+            params: dict[str, str] = {}
+            for name, value in task.param_kwargs.items():
+                param = declared[name]
+                if value is None and _defaults_to_none(param, task.get_task_family(), name):
+                    continue
+                text = str(param.serialize(value))
                 if isinstance(param, luigi.TaskParameter) and isinstance(value, type):
                     # ``module:Family``: the other process imports the class's module first
-                    params[name] = f"{value.__module__}:{params[name]}"
+                    text = f"{value.__module__}:{text}"
+                params[name] = text
             self._params = MappingProxyType(params)
         return self._params
 
@@ -158,16 +208,22 @@ class LuigiTask:
     # --- the graph --------------------------------------------------------------------------
 
     def complete(self) -> bool:
-        """Luigi's ``complete()`` (its value as it is: conveyor refuses one that is no bool)."""
+        """Luigi's ``complete()``: a value Luigi accepts (``in (True, False)``: ``1``, a numpy
+        bool, ...) as a bool; any other value as it is (conveyor refuses it)."""
+        self._broken = None
         try:
-            done: bool = self._task.complete()
+            done: Any = self._task.complete()
         except Exception as exc:
             self._broken = exc
             raise
-        return done
+        with contextlib.suppress(Exception):  # an odd __eq__: conveyor refuses the value
+            if done in (True, False):
+                return bool(done)
+        return cast(bool, done)
 
     def requires(self) -> Any:
         """Luigi's ``deps()``: the flattened ``requires()`` (conveyor adapts each task)."""
+        self._broken = None
         try:
             return self._task.deps()
         except Exception as exc:
@@ -182,26 +238,40 @@ class LuigiTask:
         """Fire ``START`` and call Luigi's ``run()``; a generator's yields are translated (a
         ``luigi.DynamicRequirements`` becomes a :class:`conveyor.DynamicRequirements`) and
         what it is sent back is what Luigi sends: ``getpaths()`` of what it yielded."""
-        task = self._task
-        # what Luigi's worker sets on the task before it runs it (TaskProcess._forward_attributes)
-        task.set_status_message = self._status_message
-        task.set_progress_percentage = self._progress_percentage
-        task.set_tracking_url = self._tracking_url
-        setattr(task, "decrease_running_resources", self._decrease_running_resources)  # noqa: B010
-        setattr(task, "scheduler_messages", queue.Queue())  # noqa: B010
         self.fire(luigi.Event.START)
         self._started = time.time()
-        result = task.run()
+        with self._forwarded():
+            result = self._task.run()
         if isinstance(result, Generator):
             return self._dynamic(result)
         return result
+
+    @contextlib.contextmanager
+    def _forwarded(self) -> Iterator[None]:
+        """What Luigi's worker sets on the task while its ``run()`` runs, set back to None
+        afterwards as Luigi does (``TaskProcess._forward_attributes``)."""
+        values: tuple[object, ...] = (
+            self._tracking_url,
+            self._status_message,
+            self._progress_percentage,
+            self._decrease_running_resources,
+            queue.Queue(),
+        )
+        for name, value in zip(_FORWARDED, values, strict=True):
+            setattr(self._task, name, value)
+        try:
+            yield
+        finally:
+            for name in _FORWARDED:
+                setattr(self._task, name, None)
 
     def _dynamic(self, generator: Generator[Any, Any, Any]) -> Generator[Any, Any, None]:
         sent: Any = None
         try:
             while True:
                 try:
-                    yielded = generator.send(sent)
+                    with self._forwarded():  # Luigi forwards them around each resumption
+                        yielded = generator.send(sent)
                 except StopIteration:
                     return
                 if isinstance(yielded, luigi.DynamicRequirements):
@@ -223,17 +293,19 @@ class LuigiTask:
             return luigi.task.getpaths(requirements)
         return outputs
 
-    def on_success(self) -> None:
+    def on_success(self) -> str | None:
         """``PROCESSING_TIME``, Luigi's ``on_success()``, then ``SUCCESS``, as Luigi's task
-        process does after ``run()``; nothing for a task whose ``run()`` was not called here
-        (an external task found complete)."""
+        process does after ``run()``; what ``on_success()`` returns (as text; None: nothing) is
+        the success's explanation. Nothing for a task whose ``run()`` was not called here (an
+        external task found complete)."""
         started = self._started
         self._started = None
         if started is None:
-            return
+            return None
         self.fire(luigi.Event.PROCESSING_TIME, time.time() - started)
-        self._task.on_success()
+        text = self._task.on_success()
         self.fire(luigi.Event.SUCCESS)
+        return None if text is None else str(text)
 
     def on_failure(self, exception: BaseException) -> str | None:
         """``FAILURE(task, exception)``, then Luigi's ``on_failure()``: its text is the failure
@@ -250,9 +322,10 @@ class LuigiTask:
         self._task.trigger_event(event, self._task, *args)
 
     def broken_by(self, error: str) -> BaseException:
-        """The exception ``complete()`` or ``requires()`` last raised here, else one made of
-        conveyor's explanation ``error``."""
-        found = self._broken
+        """The exception the last call of ``complete()`` or ``requires()`` raised here, else
+        one made of conveyor's explanation ``error``; forgotten once asked for (it holds a
+        traceback and its frames)."""
+        found, self._broken = self._broken, None
         return found if found is not None else RuntimeError(error)
 
     def set_task_reporter(self, report: Reporter | None) -> None:

@@ -36,8 +36,8 @@ TIMEOUT = "event.core.timeout"
 PROCESS_FAILURE = "event.core.process_failure"
 
 KNOWN: weakref.WeakValueDictionary[str, LuigiTask] = weakref.WeakValueDictionary()
-"""The adapters made in this process, by task id (held as long as their Luigi task is: Luigi
-keeps its task objects in its own instance cache)."""
+"""The adapters made in this process, by task id (held as long as conveyor holds them: its
+worker keeps the tasks of its graph)."""
 
 
 def _fire(task_id: str, event: str, *args: Any) -> None:
@@ -83,10 +83,11 @@ class LuigiEvents:
         adapter = KNOWN.get(event.task_id)
         if adapter is None:
             return
+        exception = adapter.broken_by(event.error)  # taken: the adapter forgets it
         if event.phase == "complete":
             adapter.fire(DEPENDENCY_MISSING)
         else:
-            adapter.fire(BROKEN_TASK, adapter.broken_by(event.error))
+            adapter.fire(BROKEN_TASK, exception)
 
     @conveyor.hookimpl
     def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:

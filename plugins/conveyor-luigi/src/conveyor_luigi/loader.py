@@ -8,17 +8,19 @@ answers None at once while ``luigi`` is not imported (nothing can be a Luigi tas
 ``luigi.cmdline_parser.CmdlineParser``: the flags are Luigi's (``--date``, the global
 ``--Family-param`` forms, ``luigi.cfg`` defaults). Its instance stays in force for the rest of
 the process, as it does during a ``luigi`` run, so tasks made in ``requires()`` see the
-command line; the words are also left in the environment variable :data:`COMMAND_LINE_VARIABLE`
-so that attempt processes started from here (``subprocess``) put the same command line in
-force before they rebuild a task.
+command line; the root task's module and the words are also left in the environment variable
+:data:`COMMAND_LINE_VARIABLE` so that attempt processes started from here (``subprocess``)
+import that module and put the same command line in force before they rebuild a task.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import io
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.errors import ParameterError, TaskLoadError
 from conveyor.loaders import task_loader
+from conveyor.secrets import REDACTED, hide_secret_params, is_secret_name, redact_text
 from conveyor.tasklike import DEFAULT_LOADER, TaskLike
 
 if TYPE_CHECKING:
@@ -36,9 +39,12 @@ if TYPE_CHECKING:
 __all__ = ["COMMAND_LINE_VARIABLE", "LuigiLoader"]
 
 COMMAND_LINE_VARIABLE = "CONVEYOR_LUIGI_COMMAND_LINE"
-"""The command line given to Luigi's parser by ``conveyor run`` (JSON list of words)."""
+"""The command line given to Luigi's parser by ``conveyor run``: JSON ``{"module": the root
+task's module, "words": [its family, the words after TASK that are not conveyor run's]}``."""
 
-_IN_FORCE: list[Any] = []  # the entered CmdlineParser.global_instance() contexts, kept alive
+log = logging.getLogger("conveyor_luigi")
+
+_FROM_ENVIRONMENT: list[bool] = []  # not empty once this process looked at the variable
 
 
 class LuigiLoader:
@@ -56,11 +62,15 @@ class LuigiLoader:
                 from .adapter import adapted
 
                 try:
-                    task = cls.from_str_params(_task_classes_imported(cls, params))
+                    task = _rebuilt(cls, params)
+                except TaskLoadError:
+                    raise
                 except Exception as exc:  # a parameter's parse or the constructor raised
+                    shown = hide_secret_params(
+                        f"{dict(params)!r}: {type(exc).__name__}: {exc}", params
+                    )
                     raise TaskLoadError(
-                        f"luigi loader: cannot build {module}.{family} from {dict(params)!r}: "
-                        f"{type(exc).__name__}: {exc}"
+                        f"luigi loader: cannot build {module}.{family} from {shown}"
                     ) from None
                 return adapted(task)
         return task_loader(DEFAULT_LOADER).load(module, family, params)
@@ -80,8 +90,10 @@ class LuigiLoader:
 
     def task_from_command_line(self, module: str, family: str, args: list[str]) -> TaskLike | None:
         """The Luigi task ``module``/``family`` with the parameters in ``args``, parsed by
-        Luigi's own command-line parser; None when it is no Luigi task class; ParameterError
-        (one line) for an unknown flag or a value that does not parse."""
+        Luigi's own command-line parser; None when ``module`` defines no Luigi task;
+        ParameterError (one line) for an unknown family (naming the Luigi tasks of
+        ``module``), an unknown flag, a value that does not parse or a parameter Luigi's
+        parser cannot take."""
         try:
             mod = importlib.import_module(module)
         except Exception:  # conveyor run's own error about the module stands
@@ -90,9 +102,16 @@ class LuigiLoader:
             return None
         cls = _luigi_class(mod, family)
         if cls is None:
-            return None
+            families = _luigi_families(mod)
+            if not families:
+                return None
+            raise ParameterError(
+                f"{module} has no Luigi task {family!r}; its Luigi tasks: {', '.join(families)}",
+                task=family,
+            )
         words = [cls.get_task_family(), *args]
-        parser = _parser_in_force(words, family)
+        parser = _parsed(words, cls, family)
+        _put_in_force(parser)
         known = parser.known_args
         kwargs: dict[str, Any] = {}
         for name, param in cls.get_params():
@@ -102,6 +121,13 @@ class LuigiLoader:
                     kwargs[name] = param.parse(text)
                 except Exception as exc:
                     flag = "--" + name.replace("_", "-")
+                    if is_secret_name(name):  # neither the value nor a message echoing it
+                        raise ParameterError(
+                            f"{family}: bad value {REDACTED} for {flag}: {type(exc).__name__}",
+                            task=family,
+                            parameter=name,
+                            value=REDACTED,
+                        ) from None
                     raise ParameterError(
                         f"{family}: bad value {text!r} for {flag}: {type(exc).__name__}: {exc}",
                         task=family,
@@ -111,8 +137,9 @@ class LuigiLoader:
         try:
             task = cls(**kwargs)
         except Exception as exc:  # a missing parameter, a bad default from luigi.cfg, ...
-            raise ParameterError(f"{family}: {type(exc).__name__}: {exc}", task=family) from None
-        os.environ[COMMAND_LINE_VARIABLE] = json.dumps(words)
+            said = _without_secrets(f"{type(exc).__name__}: {exc}", cls, kwargs)
+            raise ParameterError(f"{family}: {said}", task=family) from None
+        os.environ[COMMAND_LINE_VARIABLE] = json.dumps({"module": module, "words": words})
         from .adapter import adapted
 
         return adapted(task)
@@ -127,78 +154,197 @@ def _imported(module: str) -> Any:
         ) from None
 
 
-def _task_classes_imported(cls: type[luigi.Task], params: Mapping[str, str]) -> dict[str, str]:
-    """``params`` in the form ``from_str_params`` takes: each ``TaskParameter`` written
-    ``module:Family`` (by the adapter) becomes the family, once its module is imported; a value
-    None, which ``to_str_params`` writes ``"None"`` and an ``IntParameter`` (say) cannot parse
-    back, is left out so that the parameter takes its default (None)."""
+def _rebuilt(cls: type[luigi.Task], params: Mapping[str, str]) -> luigi.Task:
+    """The task of ``cls`` from the adapter's string ``params``, as Luigi's
+    ``from_str_params`` builds it, except that a ``TaskParameter`` written ``module:Family``
+    (by the adapter) has its module imported first, and the text ``"None"`` that the
+    parameter cannot parse (an ``IntParameter`` given None, say) is the value None."""
     import luigi
 
-    out = dict(params)
+    kwargs: dict[str, Any] = {}
     for name, param in cls.get_params():
-        text = out.get(name)
+        if name not in params:
+            continue  # left out: the parameter's default
+        text = params[name]
+        if isinstance(param, luigi.TaskParameter) and ":" in text:
+            module, text = text.split(":", 1)
+            _imported(module)
         if text == "None":
             try:
-                param.parse(text)
+                kwargs[name] = param.parse(text)
             except Exception:
-                del out[name]
-        elif isinstance(param, luigi.TaskParameter) and text is not None and ":" in text:
-            module, family = text.split(":", 1)
-            _imported(module)
-            out[name] = family
-    return out
+                kwargs[name] = None
+            continue
+        kwargs[name] = param.parse(text)
+    return cls(**kwargs)
+
+
+def _luigi_classes(mod: Any) -> list[type[luigi.Task]]:
+    """The Luigi task classes defined in ``mod`` (not those it imports)."""
+    import luigi
+
+    name = getattr(mod, "__name__", "")
+    return [
+        value
+        for value in vars(mod).values()
+        if isinstance(value, type) and issubclass(value, luigi.Task) and value.__module__ == name
+    ]
+
+
+def _luigi_families(mod: Any) -> list[str]:
+    """The task families of the Luigi task classes defined in ``mod``, sorted."""
+    return sorted({str(cls.get_task_family()) for cls in _luigi_classes(mod)})
 
 
 def _luigi_class(mod: Any, family: str) -> type[luigi.Task] | None:
-    """The Luigi task class of ``mod`` named ``family`` (its attribute of that name, or a
-    class defined there whose task family is ``family``), or None."""
+    """The Luigi task class of ``mod`` named ``family``: its attribute of that name, else a
+    class defined there whose task family is ``family`` (even when Luigi's register finds the
+    family ambiguous: the module decides), or None."""
     import luigi
     from luigi.task_register import Register, TaskClassException
 
     value = getattr(mod, family, None)
     if isinstance(value, type) and issubclass(value, luigi.Task):
         return value
+    for cls in _luigi_classes(mod):
+        if cls.get_task_family() == family:
+            return cls
     try:
         found = Register.get_task_cls(family)
     except TaskClassException:
         return None
-    if isinstance(found, type) and found.__module__ == mod.__name__:
+    if isinstance(found, type) and found.__module__ == getattr(mod, "__name__", None):
         return found
     return None
 
 
-def _parser_in_force(words: list[str], family: str) -> Any:
-    """Luigi's ``CmdlineParser`` of ``words``, made its global instance for the rest of the
-    process; ParameterError with argparse's one-line complaint if the words do not parse."""
+def _registered(cls: type[luigi.Task]) -> bool:
+    """Whether Luigi's register finds ``cls`` by its family (not ambiguous, not another)."""
+    from luigi.task_register import Register, TaskClassException
+
+    try:
+        return bool(Register.get_task_cls(cls.get_task_family()) is cls)
+    except TaskClassException:
+        return False
+
+
+def _parsed(words: list[str], cls: type[luigi.Task], family: str) -> Any:
+    """Luigi's ``CmdlineParser`` of ``words`` (``words[0]`` is the family of ``cls``), or
+    ParameterError with a one-line reason (argparse's complaint, a parameter clashing with a
+    flag of Luigi's, ...). When Luigi's register cannot name ``cls`` by its family (another
+    imported module defines a Luigi task of that family too), the parser is built the same
+    way with ``cls``'s flags added: the module named on the command line decides."""
     from luigi.cmdline_parser import CmdlineParser
 
     errors = io.StringIO()
-    context = CmdlineParser.global_instance(words, allow_override=True)
     try:
         with contextlib.redirect_stderr(errors):
-            parser = context.__enter__()
+            if _registered(cls):
+                return CmdlineParser(words)
+            return _parser_of(cls, words)
     except SystemExit as exc:
         if exc.code in (0, None):  # --help: Luigi printed it
             raise
         said = [line for line in errors.getvalue().splitlines() if "error:" in line]
-        reason = said[-1].split("error:", 1)[1].strip() if said else "bad command line"
-        raise ParameterError(f"{family}: {reason}", task=family) from None
-    _IN_FORCE.append(context)
-    return parser
+        if said:
+            reason = said[-1].split("error:", 1)[1].strip()
+        else:
+            reason = exc.code if isinstance(exc.code, str) else "bad command line"
+        raise ParameterError(f"{family}: {_hide_flag_values(reason)}", task=family) from None
+    except argparse.ArgumentError as exc:
+        raise ParameterError(
+            f"{family}: a parameter clashes with a flag of Luigi's command line ({exc}): "
+            "rename the parameter",
+            task=family,
+        ) from None
+    except Exception as exc:
+        raise ParameterError(
+            f"{family}: Luigi cannot parse the command line: {type(exc).__name__}: "
+            f"{_hide_flag_values(str(exc))}",
+            task=family,
+        ) from None
+
+
+def _parser_of(cls: type[luigi.Task], words: list[str]) -> Any:
+    """A ``CmdlineParser`` of ``words`` for ``cls``, whose family Luigi's register does not
+    resolve to it: Luigi's flags of every other task plus those of ``cls`` (its local
+    ``--param`` and global ``--Family-param`` forms), as Luigi's parser builds them."""
+    from luigi.cmdline_parser import CmdlineParser
+
+    parser = CmdlineParser._build_parser()
+    family = cls.get_task_family()
+    for name, param in cls.get_params():
+        local = "--" + name.replace("_", "-")
+        if getattr(cls, "use_cmdline_section", True):
+            flag = "--" + f"{family}_{name}".replace("_", "-")
+            parser.add_argument(flag, **param._parser_kwargs(name, family))
+        parser.add_argument(local, **param._parser_kwargs(name))
+    made = CmdlineParser.__new__(CmdlineParser)
+    made.known_args = parser.parse_args(args=words)
+    return made
+
+
+def _put_in_force(parser: Any) -> None:
+    """Make ``parser`` Luigi's global command line for the rest of the process (as a ``luigi``
+    run does), replacing any earlier one."""
+    from luigi.cmdline_parser import CmdlineParser
+
+    CmdlineParser._instance = parser
+
+
+def _hide_flag_values(text: str) -> str:
+    """``text`` (argparse's complaint quoting words) with the values of secret-named flags
+    (``--api-token X``, ``--api-token=X``) hidden."""
+    return redact_text(" ".join(_hidden(text.split(" "))))
+
+
+def _hidden(words: list[str]) -> list[str]:
+    """``words`` with the word after a secret-named flag (``--api-token X``) replaced."""
+    out: list[str] = []
+    hide_next = False
+    for word in words:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--") and is_secret_name(flag[2:].replace("-", "_")) and "=" not in word:
+            hide_next = True
+        out.append(word)
+    return out
+
+
+def _without_secrets(text: str, cls: type[luigi.Task], kwargs: Mapping[str, Any]) -> str:
+    """``text`` without the values of ``cls``'s secret-named parameters given in ``kwargs``."""
+    secrets = {name: str(value) for name, value in kwargs.items() if is_secret_name(name)}
+    return hide_secret_params(text, secrets)
 
 
 def _command_line_from_environment() -> None:
     """Put the command line of ``conveyor run`` in force in this process (an attempt's
-    process), once, if it was given one and none is in force."""
+    process), once, if it was given one and none is in force: import the root task's module,
+    then parse the words. Any failure is a warning, never a failed load: the task is rebuilt
+    from its explicit parameters all the same."""
     from luigi.cmdline_parser import CmdlineParser
 
-    if _IN_FORCE or CmdlineParser.get_instance() is not None:
+    if _FROM_ENVIRONMENT or CmdlineParser.get_instance() is not None:
         return
+    _FROM_ENVIRONMENT.append(True)
     text = os.environ.get(COMMAND_LINE_VARIABLE)
     if not text:
         return
     try:
-        words = json.loads(text)
-        _parser_in_force([str(w) for w in words], str(words[0]))
-    except (ValueError, IndexError, ParameterError):
-        return  # not ours to complain about here: the worker parsed it already
+        given = json.loads(text)
+        module = str(given["module"])
+        words = [str(w) for w in given["words"]]
+        cls = _luigi_class(importlib.import_module(module), words[0])
+        if cls is None:
+            raise LookupError(f"{module} has no Luigi task {words[0]!r}")
+        _put_in_force(_parsed(words, cls, words[0]))
+    except (Exception, SystemExit) as exc:
+        log.warning(
+            "conveyor-luigi: the command line of conveyor run is not in force in this process "
+            "(tasks take their parameters without it): %s: %s",
+            type(exc).__name__,
+            exc,
+        )
