@@ -612,6 +612,24 @@ def test_on_success_text_is_returned(workdir: Path) -> None:
     assert wrapped.on_success() is None  # no run() since: nothing to explain
 
 
+@pytest.mark.parametrize("executor", ["inline", "subprocess"])
+def test_on_success_text_is_the_schedulers_explanation(workdir: Path, executor: str) -> None:
+    """What Luigi's on_success() returns is the done task's explanation, as Luigi's expl:
+    in the succeeded event and in the scheduler, from the attempt's process too."""
+    task = lt.Polite(root=str(workdir))
+    scheduler = conveyor.Scheduler()
+    recorder = RecordingPlugin()
+    with conveyor.Worker(
+        scheduler, config=conveyor.Config(), executor=executor, plugins=[recorder]
+    ) as worker:
+        assert worker.add(task)
+        assert worker.run()
+    expected = f"made {workdir / 'polite.txt'}"
+    [done] = recorder.events("conveyor_task_succeeded", task.task_id)
+    assert done.explanation == expected
+    assert scheduler.explanation(task.task_id) == expected
+
+
 def test_a_broken_tasks_exception_is_forgotten_once_fired(workdir: Path, events: Path) -> None:
     """BROKEN_TASK gets the exception ``requires()`` raised; the adapter does not keep it
     afterwards (nor hand it out again)."""
