@@ -257,3 +257,36 @@ def test_an_assistant_is_handed_only_tasks_its_loaders_rebuild() -> None:
     again = scheduler.get_work("foreign", assistant=True, loaders=(LOADER_NAME,))
     assert again is not None and again.task_id == "F_2"
     assert scheduler.get_work("registrar") is None  # (its own tasks are all handed out)
+
+
+def test_a_loaders_heap_no_assistant_reads_stays_bounded() -> None:
+    """Tasks of a loader no live assistant has are offered to that loader's heap at every
+    registration; nobody pops that heap, so it is compacted instead of growing with each
+    offer, and the task that is ready stays in it."""
+    scheduler = conveyor.Scheduler()
+    assert scheduler.get_work("plain", assistant=True) is None  # (an assistant exists)
+    specs = [TaskSpec(f"F_{i}", "F", "m", {}, loader=LOADER_NAME) for i in range(100)]
+    for _ in range(40):  # 4,000 offers of 100 pending tasks
+        scheduler.add_tasks("owner", specs)
+    foreign = scheduler._heaps["\0assistants\0" + LOADER_NAME]  # (white-box: its size)
+    assert len(foreign) <= 2 * 100 + 1024
+    assert {entry[2] for entry in foreign} == {spec.task_id for spec in specs}
+    helper = scheduler.get_work("helper", assistant=True, loaders=(LOADER_NAME,))
+    assert helper is not None and helper.loader == LOADER_NAME
+
+
+def test_build_of_a_list_never_asks_the_loaders(
+    mod: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list of conveyor tasks is a list: build() does not offer it to the task loaders
+    (whose import might fail, or be slow)."""
+    import conveyor.backends
+
+    def refuse() -> list[Any]:
+        raise AssertionError("the task loaders were asked about a list")
+
+    monkeypatch.setattr(conveyor.backends, "other_task_loaders", refuse)
+    task = mod.NeedsRecipe(root=str(tmp_path))
+    assert as_task([task]) is None and as_task((task,)) is None and as_task(None) is None
+    result = conveyor.build([mod.Noisy(root=str(tmp_path), name="n", text="t")], workers=1)
+    assert result.ok, result.summary

@@ -41,7 +41,8 @@ import conveyor
 
 
 class Leaf(conveyor.Task):
-    """Writes its file."""
+    """Writes its file; on_success says so (a success explanation, which a server of the
+    previous release does not know: this worker then reports the success without it)."""
 
     root = conveyor.Parameter()
     n = conveyor.IntParameter()
@@ -52,6 +53,9 @@ class Leaf(conveyor.Task):
     def run(self):
         with self.output().open("w") as f:
             f.write("ok")
+
+    def on_success(self):
+        return f"wrote leaf {self.n}"
 
 
 class Broken(conveyor.Task):

@@ -84,3 +84,29 @@ def test_on_success_text_reaches_the_event_and_the_scheduler(
     assert scheduler.explanation(quiet.task_id) == ""
     infos = {info.task_id: info for info in scheduler.task_list()}
     assert infos[counted.task_id].explanation == "wrote 7 rows"
+
+
+def test_a_success_text_goes_when_the_task_leaves_done() -> None:
+    """A DONE task's text is about that success: registered again and run again, or
+    disabled by a registration, the task does not carry it as a failure reason."""
+    from conveyor.protocol import TaskSpec, TaskStatus
+
+    scheduler = conveyor.Scheduler()
+    scheduler.add_tasks("w", [TaskSpec("T_1", "T", "m", {})])
+    work = scheduler.get_work("w")
+    assert work is not None
+    scheduler.task_done("w", "T_1", work.attempt, "wrote 3 rows")
+    assert scheduler.explanation("T_1") == "wrote 3 rows"
+    scheduler.add_tasks("w", [TaskSpec("T_1", "T", "m", {})])  # (runnable PENDING: run again)
+    assert scheduler.statuses(["T_1"]) == {"T_1": TaskStatus.PENDING}
+    assert scheduler.explanation("T_1") == ""
+    work = scheduler.get_work("w")
+    assert work is not None
+    scheduler.task_done("w", "T_1", work.attempt, "wrote 4 rows")
+    scheduler.add_tasks("w", [TaskSpec("T_1", "T", "m", {}, status=TaskStatus.DISABLED)])
+    assert scheduler.statuses(["T_1"]) == {"T_1": TaskStatus.DISABLED}
+    assert scheduler.explanation("T_1") == ""
+    scheduler.add_tasks(
+        "w", [TaskSpec("T_1", "T", "m", {}, status=TaskStatus.DISABLED, explanation="off")]
+    )
+    assert scheduler.explanation("T_1") == "off"

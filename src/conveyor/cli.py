@@ -291,6 +291,10 @@ def _run_foreign(
     ``module``/``family`` builds the task from the words after TASK that are not run's own
     options; with none, the error of conveyor's own loader stands."""
     own, rest = _split_run_options(after)
+    if "-h" in rest or "--help" in rest:  # run's options, then the loader's own help
+        _run_parser(None).print_help()
+        print(f"\nparameters of {family} ({module}), as its framework reads them:", flush=True)
+        rest = ["--help"]
     late = vars(_run_parser(None).parse_args(own))
     options = {**early, **{k: v for k, v in late.items() if v is not None}}
     task: TaskLike | None = None
@@ -300,6 +304,8 @@ def _run_foreign(
                 task = loader.task_from_command_line(module, family, rest)
             except ParameterError as exc:
                 raise UsageError(f"conveyor run: {exc}") from None
+            except SystemExit as exc:  # a framework's parser that printed its --help
+                return exc.code if isinstance(exc.code, int) else 0
             if task is not None:
                 break
     if task is None:

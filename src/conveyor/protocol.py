@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from .tasklike import DEFAULT_LOADER
 
 __all__ = [
+    "DROPPABLE",
     "IDENTIFIER",
     "IDENTIFIER_MAX_LENGTH",
     "NAME",
@@ -261,7 +262,7 @@ class TaskSpec:
     runnable: bool = True
     retry_count: int | None = None
     explanation: str = ""
-    loader: str = field(default=DEFAULT_LOADER, metadata=_NAMED)
+    loader: str = field(default=DEFAULT_LOADER, metadata=_ID)
     """The :class:`~conveyor.TaskLoader` that rebuilds the task from module, family and params
     (``"conveyor"`` for conveyor's own task classes; ``"luigi"`` for a ``luigi.Task``)."""
 
@@ -282,7 +283,7 @@ class Work:
     params: Mapping[str, str]
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
     lease: float = field(default=0.0, metadata=_NON_NEGATIVE)
-    loader: str = field(default=DEFAULT_LOADER, metadata=_NAMED)
+    loader: str = field(default=DEFAULT_LOADER, metadata=_ID)
     """The task loader that rebuilds it, as registered (:attr:`TaskSpec.loader`)."""
 
 
@@ -330,14 +331,17 @@ class GetWork:
 
     ``loaders`` names the task loaders an assistant can rebuild tasks with: it is handed only
     tasks another worker registered with one of them (None, or left out: conveyor's own only,
-    what an assistant of an older release can build). A worker that is not an assistant is
-    handed only tasks it registered itself, so its ``loaders`` are not looked at.
+    what an assistant of an older release can build; an empty list: none). A worker that is
+    not an assistant is handed only tasks it registered itself, so its ``loaders`` are not
+    looked at. A server that predates the field refuses it (422): the ``http`` transport then
+    asks again without it (:data:`DROPPABLE`), which is right, since such a server holds only
+    conveyor's tasks.
     """
 
     worker_id: str = field(metadata=_ID)
     assistant: bool = False
     running: tuple[str, ...] | None = field(default=None, metadata=_ID)
-    loaders: tuple[str, ...] | None = field(default=None, metadata=_NAMED)
+    loaders: tuple[str, ...] | None = field(default=None, metadata={**_ID, "droppable": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,8 +362,10 @@ class TaskDone:
     worker_id: str = field(metadata=_ID)
     task_id: str = field(metadata=_ID)
     attempt: int = field(default=0, metadata=_NON_NEGATIVE)
-    explanation: str = ""
-    """What the task's ``on_success()`` returned, kept as its explanation ("" for nothing)."""
+    explanation: str = field(default="", metadata={"droppable": True})
+    """What the task's ``on_success()`` returned, kept as its explanation ("" for nothing); a
+    server that predates the field refuses it (422), and the ``http`` transport then reports
+    the success without it (:data:`DROPPABLE`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,6 +551,17 @@ built from."""
 
 _OK = Ok()
 _ROUTE_OF: dict[type[Any], Route] = {route.request: route for route in ROUTES.values()}
+
+DROPPABLE: Mapping[type[Any], frozenset[str]] = {
+    route.request: frozenset(
+        f.name for f in dataclasses.fields(route.request) if f.metadata.get("droppable")
+    )
+    for route in ROUTES.values()
+}
+"""The fields of each request that a server predating them may refuse (HTTP 422 naming the
+field) without harm: the request is then sent again with the field at its default. Every other
+field refused is an error (a task's ``loader`` above all: a server that cannot keep it must
+not take the task)."""
 
 
 def route_of(request: Any) -> Route:

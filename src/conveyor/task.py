@@ -17,6 +17,7 @@ import importlib
 import json
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -1080,7 +1081,7 @@ def is_task_like(value: object) -> bool:
     return known
 
 
-_NOT_ADAPTED: set[type] = set()
+_NOT_ADAPTED: weakref.WeakSet[type] = weakref.WeakSet()
 """Classes of objects that no installed task loader adapts (asked once per class)."""
 
 
@@ -1092,7 +1093,9 @@ def as_task(value: object) -> TaskLike | None:
     if is_task_like(value):
         return cast(TaskLike, value)
     cls = type(value)
-    if isinstance(value, type) or cls in _NOT_ADAPTED:
+    if value is None or isinstance(value, type | Mapping) or _is_nesting(value):
+        return None  # (nothing, a class, or a nesting of tasks: never one task)
+    if cls in _NOT_ADAPTED:
         return None
     from .backends import other_task_loaders  # (stevedore: only for an object not a task)
 

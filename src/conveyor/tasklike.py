@@ -152,7 +152,10 @@ class AdaptsTasks(Protocol):
     When ``conveyor.build()``, ``Worker.add()``, or a conveyor task's ``requires()``, ``yield``
     or ``input()`` meets an object that is not a task, each installed loader with this method
     is asked in turn (by entry-point name); the first that returns a task wins, and None means
-    "not one of mine". The luigi plugin wraps a ``luigi.Task`` this way.
+    "not one of mine". The luigi plugin wraps a ``luigi.Task`` this way. Whether an object is
+    adapted must depend on its class alone: conveyor remembers the classes that no loader
+    adapts and does not ask about their objects again. ``None``, classes, and lists, tuples,
+    dicts, generators and other iterables (nestings of tasks) are never offered.
     """
 
     def adapt(self, value: object) -> TaskLike | None:

@@ -418,9 +418,10 @@ class SchedulerCore:
             return
         if status == PENDING and rec.status == DONE and not spec.runnable:
             return  # an external task seen incomplete does not undo a success
-        if spec.explanation:
-            rec.explanation = spec.explanation
         self._set_status(rec, status, Cause.REGISTERED)
+        if spec.explanation:
+            self._touch(rec)
+            rec.explanation = spec.explanation  # (after the move, which clears an old one)
 
     def peek(self, task_id: str) -> TaskRecord | None:
         """The record of ``task_id`` (None if unknown), without the lock: for an observer
@@ -534,8 +535,8 @@ class SchedulerCore:
                 dependent = self._tasks[dep_id]
                 dependent.unmet -= 1
                 self._offer(dependent)
-        if status == DONE:
-            rec.explanation = ""
+        if status == DONE or old == DONE:
+            rec.explanation = ""  # (a failure's, or a success's text, is about the old status)
         self._offer(rec)
         if self.on_move is not None:
             self.on_move(rec.task_id, StatusMove(old, status, cause))
@@ -561,7 +562,32 @@ class SchedulerCore:
                 heap = heaps[worker_id] = []
             heapq.heappush(heap, entry)
         if self._assistants:
-            heapq.heappush(heaps.setdefault(_assistants_key(rec.loader), []), entry)
+            key = _assistants_key(rec.loader)
+            heap = heaps.get(key)
+            if heap is None:
+                heap = heaps[key] = []
+            heapq.heappush(heap, entry)
+            if len(heap) > 2 * len(self._tasks) + 1024:
+                self._compact(key, heap)
+
+    def _compact(self, key: str, heap: list[_Entry]) -> None:
+        """Keep only the entries of ``heap`` (the assistants' heap ``key``) whose task is ready
+        now, one each: a loader's heap that no assistant pops (none has that loader) would
+        otherwise grow with every offer. O(n), at most once per n offers."""
+        tasks = self._tasks
+        kept: dict[str, _Entry] = {}
+        for entry in heap:
+            rec = tasks.get(entry[2])
+            if (
+                rec is not None
+                and rec.status == PENDING
+                and not rec.unmet
+                and -entry[0] == rec.priority
+                and _assistants_key(rec.loader) == key
+            ):
+                kept[rec.task_id] = entry
+        heap[:] = kept.values()
+        heapq.heapify(heap)
 
     # --- handing out work -----------------------------------------------------------------
 
@@ -586,7 +612,8 @@ class SchedulerCore:
                 self._reclaim(worker_id, set(running))
             work = self._pop(worker_id, worker_id)
             if work is None and assistant:
-                work = self._pop_for_assistant(worker_id, loaders or _CONVEYOR_ONLY)
+                accepted = _CONVEYOR_ONLY if loaders is None else loaders
+                work = self._pop_for_assistant(worker_id, accepted)
             return work
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
@@ -606,9 +633,8 @@ class SchedulerCore:
     def _pop_for_assistant(self, worker_id: str, loaders: Collection[str]) -> Work | None:
         """The best ready task among the assistants' heaps of ``loaders`` (one heap per task
         loader, so a task no loader of this assistant rebuilds is never even looked at)."""
-        if len(loaders) == 1:
-            [loader] = loaders
-            return self._pop(_assistants_key(loader), worker_id)
+        if len(loaders) <= 1:
+            return self._pop(_assistants_key(next(iter(loaders))), worker_id) if loaders else None
         keys = [_assistants_key(loader) for loader in loaders]
         heaps = self._heaps
         while True:
@@ -789,7 +815,9 @@ class SchedulerCore:
             if rec.attempts and (attempt or rec.status == RUNNING):
                 _end_attempt(rec, attempt, AttemptEnd.SUCCEEDED, self.clock())
             self._set_status(rec, DONE, Cause.DONE)
-            rec.explanation = explanation  # (after the move, which clears a failure's)
+            if rec.explanation != explanation:
+                self._touch(rec)
+                rec.explanation = explanation  # (after the move, which clears a failure's)
 
     def task_failed(
         self,

@@ -20,6 +20,7 @@ ConveyorError naming the URL, the reason and the key to change, like a 4xx.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import math
@@ -33,10 +34,13 @@ from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import structlog
+
 from ..backoff import Backoff
 from ..config import Config, SchedulerSettings, ServerSettings
 from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, StaleReport
 from ..protocol import (
+    DROPPABLE,
     ROUTES,
     AddTasks,
     FieldError,
@@ -56,7 +60,14 @@ from .base import TransportContext
 
 __all__ = ["HttpTransport"]
 
+log = structlog.get_logger("conveyor.transports.http")
+
 _BATCH = 500  # task specs per add_tasks request
+_DEFAULTS: dict[type[Any], dict[str, Any]] = {
+    kind: {f.name: f.default for f in dataclasses.fields(kind) if f.name in names}
+    for kind, names in DROPPABLE.items()
+}
+"""The default of each droppable field (what a request is sent with once a server refused it)."""
 T = TypeVar("T")
 
 
@@ -88,11 +99,13 @@ def _error_of(raw: bytes) -> str:
 
 
 class _Refused(ConveyorError):
-    """A 4xx answer (not retried); ``status`` is its HTTP status."""
+    """A 4xx answer (not retried); ``status`` is its HTTP status, ``field`` the request field
+    it names ("" if none)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, field: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.field = field
 
 
 class _TlsRefused(ConveyorError):
@@ -136,6 +149,7 @@ class HttpTransport:
         self._local = threading.local()
         self._limit: int | None = None  # the server's max_request_bytes, once asked
         self._no_release = False  # the server has no release route (it predates it)
+        self._dropped: dict[type[Any], set[str]] = {}  # fields the server refused (it predates)
         self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
         self.rand: Callable[[], float] = random.random
 
@@ -196,8 +210,11 @@ class HttpTransport:
             error = answer.get("error", "") if isinstance(answer, dict) else ""
             if status == 409:  # the report of an attempt that is no longer current: refused
                 raise StaleReport(str(error) or f"{route}: the attempt is no longer current")
+            field = answer.get("field", "") if isinstance(answer, dict) else ""
             raise _Refused(
-                status, f"the scheduler at {self._where} refused {route}: HTTP {status} {error}"
+                status,
+                f"the scheduler at {self._where} refused {route}: HTTP {status} {error}",
+                field if isinstance(field, str) else "",
             )
         return answer
 
@@ -232,8 +249,25 @@ class HttpTransport:
 
     def _post(self, request: Any, tries: int | None = None) -> Any:
         """Send a protocol request to its route; its answer, checked against the protocol
-        (``tries`` as for :meth:`_call`)."""
-        return self._post_json(route_of(request).name, _dumps(encode_request(request)), tries)
+        (``tries`` as for :meth:`_call`). A field of :data:`~conveyor.protocol.DROPPABLE` that
+        the server refuses (422: it predates the field) is left at its default from then on,
+        and the request sent again without it."""
+        kind = type(request)
+        for name in self._dropped.get(kind, ()):
+            request = replace(request, **{name: _DEFAULTS[kind][name]})
+        route = route_of(request).name
+        try:
+            return self._post_json(route, _dumps(encode_request(request)), tries)
+        except _Refused as exc:
+            name = exc.field
+            if exc.status != 422 or name not in DROPPABLE.get(kind, ()):
+                raise
+            if getattr(request, name) == _DEFAULTS[kind][name]:
+                raise
+            self._dropped.setdefault(kind, set()).add(name)
+            log.info("the scheduler predates a field: sent without it", route=route, field=name)
+            request = replace(request, **{name: _DEFAULTS[kind][name]})
+            return self._post_json(route, _dumps(encode_request(request)), tries)
 
     def _post_json(self, name: str, data: bytes, tries: int | None = None) -> Any:
         """POST the encoded request ``data`` to route ``name``; its answer, checked (``tries``

@@ -46,7 +46,7 @@ from ..executors.base import (
 )
 from ..executors.channel import truncate
 from ..executors.deadline import DeadlinePolicy
-from ..loaders import task_loader
+from ..loaders import only_importing, task_loader
 from ..parameters import allow_task_modules, task_modules_named
 from ..plugins import (
     START_REFUSALS,
@@ -588,8 +588,11 @@ class Worker:
                 f"[worker] task_modules ({', '.join(allowed) or 'empty'}); refused without "
                 "importing it"
             )
-        if work.loader != DEFAULT_LOADER:  # another framework's task (a luigi.Task): its loader
-            task: TaskLike = task_loader(work.loader).load(work.module, work.family, work.params)
+        if work.loader != DEFAULT_LOADER:  # another framework's task (a luigi.Task): its loader,
+            # which may import only task_modules to resolve what the parameters name
+            with only_importing(lambda module: _allowed(module, allowed)):
+                loader = task_loader(work.loader)
+                task: TaskLike = loader.load(work.module, work.family, work.params)
             self._check_rebuilt_id(work, task)
             return task
         cls = load_task_class(work.module, work.family)
