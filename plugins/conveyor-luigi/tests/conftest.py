@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from conveyor.testing.processes import kill_marked
 
+from luigi_marker_for_tests import MARKER_VARIABLE
+
 HERE = Path(__file__).resolve().parent
-MARKER_VARIABLE = "CONVEYOR_LUIGI_TEST_MARKER"
 
 
 @pytest.fixture(scope="session", autouse=True)

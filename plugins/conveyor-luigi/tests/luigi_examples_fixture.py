@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -45,7 +46,9 @@ LUIGI_VERSION = version("luigi")  # the installed Luigi, whose examples are fetc
 MARKER_VARIABLE = "CONVEYOR_LUIGI_EXAMPLES_TEST"
 # generous: each Python start can take 2 s on a slow CI machine, and the examples sleep
 RUN_TIMEOUT = 400.0
-LOCK_NAME = "conveyor-luigi-examples.lock"
+# the shared paths' lock: a directory in the temporary directory, flocked (never a file that
+# another user's session could own)
+LOCK_DIRECTORY = "conveyor-luigi-examples"
 
 MISSING_DATA_LUIGI = 22
 # Luigi's exit code is 0 even when a task failed unless these are set: make failures visible.
@@ -109,7 +112,8 @@ class LuigiExamples:
 
 def fetch_sdist(directory: Path) -> Path:
     """The sdist of the installed Luigi: ``$CONVEYOR_LUIGI_SDIST`` when set, else downloaded
-    into ``directory`` by pip (the test is skipped, saying why, when that is impossible)."""
+    into ``directory`` by pip. When that is impossible the tests are skipped, saying why, or
+    fail when the variable ``CI`` is set (a CI machine must have the sdist)."""
     local = os.environ.get(SDIST_VARIABLE)
     if local:
         if not Path(local).is_file():
@@ -131,10 +135,13 @@ def fetch_sdist(directory: Path) -> Path:
     found = sorted(directory.glob("luigi-*.tar.gz"))
     if done.returncode != 0 or not found:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        pytest.skip(
+        why = (
             f"cannot download luigi {LUIGI_VERSION}'s sdist from the package index ({last}); "
             f"set {SDIST_VARIABLE} to a local luigi-{LUIGI_VERSION}.tar.gz"
         )
+        if os.environ.get("CI"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     return found[0]
 
 
@@ -172,24 +179,43 @@ def luigi_examples_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def _run(
     examples: LuigiExamples, cwd: Path, command: Sequence[str]
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in ``cwd`` (created if needed) with the examples' environment."""
+    """Run ``command`` in ``cwd`` (created if needed) with the examples' environment, in a
+    session of its own: its whole process group is killed when it ends or times out (``luigi
+    --workers 2`` forks workers that would outlive their parent); TimeoutExpired then."""
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
+    with subprocess.Popen(
         list(command),
         cwd=cwd,
         env=examples.env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.communicate()
+            raise
+        finally:
+            kill_group(proc.pid)  # whatever the command left running in its group
+    return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid`` (nothing to do when it is gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def run_luigi(
     examples: LuigiExamples, cwd: Path, module: str, words: Sequence[str], workers: int = 1
 ) -> subprocess.CompletedProcess[str]:
     """``python -m luigi --module examples.<module> <words> --local-scheduler`` in ``cwd``,
-    with non-zero exit codes for failures and missing data."""
+    with non-zero exit codes for failures and missing data, and without Luigi's pid lock
+    (``/tmp/luigi/<md5>.pid`` would make the same command line, run at the same time by
+    another test session, exit "already running")."""
     command = [
         sys.executable,
         "-m",
@@ -200,6 +226,7 @@ def run_luigi(
         "--local-scheduler",
         "--workers",
         str(workers),
+        "--no-lock",
         *LUIGI_RETCODES,
     ]
     return _run(examples, cwd, command)
@@ -271,21 +298,28 @@ def describe(done: subprocess.CompletedProcess[str]) -> str:
 class SharedPaths:
     """Absolute paths an example writes outside its working directory, held for one test.
 
-    Entering takes an exclusive lock (so that two sessions on one machine never use the paths
-    at once) and fails if any path already exists; :meth:`collect` moves what a run made into
-    that run's directory; leaving removes whatever is still there, and the parent directories
-    that entering found missing, if empty.
+    Entering takes an exclusive lock, so that two sessions on one machine, of any users, never
+    use the paths at once: ``flock`` of the directory :data:`LOCK_DIRECTORY` in the temporary
+    directory, made by the first session that needs it and opened read-only (no file is ever
+    written, so none is left behind or owned by another user). It fails if any path already
+    exists. :meth:`collect` moves what a run made into that run's directory. Leaving kills
+    every process of ``marker`` (:attr:`LuigiExamples.marker`) still alive, so that none
+    writes there once the lock is released, then removes whatever is still there, and the
+    parent directories that entering found missing, if empty.
     """
 
-    def __init__(self, paths: Sequence[Path]) -> None:
+    def __init__(self, paths: Sequence[Path], marker: str | None = None) -> None:
         self.paths = [Path(p) for p in paths]
-        self._lock = Path(tempfile.gettempdir()) / LOCK_NAME
+        self.marker = marker
+        self._lock = Path(tempfile.gettempdir()) / LOCK_DIRECTORY
         self._missing_parents: list[Path] = []
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> SharedPaths:
-        handle = self._stack.enter_context(self._lock.open("a"))
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the handle is closed
+        self._lock.mkdir(exist_ok=True)  # another user's is fine: it is only opened to read
+        fd = os.open(self._lock, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        self._stack.callback(os.close, fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor is closed
         existing = [str(p) for p in self.paths if p.exists()]
         if existing:
             self._stack.close()
@@ -311,6 +345,8 @@ class SharedPaths:
 
     def __exit__(self, *exc_info: object) -> None:
         try:
+            if self.marker is not None:
+                kill_marked(MARKER_VARIABLE, self.marker)
             for path in self.paths:
                 if path.is_dir():
                     shutil.rmtree(path, ignore_errors=True)

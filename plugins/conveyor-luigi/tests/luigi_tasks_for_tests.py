@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
+import signal
 import time
 from typing import Any
 
@@ -249,17 +250,43 @@ class Chatty(luigi.Task):
 
 
 class Sleepy(luigi.Task):
-    """Sleeps far longer than its worker_timeout."""
+    """Sleeps until it is killed: far longer than its worker_timeout, which leaves a slow
+    machine's interpreter start (``subprocess``) ample time before ``run()`` starts."""
 
     root = luigi.Parameter()
-    worker_timeout = 1
+    worker_timeout = 10
 
     def output(self) -> luigi.LocalTarget:
         return luigi.LocalTarget(os.path.join(self.root, "sleepy.txt"))
 
     def run(self) -> None:
-        time.sleep(120)
+        time.sleep(600)
         _write(self.output(), "woke up\n")
+
+
+class Killed(luigi.Task):
+    """Its ``run()`` kills its own process with SIGKILL."""
+
+    root = luigi.Parameter()
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "killed.txt"))
+
+    def run(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Wrapping(luigi.Task):
+    """A task whose ``TaskParameter`` names another task class (of any module)."""
+
+    root = luigi.Parameter()
+    inner = luigi.TaskParameter()
+
+    def output(self) -> luigi.LocalTarget:
+        return luigi.LocalTarget(os.path.join(self.root, "wrapping.txt"))
+
+    def run(self) -> None:
+        _write(self.output(), f"{self.inner.get_task_family()}\n")
 
 
 class Policied(luigi.Task):

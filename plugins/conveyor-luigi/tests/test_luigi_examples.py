@@ -144,7 +144,7 @@ def luigi_wordcount(
 ) -> LuigiRun:
     """Luigi's run of ``WordCount`` over three days of text written by the test."""
     directory = tmp_path_factory.mktemp("luigi-wordcount")
-    with SharedPaths([*WORDCOUNT_INPUTS, WORDCOUNT_OUTPUT]) as shared:
+    with SharedPaths([*WORDCOUNT_INPUTS, WORDCOUNT_OUTPUT], luigi_examples.marker) as shared:
         write_wordcount_inputs()
         done = run_luigi(
             luigi_examples,
@@ -169,7 +169,7 @@ def test_wordcount(
     """Luigi's wordcount example under conveyor counts the words into the same bytes."""
     words = ["WordCount", "--date-interval", INTERVAL]
     ids = luigi_task_ids(luigi_examples, tmp_path / "ids", "wordcount", [words])
-    with SharedPaths([*WORDCOUNT_INPUTS, WORDCOUNT_OUTPUT]) as shared:
+    with SharedPaths([*WORDCOUNT_INPUTS, WORDCOUNT_OUTPUT], luigi_examples.marker) as shared:
         write_wordcount_inputs()
         done = run_conveyor(luigi_examples, tmp_path / "cwd", "wordcount", words, executor, workers)
         shared.collect(tmp_path / "out", only=[WORDCOUNT_OUTPUT])
@@ -189,7 +189,7 @@ def test_wordcount_missing_input_is_missing_data(
     (exit 4, Luigi's InputText ids named) as under Luigi, and writes nothing."""
     words = ["WordCount", "--date-interval", INTERVAL]
     ids = luigi_task_ids(luigi_examples, tmp_path / "ids", "wordcount", [words])
-    with SharedPaths([*WORDCOUNT_INPUTS, WORDCOUNT_OUTPUT]):
+    with SharedPaths([*WORDCOUNT_INPUTS, WORDCOUNT_OUTPUT], luigi_examples.marker):
         luigi_done = run_luigi(luigi_examples, tmp_path / "luigi", "wordcount", words)
         done = run_conveyor(luigi_examples, tmp_path / "cwd", "wordcount", words, "inline")
         assert not WORDCOUNT_OUTPUT.exists()
@@ -268,7 +268,7 @@ def luigi_dynamic(
 ) -> LuigiRun:
     """Luigi's run of ``Dynamic`` (dynamic dependencies, DynamicRequirements) for SEED."""
     directory = tmp_path_factory.mktemp("luigi-dynamic")
-    with SharedPaths(DYNAMIC_PATHS) as shared:
+    with SharedPaths(DYNAMIC_PATHS, luigi_examples.marker) as shared:
         done = run_luigi(
             luigi_examples,
             directory / "cwd",
@@ -293,7 +293,7 @@ def test_dynamic_requirements(
     lines = dynamic_command_lines(luigi_dynamic.outputs)
     assert len(lines) == 2 + 7  # SEED's configuration names 7 Data tasks
     ids = luigi_task_ids(luigi_examples, tmp_path / "ids", "dynamic_requirements", lines)
-    with SharedPaths(DYNAMIC_PATHS) as shared:
+    with SharedPaths(DYNAMIC_PATHS, luigi_examples.marker) as shared:
         done = run_conveyor(
             luigi_examples,
             tmp_path / "cwd",
@@ -315,7 +315,7 @@ def test_dynamic_requirements(
 def luigi_foo(luigi_examples: LuigiExamples, tmp_path_factory: pytest.TempPathFactory) -> LuigiRun:
     """Luigi's run of the ``examples.Foo`` WrapperTask (two workers, as its docstring says)."""
     directory = tmp_path_factory.mktemp("luigi-foo")
-    with SharedPaths([FOO_PATH]) as shared:
+    with SharedPaths([FOO_PATH], luigi_examples.marker) as shared:
         done = run_luigi(luigi_examples, directory / "cwd", "foo", ["examples.Foo"], workers=2)
         shared.collect(directory / "out")
     assert_luigi_succeeded(done)
@@ -335,7 +335,7 @@ def test_foo_wrapper_task(
     """A namespaced WrapperTask (``examples.Foo``) and its ten Bars: the same files, the
     wrapper's own run() called, Luigi's ids and families in conveyor's log and summary."""
     ids = luigi_task_ids(luigi_examples, tmp_path / "ids", "foo", [["examples.Foo"]])
-    with SharedPaths([FOO_PATH]) as shared:
+    with SharedPaths([FOO_PATH], luigi_examples.marker) as shared:
         done = run_conveyor(
             luigi_examples, tmp_path / "cwd", "foo", ["examples.Foo"], executor, workers
         )

@@ -29,9 +29,9 @@ from conveyor.testing import RecordingPlugin
 from conveyor.testing.processes import SchedulerProcess, child_env, wait_for
 
 import luigi_tasks_for_tests as lt
-from conftest import MARKER_VARIABLE
 from conveyor_luigi import LuigiLoader
 from conveyor_luigi.adapter import LuigiTask, adapted
+from luigi_marker_for_tests import MARKER_VARIABLE
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -345,7 +345,7 @@ def test_requires_that_raises_is_a_broken_task(workdir: Path, events: Path) -> N
 def test_a_luigi_worker_timeout_kills_the_attempt(
     executor: str, workdir: Path, events: Path
 ) -> None:
-    """``worker_timeout = 1``: the attempt is killed and reported timed out, and Luigi's
+    """``worker_timeout = 10``: the attempt is killed and reported timed out, and Luigi's
     TIMEOUT event fires with Luigi's message."""
     task = lt.Sleepy(root=str(workdir))
     recorder = RecordingPlugin()
@@ -354,14 +354,27 @@ def test_a_luigi_worker_timeout_kills_the_attempt(
         worker.add(task)  # type: ignore[arg-type]
         assert worker.run() is False
     [timed_out] = recorder.events("task_timed_out", task.task_id)
-    assert timed_out.timeout == 1.0
+    assert timed_out.timeout == 10.0
     lines = event_lines(events)
-    assert f"TIMEOUT {task.task_id} Task {task.task_id} timed out after 1 seconds" in "\n".join(
+    assert f"TIMEOUT {task.task_id} Task {task.task_id} timed out after 10 seconds" in "\n".join(
         lines
     )
     assert f"START {task.task_id}" in lines and not (workdir / "sleepy.txt").exists()
     result = conveyor.build(task, executor=executor)
     assert result.exit_code == 1 and result.states[task.task_id] == "FAILED"
+
+
+@pytest.mark.parametrize("executor", ["fork", "subprocess"])
+def test_a_process_killed_by_a_signal_is_luigis_process_failure(
+    executor: str, workdir: Path, events: Path
+) -> None:
+    """An attempt's process killed by SIGKILL: PROCESS_FAILURE says "exit code -9", as
+    Luigi's worker does (multiprocessing's exitcode)."""
+    task = lt.Killed(root=str(workdir))
+    result = conveyor.build(task, executor=executor)
+    assert result.states[task.task_id] == "FAILED"
+    expected = f"PROCESS_FAILURE {task.task_id} Task {task.task_id} died unexpectedly with "
+    assert expected + f"exit code -{int(signal.SIGKILL)}" in event_lines(events)
 
 
 # --- explanations and reporting ---------------------------------------------------------------
@@ -458,6 +471,56 @@ def test_an_assistant_runs_luigi_tasks_another_worker_registered(
     assert proc.returncode == SIGTERM_EXIT and "ran successfully" in out, out + err
 
 
+def test_an_assistant_refuses_a_task_parameter_naming_a_module_outside_task_modules(
+    workdir: Path, server: SchedulerProcess, luigi_environment: str
+) -> None:
+    """A registered Luigi task whose ``TaskParameter`` names a class of a module that the
+    assistant's ``[worker] task_modules`` does not list: the task fails with that reason, and
+    the assistant never imports the module."""
+    import luigi_outside_for_tests as outside
+
+    top = lt.Wrapping(root=str(workdir), inner=outside.Outside)
+    marker = workdir / "imported-by.txt"
+    config = conveyor.load_config().with_overrides(scheduler_url=server.url)
+    registrar = conveyor.Worker(config=config, worker_id="registrar")
+    try:
+        assert registrar.add(top)  # type: ignore[arg-type]
+        toml = workdir / "assistant.toml"
+        toml.write_text('[worker]\nassistant = true\ntask_modules = ["luigi_tasks_for_tests"]\n')
+        env = child_env(
+            workdir, MARKER_VARIABLE, luigi_environment,
+            CONVEYOR_WORKER__WAIT_INTERVAL="0.1", CONVEYOR_WORKER__WAIT_JITTER="0",
+            **{outside.MARKER_VARIABLE: str(marker)},
+        )  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "conveyor", "worker", "--scheduler-url", server.url,
+             "--config", str(toml), "--log-level", "warning"],
+            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+
+            def ended() -> dict[str, Any] | None:
+                reply = server.request("GET", "/api/v1/tasks")
+                for task in reply.json()["tasks"]:
+                    if task["task_id"] == top.task_id and task["status"] in ("FAILED", "DONE"):
+                        return dict(task)
+                return None
+
+            wait_for(lambda: ended() is not None, 60, "the assistant to end the task")
+            proc.send_signal(signal.SIGTERM)
+            _out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    finally:
+        registrar.close()
+    said = json.dumps(ended())
+    assert '"status": "FAILED"' in said, said
+    assert "luigi_outside_for_tests" in said and "not in [worker] task_modules" in said, said
+    assert "refused without importing it" in said, said
+    assert not marker.exists(), marker.read_text(encoding="utf-8")
+    assert not (workdir / "wrapping.txt").exists() and "Traceback" not in err, err
+
+
 # --- the dask executor ------------------------------------------------------------------------
 
 
@@ -514,14 +577,39 @@ def test_the_command_line_reaches_attempts_of_tasks_of_another_module(workdir: P
     assert "not in force" not in proc.stderr, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize(
-    "value", ['{"module": "no_such_module_here", "words": ["Summary"]}', '["Summary"]', "{"]
-)
+@pytest.mark.parametrize("executor", ["fork", "subprocess"])
+def test_the_command_line_is_in_force_below_a_conveyor_task(executor: str, workdir: Path) -> None:
+    """Luigi -> conveyor -> Luigi: the conveyor task's attempt (rebuilt by conveyor's loader)
+    makes Counted in its requires() under ``--Counted-n`` too."""
+    proc = conveyor_run(
+        workdir, f"{CMDLINE_MODULE}.MixedRoot", "--root", str(workdir), "--Counted-n", "5",
+        "--executor", executor, "--workers", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (workdir / "counted-5.txt").read_text(encoding="utf-8") == "1\n2\n3\n4\n5\n"
+    assert (workdir / "mixed-root.txt").read_text(encoding="utf-8") == "sum=15\n"
+
+
+@pytest.mark.parametrize("executor", ["inline", "subprocess"])
+def test_the_command_line_does_not_reach_processes_a_task_starts(
+    executor: str, workdir: Path
+) -> None:
+    """A process that a task's run() starts inherits the variable, but is no attempt of the
+    run: the loader there ignores ``--Numbers-count``."""
+    proc = conveyor_run(
+        workdir, f"{CMDLINE_MODULE}.Nested", "--root", str(workdir), "--Numbers-count", "7",
+        "--executor", executor, "--workers", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (workdir / "nested.txt").read_text(encoding="utf-8") == "3\n"
+
+
+@pytest.mark.parametrize("value", ['["Summary"]', "{", '{"module": "m", "words": ["Summary"]}'])
 def test_an_unusable_command_line_variable_is_a_warning_not_a_failed_load(
     value: str, workdir: Path
 ) -> None:
-    """A variable naming a module that does not import, or in another form: the loader warns
-    and rebuilds the task from its explicit parameters all the same."""
+    """A variable in another form: the loader warns and rebuilds the task from its explicit
+    parameters all the same."""
     code = (
         "import sys; from conveyor_luigi import LuigiLoader; "
         "task = LuigiLoader().load('luigi_tasks_for_tests', 'Numbers', "
@@ -535,6 +623,21 @@ def test_an_unusable_command_line_variable_is_a_warning_not_a_failed_load(
     )  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "5", proc.stderr
     assert "not in force in this process" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_root_module_the_attempt_cannot_import_is_a_warning(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An attempt process of this run (a runner child of this process) whose variable names a
+    module that does not import: a warning there, and the task runs from its parameters."""
+    given = {"module": "no_such_module_here", "words": ["Numbers"], "pid": os.getpid()}
+    monkeypatch.setenv("CONVEYOR_LUIGI_COMMAND_LINE", json.dumps(given))
+    task = lt.Numbers(root=str(workdir), date=DAY, count=2)
+    result = conveyor.build(task, executor="subprocess")
+    assert result.ok, result.summary
+    assert (workdir / "numbers-20240101.txt").read_text(encoding="utf-8") == "1\n2\n"
+    err = capfd.readouterr().err
+    assert "not in force in this process" in err and "no_such_module_here" in err, err
 
 
 @pytest.mark.parametrize("executor", ["inline", "subprocess"])
@@ -706,6 +809,33 @@ print(task.luigi_task.root, task.luigi_task.count, CmdlineParser.get_instance().
     assert proc.stdout.splitlines() == [
         "refused: Numbers: unrecognized arguments: --bogus", "c 4 c",
     ]  # fmt: skip
+
+
+def test_a_refused_command_line_is_not_left_in_force(workdir: Path) -> None:
+    """A command line that parses but whose value does not (``--date soon``): refused, and the
+    command line in force before it (none, then a good one) stays in force."""
+    code = """
+from conveyor.errors import ParameterError
+from conveyor_luigi import LuigiLoader
+from luigi.cmdline_parser import CmdlineParser
+
+loader = LuigiLoader()
+bad = ["--root", "b", "--date", "soon"]
+for _ in range(2):
+    try:
+        loader.task_from_command_line("luigi_tasks_for_tests", "Numbers", bad)
+    except ParameterError:
+        found = CmdlineParser.get_instance()
+        print("refused;", "none" if found is None else found.known_args.root)
+    good = ["--root", "a", "--date", "2024-01-01"]
+    loader.task_from_command_line("luigi_tasks_for_tests", "Numbers", good)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["refused; none", "refused; a"]
 
 
 def test_a_disabled_task_stops_the_walk(workdir: Path) -> None:

@@ -91,19 +91,28 @@ class LuigiEvents:
 
     @conveyor.hookimpl
     def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
-        """``TIMEOUT(task, message)`` with Luigi's message."""
-        _fire(
-            event.task_id,
-            TIMEOUT,
-            f"Task {event.task_id} timed out after {event.timeout:g} seconds and was terminated.",
+        """``TIMEOUT(task, message)`` with Luigi's message, which names the task's own
+        ``worker_timeout`` as Luigi formats it (``{}``: ``10``, ``2.5``), else the worker's
+        timeout that applied (a whole number of seconds without ``.0``, as Luigi's integer
+        ``[worker] timeout``)."""
+        adapter = KNOWN.get(event.task_id)
+        if adapter is None:
+            return
+        own = getattr(adapter.luigi_task, "worker_timeout", None)
+        if own:
+            seconds: object = own
+        elif float(event.timeout).is_integer():
+            seconds = int(event.timeout)
+        else:
+            seconds = event.timeout
+        adapter.fire(
+            TIMEOUT, f"Task {event.task_id} timed out after {seconds} seconds and was terminated."
         )
 
     @conveyor.hookimpl
     def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
-        """``PROCESS_FAILURE(task, message)`` with Luigi's message."""
-        if event.signal is not None:
-            how = f"signal {event.signal}"
-        else:
-            how = f"exit code {event.exitcode}"
-        message = f"Task {event.task_id} died unexpectedly with {how}"
+        """``PROCESS_FAILURE(task, message)`` with Luigi's message: a process killed by signal
+        N has exit code -N there (``multiprocessing``'s ``exitcode``)."""
+        code = -event.signal if event.signal is not None else event.exitcode
+        message = f"Task {event.task_id} died unexpectedly with exit code {code}"
         _fire(event.task_id, PROCESS_FAILURE, message)

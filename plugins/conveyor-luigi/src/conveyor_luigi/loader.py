@@ -9,8 +9,13 @@ answers None at once while ``luigi`` is not imported (nothing can be a Luigi tas
 ``--Family-param`` forms, ``luigi.cfg`` defaults). Its instance stays in force for the rest of
 the process, as it does during a ``luigi`` run, so tasks made in ``requires()`` see the
 command line; the root task's module and the words are also left in the environment variable
-:data:`COMMAND_LINE_VARIABLE` so that attempt processes started from here (``subprocess``)
-import that module and put the same command line in force before they rebuild a task.
+:data:`COMMAND_LINE_VARIABLE`, with this process's pid, so that the attempt processes of this
+run (``python -m conveyor.executors.runner`` children of this process: the ``subprocess``
+executor) import that module and put the same command line in force there, the first time
+the loader is used in the process (rebuilding a Luigi task, or adapting one that a conveyor
+task's ``requires()`` made). Any other process ignores the variable, so a process that a task
+starts (a nested ``conveyor.build()``, say) never sees the run's flags. The ``fork`` executor's
+attempts inherit the command line in force.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from conveyor.errors import ParameterError, TaskLoadError
-from conveyor.loaders import task_loader
+from conveyor.loaders import may_import, task_loader
 from conveyor.secrets import REDACTED, hide_secret_params, is_secret_name, redact_text
 from conveyor.tasklike import DEFAULT_LOADER, TaskLike
 
@@ -40,11 +45,18 @@ __all__ = ["COMMAND_LINE_VARIABLE", "LuigiLoader"]
 
 COMMAND_LINE_VARIABLE = "CONVEYOR_LUIGI_COMMAND_LINE"
 """The command line given to Luigi's parser by ``conveyor run``: JSON ``{"module": the root
-task's module, "words": [its family, the words after TASK that are not conveyor run's]}``."""
+task's module, "words": [its family, the words after TASK that are not conveyor run's], "pid":
+the pid of the ``conveyor run`` process}``."""
+
+RUNNER_MODULE = "conveyor.executors.runner"
+"""The ``__main__`` module of an attempt process of the ``subprocess`` executor."""
 
 log = logging.getLogger("conveyor_luigi")
 
 _FROM_ENVIRONMENT: list[bool] = []  # not empty once this process looked at the variable
+# The Luigi tasks that existed when the variable's command line was put in force here: made
+# without it (a conveyor task's requires() ran first), they are made again when adapted.
+_MADE_BEFORE: dict[int, luigi.Task] = {}
 
 
 class LuigiLoader:
@@ -86,6 +98,10 @@ class LuigiLoader:
             return None
         from .adapter import adapted
 
+        if not _FROM_ENVIRONMENT:
+            _command_line_from_environment()
+        if _MADE_BEFORE.get(id(value)) is value:
+            value = _made_again(value)
         return adapted(value)
 
     def task_from_command_line(self, module: str, family: str, args: list[str]) -> TaskLike | None:
@@ -111,7 +127,23 @@ class LuigiLoader:
             )
         words = [cls.get_task_family(), *args]
         parser = _parsed(words, cls, family)
-        _put_in_force(parser)
+        before = _put_in_force(parser)  # (the task's --Family-param flags and luigi.cfg apply)
+        try:
+            task = self._built(cls, family, parser)
+        except BaseException:
+            _put_in_force(before)  # a refused command line is not left in force
+            raise
+        os.environ[COMMAND_LINE_VARIABLE] = json.dumps(
+            {"module": module, "words": words, "pid": os.getpid()}
+        )
+        from .adapter import adapted
+
+        return adapted(task)
+
+    @staticmethod
+    def _built(cls: type[luigi.Task], family: str, parser: Any) -> luigi.Task:
+        """The task of ``cls`` from the values ``parser`` holds (ParameterError if a value
+        does not parse or the constructor refuses them)."""
         known = parser.known_args
         kwargs: dict[str, Any] = {}
         for name, param in cls.get_params():
@@ -139,10 +171,7 @@ class LuigiLoader:
         except Exception as exc:  # a missing parameter, a bad default from luigi.cfg, ...
             said = _without_secrets(f"{type(exc).__name__}: {exc}", cls, kwargs)
             raise ParameterError(f"{family}: {said}", task=family) from None
-        os.environ[COMMAND_LINE_VARIABLE] = json.dumps({"module": module, "words": words})
-        from .adapter import adapted
-
-        return adapted(task)
+        return task
 
 
 def _imported(module: str) -> Any:
@@ -168,6 +197,12 @@ def _rebuilt(cls: type[luigi.Task], params: Mapping[str, str]) -> luigi.Task:
         text = params[name]
         if isinstance(param, luigi.TaskParameter) and ":" in text:
             module, text = text.split(":", 1)
+            if module not in sys.modules and not may_import(module):
+                raise TaskLoadError(
+                    f"luigi loader: {cls.get_task_family()}'s parameter {name} names a task of "
+                    f"module {module!r}, which is not in [worker] task_modules; refused without "
+                    "importing it"
+                )
             _imported(module)
         if text == "None":
             try:
@@ -284,12 +319,14 @@ def _parser_of(cls: type[luigi.Task], words: list[str]) -> Any:
     return made
 
 
-def _put_in_force(parser: Any) -> None:
+def _put_in_force(parser: Any) -> Any:
     """Make ``parser`` Luigi's global command line for the rest of the process (as a ``luigi``
-    run does), replacing any earlier one."""
+    run does), replacing any earlier one, which is returned."""
     from luigi.cmdline_parser import CmdlineParser
 
+    before = CmdlineParser._instance
     CmdlineParser._instance = parser
+    return before
 
 
 def _hide_flag_values(text: str) -> str:
@@ -321,30 +358,102 @@ def _without_secrets(text: str, cls: type[luigi.Task], kwargs: Mapping[str, Any]
 
 
 def _command_line_from_environment() -> None:
-    """Put the command line of ``conveyor run`` in force in this process (an attempt's
-    process), once, if it was given one and none is in force: import the root task's module,
-    then parse the words. Any failure is a warning, never a failed load: the task is rebuilt
-    from its explicit parameters all the same."""
+    """Put the command line of ``conveyor run`` in force in this process, once, if this is an
+    attempt process of that run (see :func:`_for_this_process`) and none is in force: import
+    the root task's module, then parse the words. The Luigi tasks that exist already (a
+    conveyor task's ``requires()`` made them) were made without the command line: they are
+    remembered, to be made again when adapted (:func:`_made_again`). Any failure
+    is a warning, never a failed load: the task is rebuilt from its explicit parameters all
+    the same."""
     from luigi.cmdline_parser import CmdlineParser
 
-    if _FROM_ENVIRONMENT or CmdlineParser.get_instance() is not None:
+    if _FROM_ENVIRONMENT:
         return
     _FROM_ENVIRONMENT.append(True)
     text = os.environ.get(COMMAND_LINE_VARIABLE)
-    if not text:
+    if not text or CmdlineParser.get_instance() is not None:
         return
     try:
         given = json.loads(text)
         module = str(given["module"])
         words = [str(w) for w in given["words"]]
+        pid = int(given["pid"])
+    except Exception as exc:
+        _warn(exc)
+        return
+    if not _for_this_process(pid):
+        return
+    try:
+        if module not in sys.modules and not may_import(module):
+            raise TaskLoadError(f"{module!r} is not in [worker] task_modules")
         cls = _luigi_class(importlib.import_module(module), words[0])
         if cls is None:
             raise LookupError(f"{module} has no Luigi task {words[0]!r}")
-        _put_in_force(_parsed(words, cls, words[0]))
+        parser = _parsed(words, cls, words[0])
     except (Exception, SystemExit) as exc:
-        log.warning(
-            "conveyor-luigi: the command line of conveyor run is not in force in this process "
-            "(tasks take their parameters without it): %s: %s",
-            type(exc).__name__,
-            exc,
-        )
+        _warn(exc)
+        return
+    _MADE_BEFORE.update((id(task), task) for task in _made_so_far())
+    _put_in_force(parser)
+
+
+def _warn(exc: BaseException) -> None:
+    log.warning(
+        "conveyor-luigi: the command line of conveyor run is not in force in this process "
+        "(tasks take their parameters without it): %s: %s",
+        type(exc).__name__,
+        exc,
+    )
+
+
+def _for_this_process(pid: int) -> bool:
+    """Whether the command line of the ``conveyor run`` process ``pid`` applies here: in its
+    attempt processes (the ``subprocess`` executor's runner, a child of that process), not in
+    any other process that inherited the variable (started by a task, or by a nested run)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return os.getppid() == pid and getattr(spec, "name", None) == RUNNER_MODULE
+
+
+def _made_so_far() -> list[luigi.Task]:
+    """The Luigi tasks made in this process so far (those Luigi's instance cache holds)."""
+    from luigi.task_register import Register
+
+    cache = getattr(Register, "_Register__instance_cache", None) or {}
+    return [task for task in list(cache.values()) if task is not None]
+
+
+def _made_again(task: luigi.Task) -> luigi.Task:
+    """``task``, made before the command line was put in force here, made again under it: each
+    parameter whose value is what it would be without the command line (a default, or from
+    ``luigi.cfg``) is left to Luigi, so that a ``--Family-param`` flag applies to it. (An
+    explicit value equal to that default is taken for a default as well.)"""
+    from luigi.cmdline_parser import CmdlineParser
+
+    cls = type(task)
+    family = cls.get_task_family()
+    parser = CmdlineParser.get_instance()
+    kwargs = dict(task.param_kwargs)
+    changed = False
+    for name, param in cls.get_params():
+        flag = getattr(parser.known_args, param._parser_global_dest(name, family), None)
+        if flag is None or name not in kwargs:
+            continue
+        CmdlineParser._instance = None
+        try:  # the value without the command line: a default or luigi.cfg's
+            plain = param.task_value(family, name) if param.has_task_value(family, name) else None
+        except Exception:
+            continue
+        finally:
+            CmdlineParser._instance = parser
+        if plain is not None and plain == kwargs[name]:
+            del kwargs[name]
+            changed = True
+    _MADE_BEFORE.pop(id(task), None)
+    if not changed:
+        return task
+    try:
+        return cls(**kwargs)
+    except Exception as exc:
+        log.warning("conveyor-luigi: %s kept its parameters: %s: %s", task, type(exc).__name__, exc)
+        return task
