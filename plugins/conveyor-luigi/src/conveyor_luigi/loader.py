@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from conveyor.errors import ParameterError, TaskLoadError
 from conveyor.loaders import may_import, task_loader
 from conveyor.secrets import REDACTED, hide_secret_params, is_secret_name, redact_text
+from conveyor.task_registry import registered_task_classes
 from conveyor.tasklike import DEFAULT_LOADER, TaskLike
 
 if TYPE_CHECKING:
@@ -121,8 +122,10 @@ class LuigiLoader:
             families = _luigi_families(mod)
             if not families:
                 return None
+            ours = sorted(fam for mod, fam in registered_task_classes() if mod == module)
+            also = f"; its conveyor tasks: {', '.join(ours)}" if ours else ""
             raise ParameterError(
-                f"{module} has no Luigi task {family!r}; its Luigi tasks: {', '.join(families)}",
+                f"{module} has no task {family!r}; its Luigi tasks: {', '.join(families)}{also}",
                 task=family,
             )
         words = [cls.get_task_family(), *args]
