@@ -291,9 +291,8 @@ def _run_foreign(
     ``module``/``family`` builds the task from the words after TASK that are not run's own
     options; with none, the error of conveyor's own loader stands."""
     own, rest = _split_run_options(after)
-    if "-h" in rest or "--help" in rest:  # run's options, then the loader's own help
-        _run_parser(None).print_help()
-        print(f"\nparameters of {family} ({module}), as its framework reads them:", flush=True)
+    wants_help = "-h" in rest or "--help" in rest
+    if wants_help:  # the loader's own help (its parser exits), then run's options
         rest = ["--help"]
     late = vars(_run_parser(None).parse_args(own))
     options = {**early, **{k: v for k, v in late.items() if v is not None}}
@@ -304,8 +303,14 @@ def _run_foreign(
                 task = loader.task_from_command_line(module, family, rest)
             except ParameterError as exc:
                 raise UsageError(f"conveyor run: {exc}") from None
-            except SystemExit as exc:  # a framework's parser that printed its --help
-                return exc.code if isinstance(exc.code, int) else 0
+            except SystemExit as exc:  # a framework's parser that printed its --help, or gave up
+                if wants_help:
+                    print(f"\nconveyor run's own options, for {module}.{family} too:")
+                    _run_parser(None).print_help()
+                if exc.code is None or isinstance(exc.code, int):
+                    return exc.code or 0
+                print(exc.code, file=sys.stderr)  # (as Python itself does with sys.exit(text))
+                return 1
             if task is not None:
                 break
     if task is None:

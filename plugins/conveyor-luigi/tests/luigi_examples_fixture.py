@@ -316,7 +316,11 @@ class SharedPaths:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> SharedPaths:
-        self._lock.mkdir(exist_ok=True)  # another user's is fine: it is only opened to read
+        try:
+            self._lock.mkdir()
+            os.chmod(self._lock, 0o1777)  # (whatever the umask: other users lock it too)
+        except FileExistsError:
+            pass  # another session's, or another user's: it is only opened to read
         fd = os.open(self._lock, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         self._stack.callback(os.close, fd)
         fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor is closed

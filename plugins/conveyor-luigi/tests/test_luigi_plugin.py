@@ -762,6 +762,15 @@ def test_conveyor_run_picks_the_class_of_the_named_module(workdir: Path) -> None
     assert (workdir / "own-total.txt").read_text(encoding="utf-8") == "x\n"
 
 
+def test_help_of_an_ambiguous_family_prints_help_and_runs_nothing(workdir: Path) -> None:
+    """``--help`` for the ``Total`` two modules define: Luigi's flags of that class, then
+    conveyor run's options, exit 0, and the task is not run."""
+    proc = conveyor_run(workdir, f"{CMDLINE_MODULE}.Total", "--root", str(workdir), "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--word" in proc.stdout and "conveyor run's own options" in proc.stdout
+    assert not (workdir / "own-total.txt").exists()
+
+
 @pytest.mark.parametrize(
     ("task", "words", "said"),
     [

@@ -319,6 +319,9 @@ def _parser_of(cls: type[luigi.Task], words: list[str]) -> Any:
         parser.add_argument(local, **param._parser_kwargs(name))
     made = CmdlineParser.__new__(CmdlineParser)
     made.known_args = parser.parse_args(args=words)
+    if made.known_args.core_help or made.known_args.core_help_all:  # as Luigi's parser does
+        parser.print_help()
+        sys.exit()
     return made
 
 
