@@ -290,6 +290,8 @@ def _run_foreign(
     that parses command lines (:class:`~conveyor.tasklike.ParsesCommandLines`) and claims
     ``module``/``family`` builds the task from the words after TASK that are not run's own
     options; with none, the error of conveyor's own loader stands."""
+    if module not in sys.modules:  # (it could not be imported: no loader can do better)
+        raise not_ours
     own, rest = _split_run_options(after)
     wants_help = "-h" in rest or "--help" in rest
     if wants_help:  # the loader's own help (its parser exits), then run's options
@@ -303,6 +305,13 @@ def _run_foreign(
                 task = loader.task_from_command_line(module, family, rest)
             except ParameterError as exc:
                 raise UsageError(f"conveyor run: {exc}") from None
+            except ConveyorError:
+                raise
+            except Exception as exc:  # a third party's loader failing: its error, no traceback
+                raise PluginError(
+                    f"conveyor run: the task loader {type(loader).__name__} failed on "
+                    f"{module}.{family}: {type(exc).__name__}: {exc}"
+                ) from None
             except SystemExit as exc:  # a framework's parser that printed its --help, or gave up
                 if wants_help:
                     print(f"\nconveyor run's own options, for {module}.{family} too:")
