@@ -184,6 +184,10 @@ def test_conveyor_run_hands_a_foreign_family_to_its_loader(
     bad = run_cli("run", f"{name}.Make", "--root", str(tmp_path), "loose", cwd=tmp_path)
     assert bad.returncode == 2
     assert "expected --key value pairs" in bad.stderr and "Traceback" not in bad.stderr
+    broken = run_cli("run", f"{name}.Make", "--explode", "x", cwd=tmp_path)
+    assert broken.returncode == 2, broken.stderr
+    assert "task loader ForeignLoader failed on" in broken.stderr
+    assert "KeyError" in broken.stderr and "Traceback" not in broken.stderr
     missing = run_cli("run", f"{name}.Nothing", cwd=tmp_path)
     assert missing.returncode == 2, missing.stderr
     assert "has no task family 'Nothing'" in missing.stderr and "Traceback" not in missing.stderr

@@ -981,9 +981,14 @@ def reporting(task: object, report: Reporter) -> AbstractContextManager[None]:
     without a reporter."""
     if isinstance(task, Task):
         return _Reporting(task, report)
-    if isinstance(task, ReportsNotes):
-        return _ForeignReporting(task, report)
-    return nullcontext()
+    cls = type(task)
+    reports = _REPORTS_NOTES.get(cls)
+    if reports is None:  # (a runtime protocol check, made once per class)
+        reports = _REPORTS_NOTES[cls] = isinstance(task, ReportsNotes)
+    return _ForeignReporting(task, report) if reports else nullcontext()  # type: ignore[arg-type]
+
+
+_REPORTS_NOTES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
 class _ForeignReporting:
@@ -1097,15 +1102,27 @@ def as_task(value: object) -> TaskLike | None:
         return None  # (nothing, a class, or a nesting of tasks: never one task)
     if cls in _NOT_ADAPTED:
         return None
-    from .backends import other_task_loaders  # (stevedore: only for an object not a task)
-
-    for loader in other_task_loaders():
-        if isinstance(loader, AdaptsTasks):
-            adapted = loader.adapt(value)
-            if adapted is not None:
-                return adapted
+    for loader in _adapters():
+        adapted = loader.adapt(value)
+        if adapted is not None:
+            return adapted
     _NOT_ADAPTED.add(cls)
     return None
+
+
+_ADAPTERS: list[AdaptsTasks] = []
+_ADAPTERS_FOUND: list[bool] = []
+
+
+def _adapters() -> list[AdaptsTasks]:
+    """The installed task loaders that adapt objects, found once per process (a runtime
+    protocol check costs microseconds: not once per object)."""
+    if not _ADAPTERS_FOUND:
+        from .backends import other_task_loaders  # (stevedore: only for an object not a task)
+
+        _ADAPTERS[:] = [ld for ld in other_task_loaders() if isinstance(ld, AdaptsTasks)]
+        _ADAPTERS_FOUND.append(True)
+    return _ADAPTERS
 
 
 def requirements(task: TaskLike) -> list[TaskLike]:
