@@ -616,6 +616,29 @@ def test_disable_worker_is_refused_not_half_done(env: Env) -> None:
     assert work.json()["response"]["worker_state"] == "active"
 
 
+def test_count_pending_counts_the_tasks_a_worker_registered_last(env: Env) -> None:
+    """n_pending_last_scheduled as luigid counts it: pending tasks whose latest registration
+    was this worker's (registering again keeps the order)."""
+    server = env.server()
+
+    def call(method: str, **args: Any) -> Any:
+        reply = luigi_post(server, method, b"data=" + json.dumps(args).encode())
+        assert reply.status == 200, reply
+        return reply.json()["response"]
+
+    def task(task_id: str) -> dict[str, Any]:
+        return {"task_id": task_id, "family": "C", "status": "PENDING", "runnable": True}
+
+    call("add_task", worker="wa", **task("C_1"))
+    call("add_task", worker="wa", **task("C_2"))
+    call("add_task", worker="wb", **task("C_2"))
+    call("add_task", worker="wa", **task("C_2"))  # (again: wb stays the latest)
+    mine = call("count_pending", worker="wa")
+    assert (mine["n_pending_tasks"], mine["n_unique_pending"]) == (2, 1)
+    assert mine["n_pending_last_scheduled"] == 1
+    assert call("count_pending", worker="wb")["n_pending_last_scheduled"] == 1
+
+
 def test_the_token_is_taken_utf8_or_latin1_encoded(env: Env) -> None:
     """A token with a non-ASCII character: a real Luigi worker given it percent-encoded
     (its requests fetcher sends it Latin-1 encoded) runs its task; raw Basic auth with the

@@ -374,6 +374,10 @@ def test_work_left_counts_pending_unique_and_running_elsewhere(core: SchedulerCo
     core.add_tasks("v", specs("s"))
     left = core.work_left("w")
     assert (left.pending, left.unique_pending, left.running_elsewhere) == (3, 2, 1)
+    assert left.last_scheduled == 2  # (v registered s after w did: s is v's last)
+    assert core.work_left("v").last_scheduled == 1
+    core.add_tasks("w", specs("s"))  # (registering again keeps the order, as in luigid)
+    assert core.work_left("w").last_scheduled == 2
     assert core.get_work("w").task_id == "p1"
     left = core.work_left("w")
     assert (left.pending, left.unique_pending, left.running_elsewhere) == (2, 1, 1)

@@ -289,11 +289,15 @@ class Work:
 
 @dataclass(frozen=True, slots=True)
 class WorkLeft:
-    """What remains for a worker when no task is ready for it."""
+    """What remains for a worker when no task is ready for it.
+
+    ``last_scheduled`` counts the pending tasks this worker was the latest to register (Luigi's
+    ``n_pending_last_scheduled``, read by its ``[worker] count_last_scheduled``)."""
 
     pending: int
     unique_pending: int
     running_elsewhere: int
+    last_scheduled: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1117,7 +1117,7 @@ class SchedulerCore:
         """
         with self._lock:
             self._wake(self.clock())
-            pending = unique = elsewhere = 0
+            pending = unique = elsewhere = last = 0
             memo: dict[str, bool] = {}
             for task_id in self._by_worker.get(worker_id, ()):
                 rec = self._tasks[task_id]
@@ -1126,7 +1126,8 @@ class SchedulerCore:
                 elif rec.status in (PENDING, FAILED) and self._can_progress(rec, memo):
                     pending += 1
                     unique += rec.stakeholders == (worker_id,)
-            return WorkLeft(pending, unique, elsewhere)
+                    last += rec.stakeholders[-1] == worker_id  # (in registration order)
+            return WorkLeft(pending, unique, elsewhere, last)
 
     def _can_progress(self, start: TaskRecord, memo: dict[str, bool]) -> bool:
         """True if ``start`` may still run (iterative post-order search, memoised)."""

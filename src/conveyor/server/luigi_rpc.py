@@ -561,9 +561,7 @@ class LuigiRpc:
         return {
             "n_pending_tasks": left.pending,
             "n_unique_pending": left.unique_pending,
-            # (luigid counts the pending tasks this worker registered last; conveyor keeps no
-            # such order, and gives the tasks only this worker registered: never more)
-            "n_pending_last_scheduled": left.unique_pending,
+            "n_pending_last_scheduled": left.last_scheduled,
             "running_tasks": [],
             "worker_state": "active",
         }
