@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +76,21 @@ def task_module(
         return f"{name}.tasks"
 
     return write
+
+
+@pytest.fixture
+def process_module(
+    task_module: WriteModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], Any]:
+    """Write ``source`` as a module and import it: importable here and, through PYTHONPATH, in
+    every process a test starts (an attempt's); the test runs in tmp_path (no worker.toml of
+    the checkout is discovered)."""
+    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    monkeypatch.chdir(tmp_path)
+
+    def make(source: str) -> Any:
+        name = task_module(source)
+        return importlib.import_module(name)
+
+    return make

@@ -11,8 +11,6 @@ with it to the scheduler, its stored row and an assistant.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,14 +103,9 @@ class NeedsJunk(conveyor.Task):
 
 
 @pytest.fixture
-def mod(task_module: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def mod(process_module: Callable[[str], Any]) -> Any:
     """The task module, importable here and (through PYTHONPATH) in an attempt's process."""
-    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
-    monkeypatch.chdir(tmp_path)  # (no worker.toml of the checkout is discovered)
-    name = task_module(TASKS)
-    __import__(name)
-    return sys.modules[name]
+    return process_module(TASKS)
 
 
 def test_a_recipe_is_not_a_task_but_the_foreign_loader_adapts_it(mod: Any, tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ none.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,14 +51,9 @@ class Quiet(Counted):
 
 
 @pytest.fixture
-def mod(task_module: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def mod(process_module: Callable[[str], Any]) -> Any:
     """The task module, importable here and (through PYTHONPATH) in an attempt's process."""
-    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
-    monkeypatch.chdir(tmp_path)
-    name = task_module(TASKS)
-    __import__(name)
-    return sys.modules[name]
+    return process_module(TASKS)
 
 
 @pytest.mark.parametrize("executor", ["inline", "subprocess", "fork"])

@@ -11,7 +11,6 @@ whose attempt's process rebuilds them through that loader.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -145,14 +144,9 @@ class Mixed(conveyor.Task):
 
 
 @pytest.fixture
-def mod(task_module: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def mod(process_module: Callable[[str], Any]) -> Any:
     """The task module, importable here and (through PYTHONPATH) in an attempt's process."""
-    paths = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
-    monkeypatch.chdir(tmp_path)  # (no worker.toml of the checkout is discovered)
-    name = task_module(TASKS)
-    __import__(name)
-    return sys.modules[name]
+    return process_module(TASKS)
 
 
 def _text_and_pid(path: str) -> tuple[str, int]:

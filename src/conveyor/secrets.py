@@ -24,6 +24,7 @@ __all__ = [
     "redact",
     "redact_argv",
     "redact_text",
+    "redact_words",
 ]
 
 REDACTED = "***"
@@ -71,6 +72,12 @@ def redact(key: str, value: Any) -> Any:
 def redact_argv(argv: Sequence[str]) -> str:
     """A command line as one shell-quoted string, with the values of secret-named options
     (``--password X``, ``--api-key=X``) and credentials in URLs hidden."""
+    return redact_text(shlex.join(redact_words(argv)))
+
+
+def redact_words(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of secret-named options (``--password X``, ``--api-key=X``)
+    replaced by :data:`REDACTED`, word for word."""
     shown: list[str] = []
     hide_next = False
     for arg in argv:
@@ -85,7 +92,7 @@ def redact_argv(argv: Sequence[str]) -> str:
             else:
                 hide_next = True
         shown.append(arg)
-    return redact_text(shlex.join(shown))
+    return shown
 
 
 def hide_url_path(url: str) -> str:

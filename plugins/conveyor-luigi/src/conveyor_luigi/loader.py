@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.errors import ParameterError, TaskLoadError
 from conveyor.loaders import may_import, task_loader
-from conveyor.secrets import REDACTED, hide_secret_params, is_secret_name, redact_text
+from conveyor.secrets import (
+    REDACTED,
+    hide_secret_params,
+    is_secret_name,
+    redact_text,
+    redact_words,
+)
 from conveyor.task_registry import registered_task_classes
 from conveyor.tasklike import DEFAULT_LOADER, TaskLike
 
@@ -338,23 +344,7 @@ def _put_in_force(parser: Any) -> Any:
 def _hide_flag_values(text: str) -> str:
     """``text`` (argparse's complaint quoting words) with the values of secret-named flags
     (``--api-token X``, ``--api-token=X``) hidden."""
-    return redact_text(" ".join(_hidden(text.split(" "))))
-
-
-def _hidden(words: list[str]) -> list[str]:
-    """``words`` with the word after a secret-named flag (``--api-token X``) replaced."""
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag = word.split("=", 1)[0]
-        if flag.startswith("--") and is_secret_name(flag[2:].replace("-", "_")) and "=" not in word:
-            hide_next = True
-        out.append(word)
-    return out
+    return redact_text(" ".join(redact_words(text.split(" "))))
 
 
 def _without_secrets(text: str, cls: type[luigi.Task], kwargs: Mapping[str, Any]) -> str:
