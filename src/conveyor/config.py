@@ -103,6 +103,10 @@ def _is_http_url(value: Any) -> bool:
 
 _NAME: dict[str, Any] = {"check": _non_empty, "expect": "a non-empty string"}
 _URL: dict[str, Any] = {"check": _is_http_url, "expect": "an http:// or https:// URL"}
+_URL_OR_EMPTY: dict[str, Any] = {
+    "check": lambda value: value == "" or _is_http_url(value),
+    "expect": "an http:// or https:// URL, or '' for http://host:port",
+}
 _NOTIFY_ON = tuple(str(k) for k in NotifyKind if k is not NotifyKind.AGGREGATE)
 _LEVELS = ("auto", "debug", "info", "warning", "error", "critical")
 _FORMATS = ("auto", "console", "json")
@@ -192,6 +196,12 @@ class ServerSettings:
     # each entry is checked (host[:port]) by conveyor.server.hosts when the server starts
     allowed_hosts: tuple[str, ...] = _setting((), "str_list", "more names it answers to")
     luigi_rpc: bool = _setting(False, "bool", "serve Luigi workers (luigid's RPC routes)")
+    leader_lease: float = _setting(
+        10.0, "seconds", "a shared store's leadership lease (renewed every third)", gt=0
+    )
+    public_url: str = _setting(
+        "", "str", "its URL for workers and the other servers", **_URL_OR_EMPTY
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,11 @@ raises is logged once with its traceback and answered ``{"error": ...}`` 500.
 
 The server's plugins (:mod:`.hooks`) are told what a call changed once it is committed, after
 the lock is released and before the call is answered; what was rolled back they never see.
+
+With a store several servers share (:class:`~.stores.CanLead`), one server leads and the
+others stand by (:mod:`.leadership`): a standby answers every worker-facing call and every
+state change 503 with ``Retry-After`` and ``{"leader": URL}``, serves the web UI read-only from
+the store, and says which server leads in ``/health``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import contextlib
 import functools
 import json
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -47,19 +53,46 @@ from .schema import openapi_document
 from .stores import (
     CanCompact,
     CanProbe,
+    Deposed,
     StateStore,
     TaskReads,
     Unstored,
 )
 from .webui import ui_routes
 
-__all__ = ["RETRY_AFTER", "SchedulerService", "Unstored", "create_app"]
+__all__ = [
+    "LEADER",
+    "RETRY_AFTER",
+    "STANDBY",
+    "NotLeader",
+    "SchedulerService",
+    "Unstored",
+    "create_app",
+]
 
 log = structlog.get_logger("conveyor.server")
 T = TypeVar("T")
 
 RETRY_AFTER = 2
 """Seconds a 503 for a state store that refuses writes asks the client to wait."""
+STANDBY_RETRY_AFTER = 1
+"""Seconds a standby's 503 asks the client to wait (one that has a leader hint follows it)."""
+LEADER = "leader"
+STANDBY = "standby"
+"""A server's roles (``/health``'s ``role``)."""
+
+
+class NotLeader(Exception):
+    """A call refused because this server does not lead: 503 with ``Retry-After`` and
+    ``{"leader": URL}`` (the leader's public URL, "" while none is known); nothing changed."""
+
+    def __init__(self, leader: str) -> None:
+        """``leader``: the URL of the server that leads, "" if none is known."""
+        where = f"the leader is {leader}" if leader else "no leader is known yet; ask again"
+        super().__init__(f"this scheduler is a standby and changes nothing: {where}")
+        self.leader = leader
+
+
 _READS = tuple(name for name, v in vars(TaskReads).items() if callable(v) and name[0] != "_")
 """The methods of :class:`~.stores.TaskReads`, which every state store must have."""
 
@@ -105,6 +138,18 @@ class SchedulerService:
         core.keep_history = True
         self.hooks = hooks or ServerHooks()
         self.hooks.attach(core)
+        self.public_url = ""
+        """This server's URL as workers and the other servers reach it."""
+        self.role = LEADER
+        """``LEADER``, or ``STANDBY`` while another server (or none yet) leads a shared store."""
+        self.leader = ""
+        """The leader's public URL ("" while none is known; this server's own when it leads)."""
+        self.lease_deadline: float | None = None
+        """When the lease this server leads by runs out unless renewed (``clock``'s time;
+        None: the store is not shared). Past it, the server stops acknowledging at once."""
+        self.clock: Callable[[], float] = time.monotonic
+        self.campaign: Any = None
+        """The :class:`~.leadership.Campaign` that keeps the lease of a shared store."""
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Apply ``fn(*args)`` and commit every change it made; :class:`Unstored` (nothing
@@ -123,6 +168,7 @@ class SchedulerService:
         (the stored state could not be reloaded)."""
         try:
             with self.lock:
+                self._check_leader()
                 if not self.failure:
                     with contextlib.suppress(Unstored):
                         return self._apply(fn, *args)
@@ -137,6 +183,7 @@ class SchedulerService:
 
     def _apply(self, fn: Callable[..., T], *args: Any) -> T:
         """:meth:`call` under the lock."""
+        self._check_leader()
         self._check_writable()
         try:
             result = fn(*args)
@@ -149,6 +196,40 @@ class SchedulerService:
         self._commit_or_roll_back()
         return result
 
+    def _check_leader(self) -> None:
+        """NotLeader unless this server leads, with a lease that has not run out."""
+        if self.role != LEADER:
+            raise NotLeader(self.leader)
+        if self.lease_deadline is not None and self.clock() >= self.lease_deadline:
+            self.step_down("", "its lease ran out before it could renew it")
+            raise NotLeader("")
+
+    def promote(self, records: Any, workers: Any, until: float) -> None:
+        """Lead from now on, with the state ``records`` and ``workers`` loaded from the store
+        after the lease was taken (as a restart: every known worker counts as just seen), the
+        lease running until ``until`` (``clock``'s time)."""
+        with self.lock:
+            self.core.reload(records, workers)
+            self.hooks.discard()
+            self.failure = ""
+            self._logged.clear()
+            self._reloaded = True
+            self.lease_deadline = until
+            self.leader = self.public_url
+            self.role = LEADER
+            self.core.frozen = False
+
+    def step_down(self, leader: str, why: str) -> None:
+        """Stand by from now on (``leader``: who leads instead, "" if not known): every call
+        is refused until :meth:`promote`; the state in memory is not used again."""
+        was = self.role
+        self.role = STANDBY
+        self.leader = leader
+        self.core.frozen = True
+        if was == LEADER:
+            with contextlib.suppress(OSError):
+                log.error("stepping down: not the leader any more", reason=why, leader=leader)
+
     def _check_writable(self) -> None:
         """While the store refuses writes, probe it; Unstored until a write succeeds."""
         if not self.failure:
@@ -156,6 +237,9 @@ class SchedulerService:
         try:
             if isinstance(self.store, CanProbe):
                 self.store.probe()
+        except Deposed:
+            self.step_down("", "another server took the lease")
+            raise NotLeader("") from None
         except Exception as exc:
             self._note_failure(exc)
             raise Unstored(self.failure) from None
@@ -173,6 +257,10 @@ class SchedulerService:
         refuse changes (Unstored) until a write succeeds."""
         try:
             self._commit()
+        except Deposed:  # another server leads now: nothing of this call was written
+            self.hooks.discard()
+            self.step_down("", "another server took the lease")
+            raise NotLeader("") from None
         except Exception as exc:
             self._note_failure(exc)
             self.core.frozen = True
@@ -225,6 +313,8 @@ class SchedulerService:
             return
         self._closed = True
         try:
+            if self.campaign is not None:
+                self.campaign.stop()  # (resigns the lease: a standby takes over at once)
             self.hooks.relay.unconfigure(flush_timeout)
         finally:
             self.store.close()
@@ -232,9 +322,9 @@ class SchedulerService:
     def tick(self) -> None:
         """Apply time-based changes (retries, disconnected workers) even when nobody calls,
         and give back space the store freed; while the store refuses writes, probe it."""
-        with contextlib.suppress(Unstored):
+        with contextlib.suppress(Unstored, NotLeader):
             self.call(self.core.statuses, ())
-        if isinstance(self.store, CanCompact) and not self.failure:
+        if isinstance(self.store, CanCompact) and not self.failure and self.role == LEADER:
             try:
                 self.store.compact()
             except Exception as exc:  # (space not given back yet; the next commit will tell)
@@ -354,6 +444,8 @@ def create_app(
                 "max_request_bytes": max_request_bytes,
                 "stale_reports": service.core.stale_reports,
                 "state_store_error": service.failure,
+                "role": service.role,
+                "leader": service.leader,
             }
         )
 
@@ -366,7 +458,8 @@ def create_app(
         # committed by the tick, and here for those due now, so the list reflects this moment
         # (while the store refuses writes the scheduler is frozen: nothing changes). The list
         # itself is read through TaskReads, not under the scheduler's lock.
-        service.query(service.core.statuses, ())
+        if service.role == LEADER:  # (a standby reads what the leader stored)
+            service.query(service.core.statuses, ())
         return TaskList(service.reads.task_infos())
 
     async def tasks(request: Request) -> JSONResponse:
@@ -376,6 +469,8 @@ def create_app(
     async def workers(request: Request) -> JSONResponse:
         # On the scheduler: when each worker was last seen changes on every ping and is not
         # stored (that would be a write per ping); see docs/decisions.md.
+        if service.role != LEADER:
+            raise NotLeader(service.leader)
         listed = await asyncio.to_thread(service.core.worker_list)  # (a reload holds its lock)
         return JSONResponse({"workers": listed})
 
@@ -390,6 +485,8 @@ def create_app(
                     log.exception("scheduler tick failed")
 
         task = asyncio.create_task(ticker())
+        if service.campaign is not None:
+            service.campaign.start()
         try:
             yield
         finally:
@@ -416,6 +513,14 @@ def create_app(
     async def unstored(request: Request, exc: Exception) -> JSONResponse:
         return _error(503, str(exc), headers={"Retry-After": str(RETRY_AFTER)})
 
+    async def not_leader(request: Request, exc: Exception) -> JSONResponse:
+        leader = exc.leader if isinstance(exc, NotLeader) else ""
+        return JSONResponse(
+            {"error": str(exc), "leader": leader},
+            status_code=503,
+            headers={"Retry-After": str(STANDBY_RETRY_AFTER)},
+        )
+
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         # (Starlette raises the exception on after this answer: the guard logs it)
         return _error(500, "internal error: the server failed to answer; it is logged")
@@ -426,6 +531,7 @@ def create_app(
         exception_handlers={
             HTTPException: http_error,
             Unstored: unstored,
+            NotLeader: not_leader,
             Exception: internal_error,
         },
     )

@@ -24,7 +24,7 @@ from ..scheduler import Scheduler
 from ..scheduler.persist import RowError, from_row
 from ..scheduler.policy import TaskRecord
 from .hosts import OwnAddress, is_loopback, url_host
-from .stores import CanQuarantine, CorruptState, StateStore, StoreContext, Workers
+from .stores import CanLead, CanQuarantine, CorruptState, StateStore, StoreContext, Workers
 
 __all__ = ["bind_listener", "build_service", "check_bind", "load_state", "serve"]
 
@@ -47,9 +47,15 @@ def check_bind(host: str, token: str) -> None:
 
 def build_service(config: Config, holder: str = "") -> Any:
     """The scheduler policy restored from the configured state store, ready to serve;
-    ``holder`` names this server to a second one started on the same state."""
-    from .app import SchedulerService
+    ``holder`` names this server to a second one started on the same state.
+
+    A store several servers share (:class:`~.stores.CanLead`) is not loaded here: the server
+    starts as a standby and its :class:`~.leadership.Campaign` (started with the app) loads the
+    state once it takes the lease.
+    """
+    from .app import STANDBY, SchedulerService
     from .hooks import load_server_hooks
+    from .leadership import Campaign
 
     server = config.server
     hooks = load_server_hooks(config.plugins)  # (before the store: a bad plugin opens nothing)
@@ -59,14 +65,25 @@ def build_service(config: Config, holder: str = "") -> Any:
         config,
         lambda settings: StoreContext(server.state_path, settings, holder),
     )
+    where = f"{server.state_store} {server.state_path}"
+    shared = isinstance(store, CanLead)
     try:
-        records, workers = load_state(store, server)
         core = Scheduler(config)
-        core.restore(records, workers)
+        if not shared:
+            core.restore(*load_state(store, server))
     except BaseException:
         store.close()
         raise
-    service = SchedulerService(core, store, f"{server.state_store} {server.state_path}", hooks)
+    service = SchedulerService(core, store, server.state_store if shared else where, hooks)
+    service.public_url = server.public_url or holder
+    if shared:
+        service.role = STANDBY
+        core.frozen = True
+        service.campaign = Campaign(
+            service, store, lease=server.leader_lease, load=lambda: load_state(store, server)
+        )
+    else:
+        service.leader = service.public_url
     hooks.relay.configure(config)  # (once the state is loaded: ready to serve)
     return service
 
@@ -153,8 +170,9 @@ def serve(config: Config) -> int:
                 flush_timeout=config.notifiers.flush_timeout,
                 luigi_rpc=server.luigi_rpc,
             )
+            shared = "; leads while it holds the lease" if service.campaign else ""
             print(
-                f"conveyor scheduler on {url} (state: {server.state_store} {server.state_path})",
+                f"conveyor scheduler on {url} (state: {service.where}{shared})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -15,6 +15,10 @@ that can hold such rows also implements :class:`CanQuarantine`, which moves them
 SQLite store: into its ``quarantine`` table, raw data and reason kept) so that the next
 ``load()`` returns the rest. Whether that happens is the server's decision
 (``[server] on_corrupt_state``), not the store's.
+
+A store checks each row it loads with :func:`from_row` (re-exported here from
+:mod:`conveyor.scheduler.persist`, with :class:`RowError`, which it raises for a row that is not
+a task record), so that a third-party store needs nothing but this module.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..protocol import (
     TaskSummary,
 )
 from ..reasons import failure_reason
+from ..scheduler.persist import RowError, from_row
 from ..scheduler.policy import ATTEMPT_HISTORY
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
 from ..settings import Field
@@ -53,18 +58,23 @@ __all__ = [
     "PAGE_MAX",
     "BadRow",
     "CanCompact",
+    "CanLead",
     "CanListIds",
     "CanProbe",
     "CanQuarantine",
     "CorruptState",
+    "Deposed",
     "GraphWalk",
+    "Lease",
     "MemoryStore",
+    "RowError",
     "SqliteStore",
     "StateStore",
     "StoreContext",
     "TaskReads",
     "Unstored",
     "blocked_by",
+    "from_row",
     "graph_answer",
     "graph_layers",
     "list_entry",
@@ -139,6 +149,25 @@ class CorruptState(ConfigError):
 class Unstored(Exception):
     """A state change refused because the state store cannot store it now (the server
     answers 503 with ``Retry-After``); nothing was changed."""
+
+
+class Deposed(Exception):
+    """A save refused because another server took the lease since this one's term began
+    (:class:`CanLead`): nothing of it was written, and this server is no longer the leader."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who leads the servers sharing a store (:meth:`CanLead.lead`'s answer)."""
+
+    term: int
+    """The current term: one more each time the lease changes hands (0: never taken)."""
+    holder: str
+    """The public URL of the server holding a live lease ("" when none does)."""
+    held: bool
+    """Whether the asking server holds it now (and its saves carry ``term``)."""
+    expires_in: float
+    """Seconds until the lease runs out unless renewed, by the store's clock (0 if none)."""
 
 
 class StateStore(Protocol):
@@ -225,6 +254,31 @@ class CanListIds(Protocol):
         """The id of every registered task ``filters`` match (:func:`matches`), as one
         consistent read of the committed state (a task saved meanwhile is listed as it was or
         as it is, never skipped for having moved), newest change first as :meth:`page`."""
+
+
+@runtime_checkable
+class CanLead(Protocol):
+    """A store several servers share, one of them leading (docs/server.md, "Running several
+    schedulers"). Leadership is a lease in the store with a term that only
+    grows; a server that does not hold it is a standby and writes nothing.
+
+    The server calls :meth:`lead` every third of ``[server] leader_lease`` (and a standby
+    when the lease it saw runs out), and loads the state after it took the lease, never
+    before. From then on each :meth:`StateStore.save` carries the term taken, in the
+    transaction it commits: a save after another server took the lease raises
+    :class:`Deposed` and writes nothing, so a leader paused or cut off past its lease can
+    never commit again.
+    """
+
+    def lead(self, holder: str, lease: float) -> Lease:
+        """Renew the lease if ``holder`` holds it under this store's term, or take it (a new
+        term, one more than any before) if nobody holds a live one; in both cases for
+        ``lease`` seconds from now by the store's clock. Otherwise change nothing. Answer who
+        holds it now; raise if the store cannot be reached."""
+
+    def resign(self) -> None:
+        """Give the lease up now if this store holds it (a clean stop: a standby takes over
+        at its next look instead of when the lease runs out); saves are refused after it."""
 
 
 @runtime_checkable
