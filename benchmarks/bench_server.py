@@ -1,11 +1,23 @@
 """A graph run by 2 worker processes over HTTP against one central scheduler.
 
-Starts ``conveyor scheduler`` (SQLite state in a temporary directory) on a free loopback port,
-then two ``conveyor run`` workers on the same N-task fan-in (a root needing N - 1 no-op leaves
-whose completion is a marker file), and prints one JSON line: total wall time, HTTP requests
-per task (counted by the server), and the server's peak RSS. Example::
+Starts ``conveyor scheduler`` on a free loopback port — with the ``sqlite`` state store (in a
+temporary directory), the ``postgres`` one (a throwaway PostgreSQL server of its own, with
+``fsync`` on: durable as in production; needs the conveyor-postgres plugin and PostgreSQL's
+server binaries), or both one after the other in the same run — then two ``conveyor run``
+workers on the same N-task fan-in (a root needing N - 1 no-op leaves whose completion is a
+marker file), and prints one JSON line per store: total wall time, HTTP requests per task
+(counted by the server), and the server's peak RSS. Examples::
 
     python benchmarks/bench_server.py --n 10000
+    python benchmarks/bench_server.py --n 10000 --store both
+
+``--failover-trials K`` (postgres only) measures fail-over instead: two schedulers share the
+store; K times, the leader is killed (``kill -9``) while a client keeps asking the other for
+work, and the time from the kill to the first task the new leader hands out is recorded (the
+killed one is started again as a standby for the next trial). It prints p50 and max, with
+``[server] leader_lease`` (``--lease``) to compare with::
+
+    python benchmarks/bench_server.py --failover-trials 10
 """
 
 from __future__ import annotations
@@ -14,13 +26,16 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -74,12 +89,49 @@ def wait_healthy(url: str, timeout: float = 30) -> None:
     raise RuntimeError("the scheduler did not start")
 
 
-def main() -> None:
-    """Run the benchmark and print its JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10000)
-    parser.add_argument("--workers-per-process", type=int, default=1)
-    args = parser.parse_args()
+def scheduler(
+    conveyor: list[str], work: Path, env: dict[str, str], port: int, config: Path | None
+) -> subprocess.Popen[bytes]:
+    """A ``conveyor scheduler`` on ``port``: with ``config`` (a server.toml), else SQLite."""
+    where = ["--config", str(config)] if config else ["--state-path", str(work / "state.db")]
+    return subprocess.Popen(
+        [*conveyor, "scheduler", "--port", str(port), *where],
+        env=env,
+        cwd=work,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def role(url: str) -> str:
+    """The server's role (``/health``), "" if it does not answer."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as answer:
+            return str(json.load(answer).get("role", ""))
+    except OSError:
+        return ""
+
+
+def wait_role(url: str, wanted: str, timeout: float = 60) -> None:
+    """Poll /health until the server at ``url`` has the role ``wanted``."""
+    deadline = time.monotonic() + timeout
+    while role(url) != wanted:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not become {wanted}")
+        time.sleep(0.05)
+
+
+def postgres_config(work: Path, dsn: str, lease: float, name: str = "server.toml") -> Path:
+    """A server.toml for the ``postgres`` store at ``dsn``."""
+    path = work / name
+    path.write_text(
+        f'[server]\nstate_store = "postgres"\nleader_lease = {lease}\n'
+        f'[state_stores.postgres]\ndsn = "{dsn}"\n'
+    )
+    return path
+
+
+def run_graph(n: int, workers_per_process: int, store: str, cluster: Any) -> dict[str, Any]:
+    """One run of the fan-in against a fresh server with ``store``; its JSON figures."""
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-server-"))
     (work / "bench_server_tasks.py").write_text(TASKS)
     env = {
@@ -91,14 +143,14 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     conveyor = [sys.executable, "-m", "conveyor"]
-    server = subprocess.Popen(
-        [*conveyor, "scheduler", "--port", str(port), "--state-path", str(work / "state.db")],
-        env=env,
-        cwd=work,
-        stderr=subprocess.DEVNULL,
-    )
+    config = None
+    if store == "postgres":
+        database = f"bench_{os.getpid()}_{int(time.time() * 1000)}"
+        config = postgres_config(work, cluster.create_database(database), 10.0)
+    server = scheduler(conveyor, work, env, port, config)
     try:
         wait_healthy(url)
+        wait_role(url, "leader")
         proc = psutil.Process(server.pid)
         started = time.perf_counter()
         run = [
@@ -106,15 +158,15 @@ def main() -> None:
             "run",
             "bench_server_tasks.Root",
             "--n",
-            str(args.n),
+            str(n),
             "--scheduler-url",
             url,
             "--log-level",
             "warning",
             "--workers",
-            str(args.workers_per_process),
+            str(workers_per_process),
             "--executor",
-            "inline" if args.workers_per_process == 1 else "fork",
+            "inline" if workers_per_process == 1 else "fork",
         ]
         workers = [
             subprocess.Popen(run, env=env, cwd=work, stdout=subprocess.DEVNULL) for _ in range(2)
@@ -133,20 +185,107 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     done = sum(1 for t in tasks if t["status"] == "DONE")
-    print(
-        json.dumps(
-            {
-                "n": args.n,
-                "workers": 2,
-                "exit_codes": codes,
-                "done": done,
-                "wall_s": round(wall, 2),
-                "per_task_ms": round(wall / args.n * 1000, 3),
-                "requests_per_task": round((requests - 1) / args.n, 2),
-                "server_peak_rss_mib": round(peak / 2**20, 1),
-            }
-        )
+    return {
+        "store": store,
+        "n": n,
+        "workers": 2,
+        "exit_codes": codes,
+        "done": done,
+        "wall_s": round(wall, 2),
+        "per_task_ms": round(wall / n * 1000, 3),
+        "requests_per_task": round((requests - 1) / n, 2),
+        "server_peak_rss_mib": round(peak / 2**20, 1),
+    }
+
+
+def post(url: str, route: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """POST ``body`` to ``/api/v1/<route>``: the status and the JSON answer (0 if refused)."""
+    request = urllib.request.Request(
+        f"{url}/api/v1/{route}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except OSError:
+        return 0, None
+
+
+def failover(trials: int, lease: float, cluster: Any) -> dict[str, Any]:
+    """Kill the leader ``trials`` times; seconds from each kill to the new leader's first
+    hand-out."""
+    work = Path(tempfile.mkdtemp(prefix="conveyor-bench-failover-"))
+    env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    conveyor = [sys.executable, "-m", "conveyor"]
+    config = postgres_config(work, cluster.create_database(f"failover_{os.getpid()}"), lease)
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    servers = [scheduler(conveyor, work, env, ports[0], config)]
+    wait_role(urls[0], "leader")
+    servers.append(scheduler(conveyor, work, env, ports[1], config))
+    wait_role(urls[1], "standby")
+    leader, times = 0, []
+    try:
+        for trial in range(trials):
+            specs = [{"task_id": f"t{trial}-{i}", "family": "T"} for i in range(100)]
+            status, _ = post(urls[leader], "add_tasks", {"worker_id": "bench", "tasks": specs})
+            assert status == 200, f"add_tasks answered {status}"
+            other = 1 - leader
+            servers[leader].kill()
+            killed = time.perf_counter()
+            servers[leader].wait()
+            while True:
+                status, answer = post(urls[other], "get_work", {"worker_id": "bench"})
+                if status == 200 and answer.get("work"):
+                    break
+                time.sleep(0.01)
+            times.append(time.perf_counter() - killed)
+            servers[leader] = scheduler(conveyor, work, env, ports[leader], config)
+            wait_role(urls[leader], "standby")
+            leader = other
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+    times.sort()
+    return {
+        "failover_trials": trials,
+        "leader_lease_s": lease,
+        "p50_s": round(statistics.median(times), 2),
+        "max_s": round(times[-1], 2),
+        "each_s": [round(t, 2) for t in times],
+    }
+
+
+def main() -> None:
+    """Run the benchmark and print its JSON lines."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--workers-per-process", type=int, default=1)
+    parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="sqlite")
+    parser.add_argument("--failover-trials", type=int, default=0)
+    parser.add_argument("--lease", type=float, default=10.0, help="leader_lease, fail-over")
+    args = parser.parse_args()
+    stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
+    cluster = None
+    if "postgres" in stores or args.failover_trials:
+        from conveyor_postgres.testing import ThrowawayCluster
+
+        cluster = ThrowawayCluster({"fsync": "on", "full_page_writes": "on"})
+        cluster.start()
+    try:
+        if args.failover_trials:
+            print(json.dumps(failover(args.failover_trials, args.lease, cluster)))
+            return
+        for store in stores:
+            print(json.dumps(run_graph(args.n, args.workers_per_process, store, cluster)))
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 if __name__ == "__main__":
