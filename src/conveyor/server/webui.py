@@ -16,12 +16,20 @@ DOM text APIs only, so nothing a task or worker supplies is ever interpreted as 
   change number (``TaskReads.changes_since`` asked for no ids: one row read by the built-in
   stores), and the page re-reads its view when it moved. Polling
   needs no long-lived connection, so it survives a server restart and a buffering proxy, and
-  nothing keeps the server from stopping.
+  nothing keeps the server from stopping. The same answer carries the server's ``role`` and
+  the ``leader``'s URL, so the page learns within a second that the server it shows leads,
+  or stands by.
 - **Actions** (``POST /ui/api/retry``, ``reenable``, ``retry-failed``) go through the
   scheduler's lock like a worker's call, are committed before the answer, and each is one audit
   log line naming the action, the tasks and the session. *Retry all failed* reads the ids it
   changes in one read from a store that can list them (:class:`~.stores.CanListIds`), else
   page by page through the list.
+- **A standby** (a server that shares its store with a leader, :mod:`.leadership`) serves the
+  same reads from the store, so its UI shows what the leader stored; it is read-only: an
+  action answers 503 with ``Retry-After`` and ``{"error", "leader"}`` (the leader's URL, ""
+  while none is known) and changes nothing, and the page hides its action buttons and says
+  which server leads. Its workers view answers ``live: false``: the workers the store knows
+  of, never a last contact or resource use (only the leader knows those).
 - **Access**: without ``[server] token`` the UI is open (the server then listens on loopback
   only). With one, ``POST /ui/login`` exchanges the token (compared in constant time) for a
   random session id in an ``HttpOnly``, ``SameSite=Strict`` cookie; sessions live in memory
@@ -233,6 +241,8 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         if expected and not sessions.valid(session_of(request)):
             raise _Problem(401, "sign in first: this scheduler needs its token")
 
+    from .app import LEADER, STANDBY_RETRY_AFTER, NotLeader  # (app imports this module)
+
     def guarded(fn: Callable[[Request], Any], *, open_: bool = False) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             try:
@@ -241,6 +251,12 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
                 result = await fn(request)
             except _Problem as exc:
                 return _error(exc)
+            except NotLeader as exc:  # a standby, or a leader that stepped down meanwhile
+                return JSONResponse(
+                    {"error": str(exc), "leader": exc.leader},
+                    status_code=503,
+                    headers={**_NO_STORE, "retry-after": str(STANDBY_RETRY_AFTER)},
+                )
             return result if isinstance(result, Response) else _json(result)
 
         return endpoint
@@ -264,6 +280,11 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
     def latest() -> int:
         return store.changes_since(0, 0).seq
+
+    def leading() -> None:
+        """NotLeader (503, nothing changed) unless this server leads."""
+        if service.role != LEADER:
+            raise NotLeader(service.leader)
 
     # --- the page ---------------------------------------------------------------------------
 
@@ -337,7 +358,8 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
     async def changes(request: Request) -> Any:
         # not on the reads' thread: the one-second poll never waits behind a big graph
-        return _json({"seq": await asyncio.to_thread(latest)})
+        seq = await asyncio.to_thread(latest)
+        return _json({"seq": seq, "role": service.role, "leader": service.leader})
 
     async def families(request: Request) -> Any:
         return await answer(lambda: {"families": list(store.families())})
@@ -392,9 +414,20 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         return await answer(work)
 
     async def workers(request: Request) -> Any:
+        if service.role != LEADER:
+            # Who is connected, when each was last heard from and what it runs are known to
+            # the leader alone (they are not stored); a standby's own state in memory is not
+            # live. It lists the workers the store knows of, and says so.
+            def stored() -> dict[str, Any]:
+                known = [
+                    {"worker_id": w.worker_id, "assistant": w.assistant} for w in store.workers()
+                ]
+                return {"live": False, "leader": service.leader, "workers": known, "resources": []}
+
+            return await answer(stored)
         listed = await asyncio.to_thread(core.worker_list)
         used = await asyncio.to_thread(core.resource_list)
-        return {"workers": listed, "resources": used}
+        return {"live": True, "workers": listed, "resources": used}
 
     # --- actions ------------------------------------------------------------------------------
 
@@ -407,7 +440,8 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             chunk = ids[start : start + _ACTION_CHUNK]
             try:
                 changed += await asyncio.to_thread(service.call, apply, chunk)
-            except Unstored as exc:  # the store stopped taking writes part way
+            except (Unstored, NotLeader) as exc:  # the store stopped taking writes part way,
+                # or another server took the lease
                 if not changed:
                     raise  # (503: nothing was changed)
                 refused = str(exc)
@@ -430,12 +464,15 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         return {"changed": changed, "skipped": skipped, **({"error": refused} if refused else {})}
 
     async def retry(request: Request) -> Any:
+        leading()
         return await act(request, "retry", core.retry_now, _task_ids(await _body(request)))
 
     async def reenable(request: Request) -> Any:
+        leading()
         return await act(request, "reenable", core.reenable, _task_ids(await _body(request)))
 
     async def retry_failed(request: Request) -> Any:
+        leading()
         body = await _body(request)
         filters = TaskFilters(
             state=TaskStatus.FAILED,

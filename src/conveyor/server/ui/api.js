@@ -19,6 +19,16 @@ export class NetworkError extends Error {
   }
 }
 
+/** A 503 from a standby (a server that does not lead): `leader` is the URL of the one that
+ * does ("" while none is known); `message` is the server's own explanation, shown as text. */
+export class NotLeader extends ApiError {
+  constructor(message, leader) {
+    super(503, message);
+    this.name = "NotLeader";
+    this.leader = leader;
+  }
+}
+
 /** A 401 from a data route: the app has been told and shows the sign-in form. */
 export class Unauthorized extends ApiError {
   constructor(message) {
@@ -28,9 +38,15 @@ export class Unauthorized extends ApiError {
 }
 
 let unauthorizedHandler = () => {};
+let notLeaderHandler = () => {};
 
 export function onUnauthorized(fn) {
   unauthorizedHandler = fn;
+}
+
+/** `fn(leader)` is called when the server answers that it does not lead. */
+export function onNotLeader(fn) {
+  notLeaderHandler = fn;
 }
 
 export const qs = (params) => {
@@ -64,8 +80,12 @@ async function request(method, path, body, { signal, authRoute = false } = {}) {
   }
   if (signal?.aborted) throw abortError();
   if (res.ok) return data;
-  if (res.status >= 500) throw new NetworkError(`the server answered ${res.status}`);
   const message = (data && typeof data.error === "string" && data.error) || `HTTP ${res.status}`;
+  if (res.status === 503 && data && typeof data.leader === "string") {
+    notLeaderHandler(data.leader);
+    throw new NotLeader(message, data.leader);
+  }
+  if (res.status >= 500) throw new NetworkError(`the server answered ${res.status}`);
   if (res.status === 401 && !authRoute) {
     unauthorizedHandler();
     throw new Unauthorized(message);

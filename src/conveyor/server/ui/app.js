@@ -4,9 +4,11 @@
 // `refresh` fetches the view's data and redraws it in place; the seq it returns (or the
 // latest seq known when it started) is what the view was drawn with. A poll of api/changes
 // each second compares the server's seq with it and refreshes the view when they differ.
+// The same answer says whether the server leads: a standby's page is read-only (body class
+// "read-only" hides every [data-action] button) and its banner names the leader.
 import * as api from "./api.js";
 import { initDialog } from "./dialog.js";
-import { h } from "./dom.js";
+import { h, safeHref } from "./dom.js";
 import * as graph from "./graph.js";
 import * as overview from "./overview.js";
 import { signinView } from "./signin.js";
@@ -20,6 +22,7 @@ const NAV = { overview: "overview", tasks: "tasks", task: "tasks", graph: "tasks
 
 const main = document.getElementById("main");
 const banner = document.getElementById("banner");
+const standbyBanner = document.getElementById("standby");
 const signoutButton = document.getElementById("signout");
 
 let current = null; // {name, view}
@@ -32,6 +35,8 @@ let polling = false;
 let offline = false;
 let signinShown = false;
 let authRequired = false;
+let shownRole = "leader"; // the server's role and leader the page shows: "leader" | "standby"
+let shownLeader = "";
 
 function decode(s) {
   try {
@@ -171,12 +176,53 @@ function setOffline(value) {
   banner.hidden = !value;
 }
 
+/** The leader's URL as a link when it is http(s), else as text: never markup. */
+function leaderRef(url) {
+  const href = safeHref(url);
+  if (href === null || href.startsWith("#")) return h("code", { "data-testid": "leader-url" }, url);
+  return h("a", { href, rel: "noopener noreferrer", "data-testid": "leader-url" }, url);
+}
+
+/** Show the server's role: a standby's page is read-only and names the leader. */
+function setRole(role, leader) {
+  const url = typeof leader === "string" ? leader : "";
+  const standby = role === "standby";
+  document.body.classList.toggle("read-only", standby);
+  if ((standby ? "standby" : "leader") === shownRole && url === shownLeader) return;
+  shownRole = standby ? "standby" : "leader";
+  shownLeader = url;
+  if (!standby) {
+    standbyBanner.hidden = true;
+    standbyBanner.replaceChildren();
+    return;
+  }
+  standbyBanner.replaceChildren(
+    "This scheduler is a standby: read-only. ",
+    ...(url ? ["The leader is ", leaderRef(url), "."] : ["There is no leader yet."]),
+  );
+  standbyBanner.hidden = false;
+}
+
+function noteRole(data) {
+  if (data && typeof data.role === "string") setRole(data.role, data.leader);
+}
+
+/** Ask for the role once now (the poll keeps it up to date after). */
+async function learnRole() {
+  try {
+    noteRole(await api.get("api/changes"));
+  } catch {
+    /* the poll tries again */
+  }
+}
+
 async function poll() {
   if (!polling) return;
   try {
     const data = await api.get("api/changes?" + api.qs({ since: latestSeq ?? 0 }));
     if (!polling) return;
     latestSeq = data.seq;
+    noteRole(data);
     if (offline) {
       setOffline(false);
       refresh(true);
@@ -222,6 +268,7 @@ function requireSignin() {
 function signedIn() {
   document.body.classList.remove("signed-out");
   signoutButton.hidden = !authRequired;
+  learnRole();
   show();
   startPolling();
 }
@@ -252,6 +299,7 @@ async function start() {
 
 initDialog();
 api.onUnauthorized(requireSignin);
+api.onNotLeader((leader) => setRole("standby", leader));
 signoutButton.addEventListener("click", signOut);
 window.addEventListener("hashchange", show);
 start();

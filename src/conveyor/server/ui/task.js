@@ -53,13 +53,19 @@ function actions(task, ctx) {
   if (task.status === STATUS.FAILED) {
     const run = () => api.post("api/retry", { task_ids: [id] });
     buttons.push(
-      h("button", { type: "button", onclick: () => confirmed(`Retry ${id} now?`, run, ctx.refreshNow) }, "Retry now"),
+      h(
+        "button",
+        { type: "button", "data-action": "retry", onclick: () => confirmed(`Retry ${id} now?`, run, ctx.refreshNow) },
+        "Retry now",
+      ),
     );
   }
   if (task.status === STATUS.DISABLED) {
     const run = () => api.post("api/reenable", { task_ids: [id] });
     const q = `Re-enable ${id}? Its failure count is reset and it becomes PENDING.`;
-    buttons.push(h("button", { type: "button", onclick: () => confirmed(q, run, ctx.refreshNow) }, "Re-enable"));
+    buttons.push(
+      h("button", { type: "button", "data-action": "reenable", onclick: () => confirmed(q, run, ctx.refreshNow) }, "Re-enable"),
+    );
   }
   return h("div", { class: "actions" }, buttons);
 }

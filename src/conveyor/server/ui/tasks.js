@@ -60,7 +60,11 @@ export function create(ctx) {
     h("button", { type: "button", class: "secondary", onclick: () => ctx.navigate(tasksHref({})) }, "Clear"),
     workerList,
   );
-  const retryAll = h("button", { type: "button", class: "danger", onclick: onRetryAll }, "Retry all failed");
+  const retryAll = h(
+    "button",
+    { type: "button", class: "danger", "data-action": "retry-failed", onclick: onRetryAll },
+    "Retry all failed",
+  );
   const info = h("span", { class: "muted", role: "status" });
   const results = h("div", { class: "results" });
   const first = h("button", { type: "button", class: "secondary", onclick: () => go({ ...filters(), cursor: "" }) }, "First page");

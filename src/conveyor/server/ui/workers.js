@@ -1,7 +1,9 @@
 // Workers and resources: who is connected, when each was last heard from, what it runs;
-// each resource's capacity, use and holders.
+// each resource's capacity, use and holders. On a standby (`live: false`) none of that is
+// known here: the view says the live list is on the leader and lists the workers the store
+// knows of, marked as such.
 import * as api from "./api.js";
-import { fmtAgo, fmtTime, h, replace, table, taskLink } from "./dom.js";
+import { fmtAgo, fmtTime, h, replace, safeHref, table, taskLink } from "./dom.js";
 
 const AGE_REFRESH_MS = 5000;
 
@@ -40,6 +42,50 @@ function resourceRow(r) {
   );
 }
 
+function storedRow(w) {
+  return h(
+    "tr",
+    { "data-testid": "stored-worker-row", "data-worker-id": w.worker_id },
+    h("td", { class: "mono" }, w.worker_id),
+    h("td", null, w.assistant ? "yes" : "no"),
+  );
+}
+
+function leaderRef(url) {
+  if (!url) return "the leader (none is known yet)";
+  const href = safeHref(url);
+  if (href === null || href.startsWith("#")) return h("code", null, url);
+  return h("a", { href, rel: "noopener noreferrer" }, url);
+}
+
+/** A standby's answer: where the live list is, and the workers the store knows of. */
+function notLive(data) {
+  const workers = data.workers ?? [];
+  return [
+    h(
+      "section",
+      { class: "panel", "data-testid": "workers-not-live" },
+      h("h2", null, "The live worker list is on the leader"),
+      h(
+        "p",
+        null,
+        "This scheduler is a standby: it does not hear from workers. Who is connected, their last contact, ",
+        "what they run and the use of each resource are shown by ",
+        leaderRef(data.leader),
+        ".",
+      ),
+    ),
+    h(
+      "section",
+      { class: "panel" },
+      h("h2", null, `Workers the store knows of (${workers.length})`),
+      workers.length
+        ? table(["Worker", "Assistant"], workers.map(storedRow), "workers")
+        : h("p", { class: "empty" }, "The store knows of no worker."),
+    ),
+  ];
+}
+
 export function create(ctx) {
   const body = h("div");
   const el = h("section", { class: "view" }, h("h1", { "data-testid": "view-title" }, "Workers and resources"), body);
@@ -55,6 +101,10 @@ export function create(ctx) {
     if (key === lastKey && Date.now() - lastDraw < AGE_REFRESH_MS - 500) return undefined;
     lastKey = key;
     lastDraw = Date.now();
+    if (data.live === false) {
+      replace(body, notLive(data));
+      return undefined;
+    }
     const { workers = [], resources = [] } = data;
     replace(
       body,
