@@ -45,6 +45,7 @@ def is_secret_setting(key: str) -> bool:
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")  # up to the last @
 _SECRET_QUERY = re.compile(r"(?i)([?&;#][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
 _SECRET_OPTION = re.compile(r"(?i)(--[\w-]*(?:password|secret|token|key)[\w-]*=)\S+")
+_CONNINFO_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)")
 _SLACK_HOOK = re.compile(r"(?i)(https?://hooks\.slack\.com/services/)[^\s\"'<>]+")
 
 
@@ -66,6 +67,8 @@ def redact(key: str, value: Any) -> Any:
         return REDACTED
     if isinstance(value, str) and "webhook" in key.lower():
         return hide_url_path(value)
+    if isinstance(value, str) and key.lower().endswith("dsn"):  # libpq's password=... too
+        value = _CONNINFO_PASSWORD.sub(rf"\1{REDACTED}", value)
     return redact_text(value) if isinstance(value, str) else value
 
 

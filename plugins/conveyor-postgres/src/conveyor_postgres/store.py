@@ -1,0 +1,785 @@
+"""The ``postgres`` state store: :class:`PostgresStore`.
+
+State lives in one schema of a PostgreSQL database (``[state_stores.postgres] schema``, created
+if missing), migrated to :data:`SCHEMA_VERSION` under a transaction-scoped advisory lock so that
+servers starting together do not race. Rows are JSON text (never pickle) with the columns the
+web UI filters and sorts by written next to them, the dependency edges in a table of their own,
+and a change counter; the reads are in :mod:`.reads`.
+
+Several servers may share the store (:class:`~conveyor.server.stores.CanLead`): the ``lease``
+table holds one row, the current term, its holder and when it runs out by the database's clock.
+Once a store has asked for the lease, each save and probe takes that row ``FOR SHARE`` in its own
+transaction and fails with :class:`~conveyor.server.stores.Deposed` (writing nothing) unless the
+term is still the one this store took: a save commits before a take-over (which then loads it) or
+is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import psycopg
+import psycopg.conninfo
+from conveyor.errors import ConfigError, StateStoreError
+from conveyor.protocol import (
+    Changes,
+    StoredWorker,
+    TaskDetail,
+    TaskFilters,
+    TaskGraph,
+    TaskInfo,
+    TaskPage,
+    TaskSummary,
+)
+from conveyor.secrets import REDACTED, redact_text
+from conveyor.server.stores import (
+    GRAPH_CAP,
+    PAGE_MAX,
+    BadRow,
+    CorruptState,
+    Deposed,
+    Lease,
+    RowError,
+    StoreContext,
+    from_row,
+    list_worker,
+    search_text,
+)
+from conveyor.settings import Field
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from . import reads
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+T = TypeVar("T")
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_SECTION = "[state_stores.postgres]"
+_DEPOSED = "CV001"  # the SQLSTATE the fence raises
+
+# version -> statements that bring a schema from the previous version to it ({s}: the schema)
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        # status: NULL for a task nobody registered (the UI lists registered tasks only);
+        # state: the status all the same (graphs show unregistered tasks); runners: how many
+        # workers may run it; changed: time of the last save; seq: its change number
+        # (ids and families in code point order, as Python sorts, whatever the database's)
+        'CREATE TABLE {s}.tasks (task_id text COLLATE "C" PRIMARY KEY, data text NOT NULL,'
+        ' status text, state text NOT NULL, family text COLLATE "C" NOT NULL, worker text,'
+        " search text NOT NULL, runners integer NOT NULL, changed double precision NOT NULL,"
+        " seq bigint NOT NULL)",
+        "CREATE INDEX tasks_by_seq ON {s}.tasks (seq)",
+        "CREATE INDEX tasks_by_status ON {s}.tasks (status, seq)",
+        "CREATE INDEX tasks_by_family ON {s}.tasks (family, seq)",
+        "CREATE INDEX tasks_by_worker ON {s}.tasks (worker, seq)",
+        'CREATE TABLE {s}.edges (task_id text COLLATE "C" NOT NULL,'
+        ' dep_id text COLLATE "C" NOT NULL, PRIMARY KEY (task_id, dep_id))',
+        "CREATE INDEX edges_by_dep ON {s}.edges (dep_id, task_id)",
+        'CREATE TABLE {s}.workers (worker_id text COLLATE "C" PRIMARY KEY,'
+        " assistant boolean NOT NULL)",
+        # the number of the latest change: grows with every save, deletions included
+        "CREATE TABLE {s}.changes (id integer PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL)",
+        "INSERT INTO {s}.changes VALUES (1, 0)",
+        # who leads: term 0 was never taken; expires NULL: nobody holds it
+        "CREATE TABLE {s}.lease (id integer PRIMARY KEY CHECK (id = 1), term bigint NOT NULL,"
+        " holder text NOT NULL, expires timestamptz)",
+        "INSERT INTO {s}.lease VALUES (1, 0, '', NULL)",
+        # the fence of every write of a leader: the lease row FOR SHARE (a taker's FOR UPDATE
+        # waits for the write to commit), and an error unless the term is still the writer's
+        "CREATE FUNCTION {s}.fence(expected bigint) RETURNS bigint LANGUAGE plpgsql AS $$"
+        " DECLARE current bigint;"
+        " BEGIN"
+        "  SELECT term INTO current FROM {s}.lease WHERE id = 1 FOR SHARE;"
+        "  IF current IS DISTINCT FROM expected THEN"
+        f"   RAISE EXCEPTION USING ERRCODE = '{_DEPOSED}', MESSAGE = format("
+        "    'another server took the lease (term %s); this one held term %s',"
+        "    current, expected);"
+        "  END IF;"
+        "  RETURN current;"
+        " END $$",
+    ),
+}
+SCHEMA_VERSION = max(_MIGRATIONS)
+"""The version of the schema this conveyor-postgres creates and understands."""
+
+_TABLES = {
+    "schema_version": ("version",),
+    "tasks": (
+        "task_id",
+        "data",
+        "status",
+        "state",
+        "family",
+        "worker",
+        "search",
+        "runners",
+        "changed",
+        "seq",
+    ),
+    "edges": ("task_id", "dep_id"),
+    "workers": ("worker_id", "assistant"),
+    "changes": ("id", "seq"),
+    "lease": ("id", "term", "holder", "expires"),
+}
+"""The tables (and their columns, in order) of the schema at :data:`SCHEMA_VERSION`."""
+
+
+def _is_identifier(value: Any) -> bool:
+    return isinstance(value, str) and _IDENTIFIER.fullmatch(value) is not None
+
+
+class PostgresStore:
+    """State in a PostgreSQL schema; a :class:`~conveyor.server.stores.StateStore`, its
+    :class:`~conveyor.server.stores.TaskReads`, ``CanListIds``, ``CanProbe`` and ``CanLead``.
+
+    Two connection pools: one for the writes and the lease (two connections: a save and a
+    renewal of the lease may overlap) and one of ``pool_size`` read-only connections for the
+    web UI, so that reads never hold up a save. Connections are checked before use, so one
+    broken by a restart of PostgreSQL is replaced.
+    """
+
+    settings_schema: ClassVar[dict[str, Field]] = {
+        "dsn": Field(
+            "str",
+            "",
+            doc="libpq connection string or postgresql:// URL (its password is never shown)",
+        ),
+        "dsn_file": Field("str", "", doc="a file holding the DSN (instead of dsn)"),
+        "schema": Field(
+            "str",
+            "conveyor",
+            check=_is_identifier,
+            expect="an SQL identifier (letters, digits and _, not starting with a digit)",
+            doc="the schema holding conveyor's tables (created if missing)",
+        ),
+        "pool_size": Field("int", 4, ge=1, doc="connections for the web UI's reads"),
+        "connect_timeout": Field(
+            "seconds", 5.0, gt=0, doc="how long to wait for PostgreSQL to answer a connection"
+        ),
+    }
+
+    @staticmethod
+    def check_settings(settings: Mapping[str, Any]) -> None:
+        """ConfigError unless exactly one of ``dsn`` and ``dsn_file`` is set."""
+        if bool(settings.get("dsn")) == bool(settings.get("dsn_file")):
+            raise ConfigError(
+                f"{_SECTION} needs exactly one of dsn and dsn_file: expected the PostgreSQL "
+                "connection string (dsn) or a file holding it (dsn_file)",
+                key="state_stores.postgres.dsn",
+            )
+
+    def __init__(self, context: StoreContext) -> None:
+        """Connect, create the schema if it is missing and migrate it; ConfigError (one line,
+        never the password; nothing left open) if the database cannot be reached or used."""
+        settings = dict(context.settings)
+        self.check_settings(settings)
+        schema = settings.get("schema", "conveyor")
+        if not _is_identifier(schema):
+            raise ConfigError(
+                f"{_SECTION} schema = {schema!r} is invalid; expected "
+                f"{self.settings_schema['schema'].expect}"
+            )
+        self._schema = str(schema)
+        self._dsn, origin = _read_dsn(settings)
+        try:
+            info = psycopg.conninfo.conninfo_to_dict(self._dsn)
+        except psycopg.Error as exc:
+            raise ConfigError(
+                f"{_SECTION} {origin} is not a PostgreSQL connection string "
+                f"({_hide_quoted(str(exc))}); expected a postgresql:// URL or libpq "
+                "key=value pairs"
+            ) from None
+        self._password = str(info.get("password") or "")
+        user = str(info.get("user") or _login())
+        host = str(info.get("host") or info.get("hostaddr") or "the local socket")
+        port = str(info.get("port") or "5432")
+        database = str(info.get("dbname") or user)
+        self._origin = origin
+        self.where = f"{host}:{port}/{database}"
+        self._user = user
+        self._timeout = float(settings.get("connect_timeout", 5.0))
+        pool_size = int(settings.get("pool_size", 4))
+        self._queries: dict[str, sql.Composed] = {}
+        self._write_lock = threading.Lock()  # saves, probes and loads, one at a time
+        self._lease_lock = threading.Lock()
+        self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
+        self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
+        self._fenced = False  # whether lead() was ever called: saves carry the term then
+        self._term: int | None = None  # the term this store holds (None: none)
+        self._writers: ConnectionPool[Any] | None = None
+        self._readers: ConnectionPool[Any] | None = None
+        seconds = max(1, round(self._timeout))
+        kwargs = {
+            "connect_timeout": seconds,
+            "application_name": "conveyor-scheduler",
+            # a server gone silent (a host or network down, no reset sent) fails the call in
+            # seconds instead of the system's TCP timeouts (minutes), with the store's lock held
+            "keepalives": 1,
+            "keepalives_idle": seconds,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 1000 * (seconds + 3),
+        }
+        try:
+            with self._connect(kwargs) as conn:
+                self._migrate(conn)
+            # (autocommit: a save sends its own BEGIN and COMMIT, pipelined with the rest)
+            self._writers = self._pool("conveyor-writes", 2, {**kwargs, "autocommit": True}, None)
+            self._readers = self._pool("conveyor-reads", pool_size, kwargs, _read_only)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- opening ------------------------------------------------------------------------------
+
+    def _connect(self, kwargs: dict[str, Any]) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self._dsn, **kwargs)
+        except psycopg.Error as exc:
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, exc: BaseException) -> ConfigError:
+        return ConfigError(
+            f"cannot use the PostgreSQL state store at {self.where} as user {self._user!r}: "
+            f"{self._reason(exc)}; check {_SECTION} {self._origin}"
+        )
+
+    def _reason(self, exc: BaseException) -> str:
+        """What went wrong, in one line, without the password."""
+        text = str(exc) or type(exc).__name__
+        text = re.sub(r"\bFATAL:\s*", "", text)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        first = lines[0] if lines else type(exc).__name__
+        if "failed:" in first:  # connection to server at "h", port p failed: <why>
+            first = first.rsplit("failed:", 1)[1].strip() or first
+            if first.lower().startswith("connection refused"):
+                first = "connection refused (is PostgreSQL running there?)"
+        return self._hide(" ".join(first.split()))
+
+    def _hide(self, text: str) -> str:
+        if self._password:
+            text = text.replace(self._password, REDACTED)
+        return redact_text(text)
+
+    def _pool(
+        self,
+        name: str,
+        size: int,
+        kwargs: dict[str, Any],
+        configure: Callable[[psycopg.Connection[Any]], None] | None,
+    ) -> ConnectionPool[Any]:
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self._dsn,
+            min_size=1,
+            max_size=size,
+            kwargs=kwargs,
+            configure=configure,
+            check=ConnectionPool.check_connection,
+            open=False,
+            name=name,
+            timeout=self._timeout,
+            reconnect_timeout=0,  # (a failed reconnection is not retried in the background
+            # with a growing backoff: the next request connects anew, as soon as PostgreSQL is back)
+        )
+        try:
+            pool.open(wait=True, timeout=self._timeout + 1)
+        except PoolTimeout as exc:
+            pool.close()
+            raise self._unreachable(exc) from None
+        return pool
+
+    def q(self, text: str) -> sql.Composed:
+        """``text`` with ``{s}`` replaced by the quoted schema name (composed once)."""
+        found = self._queries.get(text)
+        if found is None:
+            found = self._queries[text] = sql.SQL(text).format(s=sql.Identifier(self._schema))
+        return found
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Create the schema if missing, check it is ours, bring it to :data:`SCHEMA_VERSION`:
+        one transaction under an advisory lock (servers starting together wait for each
+        other). A schema of another application, or a newer version, is refused untouched."""
+        try:
+            with conn.transaction():
+                lock = f"conveyor-postgres schema {self._schema}"
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+                found = conn.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self._schema,)
+                ).fetchone()
+                if found is None:
+                    conn.execute(self.q("CREATE SCHEMA {s}"))
+                version = self._check_schema(conn)
+                if version == 0:
+                    conn.execute(
+                        self.q("CREATE TABLE {s}.schema_version (version integer NOT NULL)")
+                    )
+                    conn.execute(self.q("INSERT INTO {s}.schema_version VALUES (0)"))
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in _MIGRATIONS[target]:
+                        conn.execute(self.q(statement))
+                    conn.execute(self.q("UPDATE {s}.schema_version SET version = %s"), (target,))
+        except ConfigError:
+            raise
+        except psycopg.Error as exc:
+            raise ConfigError(
+                f"cannot set up the schema {self._schema!r} of the PostgreSQL state store at "
+                f"{self.where}: {self._reason(exc)}; expected a database user {self._user!r} "
+                "may create tables in"
+            ) from None
+
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> int:
+        """The schema's version (0: empty), after checking (reading only) that it is ours."""
+        rows = conn.execute(
+            "SELECT c.relname, a.attname FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+            " AND NOT a.attisdropped"
+            " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+            " ORDER BY c.relname, a.attnum",
+            (self._schema,),
+        ).fetchall()
+        tables: dict[str, list[str]] = {}
+        for table, column in rows:
+            tables.setdefault(table, [])
+            if column is not None:
+                tables[table].append(column)
+        what = f"the schema {self._schema!r} of {self.where}"
+        refuse = (
+            f"{what} is not a conveyor state schema: {{}}; refusing to use or change it; "
+            f"set {_SECTION} schema to a conveyor schema or a new name"
+        )
+        if not tables:
+            return 0
+        if "schema_version" not in tables:
+            extra = ", ".join(repr(t) for t in sorted(tables))
+            raise ConfigError(refuse.format(f"it holds tables conveyor does not use ({extra})"))
+        found = conn.execute(self.q("SELECT version FROM {s}.schema_version")).fetchall()
+        if len(found) != 1 or not isinstance(found[0][0], int):
+            raise ConfigError(refuse.format("its table 'schema_version' does not hold one version"))
+        version = int(found[0][0])
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"{what} has schema version {version}, newer than this conveyor-postgres "
+                f"understands ({SCHEMA_VERSION}); upgrade conveyor-postgres"
+            )
+        expected = _TABLES if version == SCHEMA_VERSION else {"schema_version": ("version",)}
+        unknown = sorted(set(tables) - set(expected))
+        if unknown:
+            listed = ", ".join(repr(t) for t in unknown)
+            raise ConfigError(refuse.format(f"it holds tables conveyor does not use ({listed})"))
+        for table, columns in expected.items():
+            if table not in tables:
+                raise ConfigError(refuse.format(f"it lacks the table {table!r}"))
+            if tuple(tables[table]) != columns:
+                raise ConfigError(
+                    refuse.format(
+                        f"its table {table!r} has the columns ({', '.join(tables[table])}); "
+                        f"expected ({', '.join(columns)})"
+                    )
+                )
+        return version
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _write(self, work: Callable[[psycopg.Cursor[Any]], object]) -> None:
+        """``work`` in one transaction, fenced by the term if this store leads, committed
+        before returning; Deposed (nothing written) if another server took the lease,
+        StateStoreError if PostgreSQL cannot be reached or refuses."""
+        term = self._term
+        if self._fenced and term is None:
+            raise Deposed("this server does not hold the lease; nothing was written")
+        assert self._writers is not None
+        try:
+            with self._writers.connection() as conn:
+                try:
+                    # BEGIN, the fence, the statements and COMMIT are sent together and
+                    # answered together: one round trip (after the pool's check of the
+                    # connection, another); an error skips the rest, COMMIT included
+                    with conn.pipeline():
+                        cur = conn.cursor()
+                        cur.execute("BEGIN")
+                        if term is not None:
+                            cur.execute(self.q("SELECT {s}.fence(%s)"), (term,))
+                        work(cur)
+                        cur.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.rollback()
+                    raise
+        except psycopg.Error as exc:
+            if exc.sqlstate == _DEPOSED:
+                self._term = None
+                raise Deposed(f"{self._reason(exc)}; nothing was written") from None
+            raise StateStoreError(
+                f"PostgreSQL at {self.where}: {self._reason(exc)}; nothing was written"
+            ) from None
+        except PoolTimeout as exc:
+            raise StateStoreError(
+                f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
+            ) from None
+
+    def save(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """Upsert and delete in one committed transaction (a few statements, sent together);
+        rows equal to what is stored are left alone."""
+        with self._write_lock:
+            now = time.time()
+            changed: dict[str, tuple[Any, ...]] = {}  # task_id -> (columns..., digest)
+            deps_of: dict[str, tuple[str, ...]] = {}
+            for row in rows:
+                task_id = row["task_id"]
+                data = json.dumps(row, separators=(",", ":"))
+                digest = _digest(data)
+                if self._digests.get(task_id) == digest:
+                    changed.pop(task_id, None)
+                    continue
+                changed[task_id] = (task_id, data, *_ui_columns(row), digest)
+                deps_of[task_id] = tuple(dict.fromkeys(row["deps"]))
+            every: list[str] = []  # tasks whose edges are all replaced
+            removed: list[tuple[str, str]] = []
+            added: list[tuple[str, str]] = []
+            for task_id in changed:
+                deps = deps_of[task_id]
+                old = self._deps.get(task_id)
+                if old == deps:
+                    continue
+                if old is None:
+                    every.append(task_id)
+                    added += [(task_id, d) for d in deps]
+                elif deps[: len(old)] == old:
+                    added += [(task_id, d) for d in deps[len(old) :]]
+                else:
+                    kept, was = set(deps), set(old)
+                    removed += [(task_id, d) for d in old if d not in kept]
+                    added += [(task_id, d) for d in deps if d not in was]
+            worker_data = dict(workers)
+            gone = list(dict.fromkeys(gone_tasks))
+            gone_w = list(dict.fromkeys(gone_workers))
+            if not (changed or worker_data or gone or gone_w):
+                return
+            columns = [
+                list(column) for column in zip(*(c[:-1] for c in changed.values()), strict=True)
+            ]
+            q = self.q
+
+            def work(cur: psycopg.Cursor[Any]) -> None:
+                if changed:
+                    count = len(changed)
+                    cur.execute(q(_UPSERT_TASKS), [count, count, now, *columns])
+                if every:
+                    cur.execute(q("DELETE FROM {s}.edges WHERE task_id = ANY(%s)"), (every,))
+                if removed:
+                    cur.execute(q(_DELETE_EDGES), _pairs(removed))
+                if added:
+                    cur.execute(q(_INSERT_EDGES), _pairs(added))
+                if worker_data:
+                    cur.execute(q(_UPSERT_WORKERS), (list(worker_data), list(worker_data.values())))
+                if gone:
+                    cur.execute(q("DELETE FROM {s}.tasks WHERE task_id = ANY(%s)"), (gone,))
+                    cur.execute(q("DELETE FROM {s}.edges WHERE task_id = ANY(%s)"), (gone,))
+                    cur.execute(q("UPDATE {s}.changes SET seq = seq + 1 WHERE id = 1"))
+                if gone_w:
+                    cur.execute(q("DELETE FROM {s}.workers WHERE worker_id = ANY(%s)"), (gone_w,))
+
+            self._write(work)
+            for task_id, c in changed.items():
+                self._digests[task_id] = c[-1]
+                self._deps[task_id] = deps_of[task_id]
+            for task_id in gone:
+                self._deps.pop(task_id, None)
+                self._digests.pop(task_id, None)
+
+    def probe(self) -> None:
+        """Commit a write that changes nothing (fenced as a save is); raises what a save
+        would raise now."""
+        with self._write_lock:
+            self._write(lambda cur: cur.execute(self.q(_TOUCH)))
+
+    def load(self) -> tuple[list[dict[str, Any]], list[tuple[str, bool]]]:
+        """Every saved row and worker, read in one snapshot; CorruptState (nothing changed)
+        naming the rows that cannot be read back."""
+        with self._write_lock:
+            tasks, workers = self._read(reads.load_all)
+            rows: list[dict[str, Any]] = []
+            bad: list[BadRow] = []
+            deps: dict[str, tuple[str, ...]] = {}
+            digests: dict[str, bytes] = {}
+            for task_id, data in tasks:
+                try:
+                    row = _task_row(task_id, data)
+                except RowError as exc:
+                    bad.append(BadRow(("tasks", task_id), f"task row {task_id!r}", str(exc)))
+                    continue
+                rows.append(row)
+                deps[task_id] = tuple(dict.fromkeys(row["deps"]))
+                digests[task_id] = _digest(data)
+            if bad:
+                raise CorruptState(
+                    f"the PostgreSQL state store {self.where} (schema {self._schema!r})", bad
+                )
+            self._deps, self._digests = deps, digests
+            return rows, [(w, bool(a)) for w, a in workers]
+
+    # --- the lease ----------------------------------------------------------------------------
+
+    def lead(self, holder: str, lease: float) -> Lease:
+        """Renew the lease if this store took the current term for ``holder``, take it (term
+        + 1) if nobody holds a live one, else change nothing; by the database's clock."""
+        assert self._writers is not None
+        with self._lease_lock:
+            self._fenced = True
+            try:
+                with self._writers.connection() as conn, conn.transaction():
+                    term, current, expires, now = conn.execute(
+                        self.q(
+                            "SELECT term, holder, expires, clock_timestamp() FROM {s}.lease"
+                            " WHERE id = 1 FOR UPDATE"
+                        )
+                    ).fetchone()
+                    live = expires is not None and expires > now
+                    if self._term == term and current == holder:
+                        held = True  # a renewal (even just after it ran out: nobody took it)
+                    elif not live:
+                        held, term = True, term + 1  # free, or run out: a new term
+                    else:
+                        held = False
+                    if held:
+                        (left,) = conn.execute(
+                            self.q(
+                                "UPDATE {s}.lease SET term = %s, holder = %s,"
+                                " expires = clock_timestamp() + make_interval(secs => %s)"
+                                " WHERE id = 1 RETURNING expires - clock_timestamp()"
+                            ),
+                            (term, holder, float(lease)),
+                        ).fetchone()
+                        expires_in = max(0.0, left.total_seconds())
+                    else:
+                        expires_in = (expires - now).total_seconds()
+            except psycopg.Error as exc:
+                raise StateStoreError(f"PostgreSQL at {self.where}: {self._reason(exc)}") from None
+            except PoolTimeout as exc:
+                raise StateStoreError(
+                    f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
+                ) from None
+            self._term = term if held else None
+            shown = holder if held else (current if live else "")
+            return Lease(int(term), shown, held, float(expires_in))
+
+    def resign(self) -> None:
+        """Give the lease up now if this store holds it; saves are refused from now on."""
+        assert self._writers is not None
+        with self._lease_lock:
+            self._fenced = True
+            term, self._term = self._term, None
+            if term is None:
+                return
+            try:
+                with self._writers.connection() as conn:
+                    conn.execute(
+                        self.q(
+                            "UPDATE {s}.lease SET holder = '', expires = NULL"
+                            " WHERE id = 1 AND term = %s"
+                        ),
+                        (term,),
+                    )
+            except psycopg.Error as exc:
+                raise StateStoreError(f"PostgreSQL at {self.where}: {self._reason(exc)}") from None
+            except PoolTimeout as exc:
+                raise StateStoreError(
+                    f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
+                ) from None
+
+    # --- TaskReads ----------------------------------------------------------------------------
+
+    def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(reader, *args)`` on a read-only connection (one snapshot per call)."""
+        assert self._readers is not None
+        try:
+            with self._readers.connection() as conn:
+                return fn(reads.Reader(conn, self.q), *args)
+        except psycopg.Error as exc:
+            raise StateStoreError(f"PostgreSQL at {self.where}: {self._reason(exc)}") from None
+        except PoolTimeout as exc:
+            raise StateStoreError(
+                f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
+            ) from None
+
+    def summary(self) -> TaskSummary:
+        """The count of registered tasks per state: one ``GROUP BY`` over an index."""
+        return self._read(reads.summary)
+
+    def families(self) -> tuple[str, ...]:
+        """Every family of a registered task, sorted."""
+        return self._read(reads.families)
+
+    def page(self, filters: TaskFilters, cursor: int | None, limit: int) -> TaskPage:
+        """A keyset page over the change number's index (see ``TaskReads.page``)."""
+        return self._read(reads.page, filters, cursor, limit)
+
+    def detail(self, task_id: str) -> TaskDetail | None:
+        """The task's detail, or None."""
+        return self._read(reads.detail, task_id)
+
+    def graph(self, task_id: str, downstream: bool, cap: int = GRAPH_CAP) -> TaskGraph | None:
+        """The graph around the task, walked layer by layer on the ``edges`` table; None for
+        an unknown task."""
+        return self._read(reads.graph, task_id, downstream, cap)
+
+    def task_ids(self, filters: TaskFilters) -> tuple[str, ...]:
+        """Every id ``filters`` match, in one statement (``CanListIds``)."""
+        return self._read(reads.task_ids, filters)
+
+    def changes_since(self, seq: int, limit: int = PAGE_MAX) -> Changes:
+        """The latest change number and the tasks saved after ``seq``."""
+        return self._read(reads.changes_since, seq, limit)
+
+    def workers(self) -> tuple[StoredWorker, ...]:
+        """Every stored worker."""
+        return self._read(reads.workers)
+
+    def task_infos(self) -> tuple[TaskInfo, ...]:
+        """Every registered task as ``GET /api/v1/tasks`` lists it, in one statement."""
+        return self._read(reads.task_infos)
+
+    def close(self) -> None:
+        """Close both pools (the lease is left as it is: ``resign()`` gives it up)."""
+        for pool in (self._readers, self._writers):
+            if pool is not None:
+                pool.close()
+        self._readers = self._writers = None
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+_UPSERT_TASKS = (
+    "WITH c AS (UPDATE {s}.changes SET seq = seq + %s WHERE id = 1 RETURNING seq - %s AS base)"
+    " INSERT INTO {s}.tasks AS t"
+    " (task_id, data, status, state, family, worker, search, runners, changed, seq)"
+    " SELECT r.task_id, r.data, r.status, r.state, r.family, r.worker, r.search, r.runners,"
+    " %s::double precision, c.base + r.n"
+    " FROM c, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+    " %s::text[], %s::integer[]) WITH ORDINALITY"
+    " AS r(task_id, data, status, state, family, worker, search, runners, n)"
+    " ON CONFLICT (task_id) DO UPDATE SET data = excluded.data, status = excluded.status,"
+    " state = excluded.state, family = excluded.family, worker = excluded.worker,"
+    " search = excluded.search, runners = excluded.runners, changed = excluded.changed,"
+    " seq = excluded.seq"
+)
+_DELETE_EDGES = (
+    "DELETE FROM {s}.edges e USING unnest(%s::text[], %s::text[]) AS r(task_id, dep_id)"
+    " WHERE e.task_id = r.task_id AND e.dep_id = r.dep_id"
+)
+_INSERT_EDGES = (
+    "INSERT INTO {s}.edges (task_id, dep_id) SELECT * FROM unnest(%s::text[], %s::text[])"
+    " ON CONFLICT DO NOTHING"
+)
+_UPSERT_WORKERS = (
+    "INSERT INTO {s}.workers (worker_id, assistant)"
+    " SELECT * FROM unnest(%s::text[], %s::boolean[])"
+    " ON CONFLICT (worker_id) DO UPDATE SET assistant = excluded.assistant"
+)
+_TOUCH = "UPDATE {s}.changes SET seq = seq WHERE id = 1"
+
+
+def _login() -> str:
+    """The user libpq connects as when the DSN names none (the login name)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "(the login name)"
+
+
+def _pairs(pairs: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    return [t for t, _ in pairs], [d for _, d in pairs]
+
+
+def _read_only(conn: psycopg.Connection[Any]) -> None:
+    """A reading connection: every read one REPEATABLE READ, read-only transaction."""
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+
+
+def _read_dsn(settings: Mapping[str, Any]) -> tuple[str, str]:
+    """The DSN and where it came from (``dsn``, or ``dsn_file 'path'``)."""
+    path = settings.get("dsn_file") or ""
+    if not path:
+        return str(settings["dsn"]).strip(), "dsn"
+    origin = f"dsn_file {str(path)!r}"
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(
+            f"{_SECTION} {origin} cannot be read ({reason}); expected a file holding the "
+            "PostgreSQL connection string"
+        ) from None
+    if not text:
+        raise ConfigError(
+            f"{_SECTION} {origin} is empty; expected a file holding the PostgreSQL "
+            "connection string"
+        )
+    return text, origin
+
+
+def _hide_quoted(text: str) -> str:
+    """``text`` without what it quotes (a part of a DSN that may be its password)."""
+    return re.sub(r'"[^"]*"', lambda m: m[0] if m[0] == '"="' else '"…"', text)
+
+
+def _digest(data: str) -> bytes:
+    return hashlib.blake2b(data.encode(), digest_size=16).digest()
+
+
+def _clean(text: str | None) -> str | None:
+    """``text`` as PostgreSQL's text can hold it (no NUL character)."""
+    return None if text is None else text.replace("\x00", "")
+
+
+def _ui_columns(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the UI filters, sorts and draws by: status (None for a task nobody registered),
+    state, family, the worker running it or else the last to run it, the text its filter
+    searches, and the number of workers able to run it."""
+    state = str(row["status"])
+    status = state if row["registered"] else None
+    return (
+        status,
+        state,
+        _clean(row["family"]),
+        _clean(list_worker(row)),
+        _clean(search_text(row)),
+        len(row.get("runners") or ()),
+    )
+
+
+def _task_row(task_id: str, data: str) -> dict[str, Any]:
+    """The row saved as ``data`` under ``task_id``; RowError if it is not a valid one."""
+    try:
+        row = json.loads(data, parse_constant=_not_a_number)
+    except (ValueError, RecursionError) as exc:
+        raise RowError(f"data is not JSON ({exc})", "data") from None
+    from_row(row)
+    if row["task_id"] != task_id:
+        message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
+        raise RowError(message, "task_id")
+    return dict(row)
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")

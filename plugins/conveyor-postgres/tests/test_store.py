@@ -1,0 +1,533 @@
+"""The ``postgres`` state store against a real PostgreSQL server (``pg_cluster``): the
+conformance check, the schema and its migrations, what is refused, the lease and its fencing,
+and a restart of PostgreSQL under an open store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from conveyor.errors import ConfigError, StateStoreError
+from conveyor.protocol import TaskStatus
+from conveyor.scheduler.persist import to_row
+from conveyor.scheduler.policy import TaskRecord
+from conveyor.server.stores import (
+    CanLead,
+    CanListIds,
+    CanProbe,
+    CorruptState,
+    Deposed,
+    StoreContext,
+    TaskReads,
+)
+from conveyor.testing import check_state_store
+
+from conveyor_postgres import SCHEMA_VERSION, PostgresStore
+from conveyor_postgres.testing import ThrowawayCluster
+
+
+def _open(dsn: str, **settings: Any) -> PostgresStore:
+    return PostgresStore(StoreContext(settings={"dsn": dsn, **settings}))
+
+
+@pytest.fixture
+def stores(pg_dsn: str) -> Iterator[Callable[..., PostgresStore]]:
+    """Opens stores on the test's database; closes them all at the end."""
+    opened: list[PostgresStore] = []
+
+    def open_store(**settings: Any) -> PostgresStore:
+        store = _open(pg_dsn, **settings)
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        store.close()
+
+
+def _row(task_id: str, status: TaskStatus = TaskStatus.PENDING, deps: tuple[str, ...] = ()) -> Any:
+    return to_row(
+        TaskRecord(
+            task_id=task_id,
+            seq=1,
+            family="Fam",
+            module="m",
+            params={"p": task_id},
+            status=status,
+            deps=deps,
+            stakeholders=("w1",),
+            runners=("w1",),
+            registered=True,
+        )
+    )
+
+
+def _ids(store: PostgresStore) -> set[str]:
+    return {row["task_id"] for row in store.load()[0]}
+
+
+def _database(dsn: str) -> str:
+    return dsn.rsplit("/", 1)[1]
+
+
+def _wait_for(what: str, check: Callable[[], bool], deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+# --- conformance and the schema -------------------------------------------------------------------
+
+
+def test_conforms(pg_dsn: str) -> None:
+    checks = check_state_store(lambda: _open(pg_dsn))
+    assert "reopen" in checks and "reads-graph" in checks
+
+
+def test_implements_the_optional_protocols(stores: Callable[..., PostgresStore]) -> None:
+    store = stores()
+    for protocol in (TaskReads, CanListIds, CanProbe, CanLead):
+        assert isinstance(store, protocol), protocol
+
+
+def test_creates_a_versioned_schema_of_its_own(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    stores(schema="sched_a")
+    db = _database(pg_dsn)
+    assert pg_cluster.sql("SELECT version FROM sched_a.schema_version", db) == [(SCHEMA_VERSION,)]
+    tables = {t for (t,) in pg_cluster.sql("SELECT tablename FROM pg_tables", db)}
+    assert {"tasks", "edges", "workers", "changes", "lease"} <= tables
+    # a second store on another schema of the same database keeps its own state
+    a, b = stores(schema="sched_a"), stores(schema="sched_b")
+    a.save([_row("x")], [])
+    assert _ids(a) == {"x"} and _ids(b) == set()
+
+
+def test_two_stores_opening_a_new_schema_together_both_open(pg_dsn: str) -> None:
+    opened: list[PostgresStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(_open(pg_dsn))
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    try:
+        assert not errors and len(opened) == 3, errors
+        opened[0].save([_row("a")], [])
+        assert _ids(opened[2]) == {"a"}
+    finally:
+        for store in opened:
+            store.close()
+
+
+def test_a_newer_schema_is_refused_naming_both_versions(
+    pg_cluster: ThrowawayCluster, pg_dsn: str
+) -> None:
+    _open(pg_dsn).close()
+    pg_cluster.sql("UPDATE conveyor.schema_version SET version = 7", _database(pg_dsn))
+    with pytest.raises(ConfigError) as caught:
+        _open(pg_dsn)
+    message = str(caught.value)
+    assert "schema version 7" in message and f"({SCHEMA_VERSION})" in message, message
+    assert "upgrade conveyor-postgres" in message and "\n" not in message
+
+
+def test_a_schema_of_another_application_is_refused_untouched(
+    pg_cluster: ThrowawayCluster, pg_dsn: str
+) -> None:
+    db = _database(pg_dsn)
+    pg_cluster.sql("CREATE SCHEMA conveyor", db)
+    pg_cluster.sql("CREATE TABLE conveyor.orders (id int)", db)
+    with pytest.raises(ConfigError, match=r"not a conveyor state schema.*'orders'"):
+        _open(pg_dsn)
+    tables = pg_cluster.sql("SELECT tablename FROM pg_tables WHERE schemaname = 'conveyor'", db)
+    assert tables == [("orders",)]
+    # ours with a foreign table added is refused too
+    _open(pg_dsn, schema="ours").close()
+    pg_cluster.sql("CREATE TABLE ours.extra (id int)", db)
+    with pytest.raises(ConfigError, match="'extra'"):
+        _open(pg_dsn, schema="ours")
+
+
+def test_unusable_rows_are_reported_not_loaded(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    store = stores()
+    store.save([_row("good")], [])
+    pg_cluster.sql(
+        "INSERT INTO conveyor.tasks VALUES ('bad', '{not json', 'PENDING', 'PENDING', 'F',"
+        " NULL, 'bad', 0, 0, 99)",
+        _database(pg_dsn),
+    )
+    with pytest.raises(CorruptState) as caught:
+        store.load()
+    assert [b.key for b in caught.value.bad] == [("tasks", "bad")]
+    assert "not JSON" in caught.value.bad[0].reason
+
+
+def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:
+    store = stores()
+    store.save([_row("a")], [])
+    seq = store.summary().seq
+    store.save([_row("a")], [])
+    assert store.summary().seq == seq, "saving an equal row moved the change number on"
+    store.save([_row("a", TaskStatus.DONE)], [])
+    assert store.summary().seq == seq + 1
+
+
+def test_edges_follow_the_rows(stores: Callable[..., PostgresStore]) -> None:
+    store = stores()
+    store.save([_row("a", deps=("b", "c")), _row("b"), _row("c")], [])
+    store.save([_row("a", deps=("c", "d"))], [])
+    graph = store.graph("a", False)
+    assert graph is not None
+    assert {(graph.nodes[t].id, graph.nodes[d].id) for t, d in graph.edges} == {
+        ("a", "c"),
+        ("a", "d"),
+    }
+    # a new store (no knowledge of what is stored) rewrites the edges of a row it saves
+    again = stores()
+    again.save([_row("a", deps=("b",))], [])
+    detail = store.detail("b")
+    assert detail is not None and [r.task_id for r in detail.dependents] == ["a"]
+    dropped = store.detail("c")
+    assert dropped is not None and dropped.dependents == ()
+
+
+# --- settings and connection errors ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({}, "exactly one of dsn and dsn_file"),
+        ({"dsn": "x", "dsn_file": "y"}, "exactly one of dsn and dsn_file"),
+        ({"dsn": "host=h", "schema": "no-dash"}, "schema = 'no-dash' is invalid"),
+        ({"dsn_file": "/nonexistent/dsn"}, "dsn_file '/nonexistent/dsn' cannot be read"),
+    ],
+)
+def test_bad_settings_are_refused(settings: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        PostgresStore(StoreContext(settings=settings))
+
+
+def test_dsn_file(tmp_path: Any, pg_dsn: str) -> None:
+    path = tmp_path / "dsn"
+    path.write_text(pg_dsn + "\n")
+    store = PostgresStore(StoreContext(settings={"dsn_file": str(path)}))
+    try:
+        store.save([_row("a")], [])
+        assert _ids(store) == {"a"}
+    finally:
+        store.close()
+
+
+def test_wrong_password_is_one_line_without_it(pg_cluster: ThrowawayCluster, pg_dsn: str) -> None:
+    db = _database(pg_dsn)
+    wrong = "Wr0ng-S3cret"
+    for dsn in (
+        pg_cluster.dsn(db, password=wrong),
+        f"host=127.0.0.1 port={pg_cluster.port} dbname={db} user=conveyor password={wrong}",
+    ):
+        with pytest.raises(ConfigError) as caught:
+            _open(dsn)
+        message = str(caught.value)
+        assert wrong not in message and "\n" not in message, message
+        assert f"127.0.0.1:{pg_cluster.port}/{db}" in message, message
+        assert "'conveyor'" in message and "password authentication failed" in message, message
+
+
+def test_unreachable_and_unknown_database(pg_cluster: ThrowawayCluster) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _open(f"postgresql://conveyor:pw@127.0.0.1:{_closed_port()}/x", connect_timeout=2)
+    message = str(caught.value)
+    assert "connection refused" in message.lower() and "\n" not in message, message
+    assert ":pw@" not in message
+    with pytest.raises(ConfigError, match='database "nosuchdb" does not exist'):
+        _open(pg_cluster.dsn("nosuchdb"))
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- the lease and its fence ----------------------------------------------------------------------
+
+
+def test_the_lease_changes_hands_only_when_it_runs_out(
+    stores: Callable[..., PostgresStore],
+) -> None:
+    a, b, reader = stores(), stores(), stores()
+    first = a.lead("http://a", 0.5)
+    assert (first.term, first.holder, first.held) == (1, "http://a", True)
+    assert 0 < first.expires_in <= 0.5
+    seen = b.lead("http://b", 0.5)
+    assert (seen.term, seen.holder, seen.held) == (1, "http://a", False)
+    assert 0 < seen.expires_in <= 0.5
+    a.save([_row("by-a")], [])
+    assert _ids(reader) == {"by-a"}
+    # a is paused past its lease: b takes it with the next term
+    _wait_for("b to take the lease", lambda: b.lead("http://b", 30).held)
+    taken = b.lead("http://b", 30)
+    assert (taken.term, taken.holder, taken.held) == (2, "http://b", True)
+    with pytest.raises(Deposed):
+        a.save([_row("late-a")], [])
+    with pytest.raises(Deposed):
+        a.probe()
+    assert _ids(stores()) == {"by-a"}, "a deposed leader's save was written"
+    again = a.lead("http://a", 0.5)
+    assert (again.term, again.holder, again.held) == (2, "http://b", False)
+    with pytest.raises(Deposed):
+        a.save([_row("late-a")], [])
+    b.save([_row("by-b")], [])
+    b.probe()
+    assert _ids(reader) == {"by-a", "by-b"}
+
+
+def test_renewal_after_running_out_keeps_the_term(
+    pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    a = stores()
+    assert a.lead("http://a", 0.2).term == 1
+    _wait_for("the lease to run out", lambda: _lease_row(pg_dsn)[1], 10)
+    renewed = a.lead("http://a", 30)
+    assert (renewed.term, renewed.held) == (1, True)
+    a.save([_row("x")], [])
+
+
+def _lease_row(dsn: str) -> tuple[int, bool]:
+    """The stored term, and whether the lease has run out (by the database's clock)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT term, expires IS NULL OR expires <= clock_timestamp() FROM conveyor.lease"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), bool(row[1])
+
+
+def test_resign_hands_over_at_once(stores: Callable[..., PostgresStore]) -> None:
+    a, b = stores(), stores()
+    assert a.lead("http://a", 60).held
+    assert not b.lead("http://b", 60).held
+    a.resign()
+    with pytest.raises(Deposed):
+        a.save([_row("after-resign")], [])
+    taken = b.lead("http://b", 60)
+    assert (taken.term, taken.holder, taken.held) == (2, "http://b", True)
+    a.resign()  # (again: nothing to give up)
+    assert b.lead("http://b", 60).held
+
+
+def test_a_store_that_never_led_saves_unfenced(stores: Callable[..., PostgresStore]) -> None:
+    leader, tool = stores(), stores()
+    assert leader.lead("http://a", 60).held
+    tool.save([_row("by-tool")], [])
+    tool.probe()
+    assert _ids(leader) == {"by-tool"}
+
+
+@pytest.mark.timeout(90)
+def test_a_save_in_flight_commits_before_a_take_over(
+    pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """A save holding the lease row FOR SHARE: the taker's lead() waits for it to commit,
+    then takes over and loads what it saved (never a save after a take-over)."""
+    a, b = stores(), stores()
+    assert a.lead("http://a", 0.5).held
+    with psycopg.connect(pg_dsn) as blocker:
+        # hold the change counter's row: a's save takes the fence, then waits on this
+        blocker.execute("SELECT seq FROM conveyor.changes WHERE id = 1 FOR UPDATE")
+        saved: list[BaseException | None] = []
+        taken: list[Any] = []
+
+        def save() -> None:
+            try:
+                a.save([_row("in-flight")], [])
+                saved.append(None)
+            except BaseException as exc:  # (asserted below)
+                saved.append(exc)
+
+        saving = threading.Thread(target=save)
+        saving.start()
+        _wait_for("a's save to wait for the lock", lambda: _lock_waiters(pg_dsn) == 1)
+        _wait_for("a's lease to run out", lambda: _lease_row(pg_dsn)[1])
+        taking = threading.Thread(target=lambda: taken.append(b.lead("http://b", 60)))
+        taking.start()
+        _wait_for("b's lead() to wait for a's save", lambda: _lock_waiters(pg_dsn) == 2)
+        assert not taken, "b took the lease while a's fenced save was in flight"
+        blocker.rollback()  # a's save goes on and commits; then b takes over
+        saving.join(30)
+        taking.join(30)
+    assert saved == [None], saved
+    assert taken and taken[0].held and taken[0].term == 2, taken
+    assert _ids(b) == {"in-flight"}
+    with pytest.raises(Deposed):
+        a.save([_row("late")], [])
+
+
+def _lock_waiters(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+# --- PostgreSQL restarted under an open store -----------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_saves_survive_a_restart_of_postgresql(
+    pg_cluster: ThrowawayCluster, stores: Callable[..., PostgresStore]
+) -> None:
+    store = stores(connect_timeout=2)
+    assert store.lead("http://a", 120).held
+    store.save([_row("before")], [("w1", False)])
+    pg_cluster.restart()
+    failures: list[str] = []
+    end = time.monotonic() + 60
+    while True:  # the first save after a restart may fail: the next one goes through
+        try:
+            store.save([_row("after")], [])
+            break
+        except StateStoreError as exc:
+            failures.append(str(exc))
+            assert time.monotonic() < end, failures
+            time.sleep(0.1)
+    assert len(failures) <= 1, failures
+    assert all(pg_cluster.password not in f for f in failures), failures
+    assert _ids(stores()) == {"before", "after"}
+    assert store.summary().total == 2
+    assert store.lead("http://a", 120).term == 1, "the restart changed the lease's term"
+
+
+# --- the reads answer as the built-in store does --------------------------------------------------
+
+
+def test_reads_answer_as_the_builtin_store_does(stores: Callable[..., PostgresStore]) -> None:
+    """A random graph of 300 tasks (some unregistered, some missing) saved to both stores:
+    every page, detail and graph (capped or not, up and down) is the same."""
+    import random
+
+    from conveyor.protocol import TaskFilters
+    from conveyor.server.stores import MemoryStore
+
+    rng = random.Random(23)
+    statuses = list(TaskStatus)
+    rows = []
+    for n in range(300):
+        deps = tuple(sorted({f"t{rng.randrange(n)}" for _ in range(rng.randrange(4))})) if n else ()
+        if rng.random() < 0.05:
+            deps += (f"missing{n}",)
+        row = _row(f"t{n}", rng.choice(statuses), deps)
+        row["registered"] = rng.random() > 0.1
+        rows.append(row)
+    ours, builtin = stores(), MemoryStore()
+    try:
+        for start in range(0, 300, 7):  # (several saves: change numbers as the server gives them)
+            ours.save(rows[start : start + 7], [])
+            builtin.save(rows[start : start + 7], [])
+        assert ours.summary().counts == builtin.summary().counts
+        for filters in (
+            TaskFilters(),
+            TaskFilters(state=TaskStatus.FAILED),
+            TaskFilters(text="t1"),
+        ):
+            assert [e.task_id for e in ours.page(filters, None, 500).tasks] == [
+                e.task_id for e in builtin.page(filters, None, 500).tasks
+            ]
+        for task_id in ("t0", "t150", "t299", *(f"t{rng.randrange(300)}" for _ in range(20))):
+            a, b = ours.detail(task_id), builtin.detail(task_id)
+            assert a is not None and b is not None
+            assert (a.deps, a.dependents, a.dependents_total, a.blocked_by) == (
+                b.deps,
+                b.dependents,
+                b.dependents_total,
+                b.blocked_by,
+            ), task_id
+            for down in (False, True):
+                for cap in (1, 2, 5, 40, 10_000):
+                    ga, gb = ours.graph(task_id, down, cap), builtin.graph(task_id, down, cap)
+                    assert ga is not None and gb is not None
+                    assert _shape(ga) == _shape(gb), (task_id, down, cap)
+    finally:
+        builtin.close()
+
+
+def _shape(graph: Any) -> Any:
+    ids = [n.id for n in graph.nodes]
+    return (
+        {(n.id, n.status, n.layer) for n in graph.nodes},
+        {(ids[t], ids[d]) for t, d in graph.edges},
+        graph.truncated,
+        {ids[i] for i in graph.blocking},
+        {ids[i] for i in graph.path},
+    )
+
+
+def test_a_leader_again_writes_what_another_changed_meanwhile(
+    stores: Callable[..., PostgresStore],
+) -> None:
+    """A store that leads again loads first (as the server does): a row the other leader
+    changed meanwhile is written again, not skipped as unchanged."""
+    a, b = stores(), stores()
+    assert a.lead("http://a", 60).held
+    a.save([_row("x")], [])
+    a.resign()
+    assert b.lead("http://b", 60).held
+    b.load()
+    b.save([_row("x", TaskStatus.DONE)], [])
+    b.resign()
+    assert a.lead("http://a", 60).term == 3
+    a.load()
+    a.save([_row("x")], [])
+    rows = {row["task_id"]: row for row in stores().load()[0]}
+    assert rows["x"]["status"] == TaskStatus.PENDING
+
+
+@pytest.mark.timeout(120)
+def test_saves_fail_while_postgresql_is_down_and_resume_after(
+    pg_cluster: ThrowawayCluster, stores: Callable[..., PostgresStore]
+) -> None:
+    store = stores(connect_timeout=1)
+    store.save([_row("before")], [])
+    pg_cluster.stop()
+    try:
+        with pytest.raises(StateStoreError) as caught:
+            store.save([_row("while-down")], [])
+        message = str(caught.value)
+        assert pg_cluster.password not in message and "\n" not in message, message
+        with pytest.raises(StateStoreError):
+            store.probe()
+    finally:
+        pg_cluster.start()
+    end = time.monotonic() + 60
+    while True:
+        try:
+            store.probe()
+            break
+        except StateStoreError:
+            assert time.monotonic() < end, "the store did not reconnect"
+            time.sleep(0.1)
+    store.save([_row("after")], [])
+    assert _ids(stores()) == {"before", "after"}

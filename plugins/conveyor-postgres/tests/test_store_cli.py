@@ -1,0 +1,139 @@
+"""The ``postgres`` store through the real CLI: ``conveyor scheduler`` refusing to start with
+one line and exit code 2 (wrong password, nothing listening, a newer schema), ``conveyor
+config`` hiding the password, and a scheduler on PostgreSQL serving a run, its task list and
+the web UI's counts."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conveyor.server.stores import StoreContext
+from conveyor.testing.processes import SchedulerProcess, free_port, kill_marked, wait_for
+
+from conveyor_postgres import SCHEMA_VERSION, PostgresStore
+from conveyor_postgres.testing import ThrowawayCluster
+from pg_support import MARKER_VARIABLE, TASKS, child_env, conveyor, get_json, write_config
+
+WRONG = "Wr0ng-Passw0rd"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of the test's processes, with a marker; they are all killed after."""
+    marker = uuid.uuid4().hex
+    yield child_env(tmp_path, marker)
+    kill_marked(MARKER_VARIABLE, marker)
+
+
+def _database(dsn: str) -> str:
+    return dsn.rsplit("/", 1)[1]
+
+
+def _refused(tmp_path: Path, env: dict[str, str], config: Path) -> str:
+    """Start a scheduler with ``config``: it must exit 2 with one error line; that line."""
+    port = str(free_port())
+    done = conveyor(tmp_path, env, "scheduler", "--port", port, "--config", str(config))
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("conveyor: error: "), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    return lines[0]
+
+
+@pytest.mark.timeout(90)
+def test_wrong_password_exits_2_with_one_line_without_it(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    db = _database(pg_dsn)
+    for name, dsn in (
+        ("url", pg_cluster.dsn(db, password=WRONG)),
+        ("keywords", f"host=127.0.0.1 port={pg_cluster.port} dbname={db} password={WRONG}"),
+    ):
+        line = _refused(tmp_path, env, write_config(tmp_path / f"{name}.toml", dsn=dsn))
+        assert WRONG not in line, line
+        assert f"127.0.0.1:{pg_cluster.port}/{db}" in line and "password authentication" in line
+
+
+@pytest.mark.timeout(90)
+def test_nothing_listening_exits_2_with_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+    dsn = f"postgresql://conveyor:{WRONG}@127.0.0.1:{free_port()}/conveyor"
+    line = _refused(tmp_path, env, write_config(tmp_path / "c.toml", dsn=dsn))
+    assert WRONG not in line and "connection refused" in line.lower(), line
+
+
+@pytest.mark.timeout(90)
+def test_a_newer_schema_exits_2_naming_both_versions(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    PostgresStore(StoreContext(settings={"dsn": pg_dsn})).close()
+    pg_cluster.sql("UPDATE conveyor.schema_version SET version = 7", _database(pg_dsn))
+    line = _refused(tmp_path, env, write_config(tmp_path / "c.toml", dsn=pg_dsn))
+    assert "schema version 7" in line and f"understands ({SCHEMA_VERSION})" in line, line
+    assert pg_cluster.password not in line
+
+
+@pytest.mark.timeout(90)
+def test_conveyor_config_never_shows_the_password(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    db = _database(pg_dsn)
+    secret = pg_cluster.password
+    for name, dsn in (
+        ("url", pg_dsn),
+        ("keywords", f"host=127.0.0.1 port={pg_cluster.port} dbname={db} password={secret}"),
+        ("quoted", f"host=127.0.0.1 dbname={db} password='{secret} x'"),
+    ):
+        config = write_config(tmp_path / f"{name}.toml", dsn=dsn)
+        done = conveyor(tmp_path, env, "config", "--config", str(config))
+        assert done.returncode == 0, done.stderr
+        assert "[state_stores.postgres]" in done.stdout, done.stdout
+        assert secret not in done.stdout + done.stderr, (name, done.stdout)
+        assert "127.0.0.1" in done.stdout
+
+
+@pytest.mark.timeout(180)
+def test_a_scheduler_on_postgresql_serves_a_run(
+    pg_dsn: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A real scheduler on the store (its DSN in a file) leads, serves a `conveyor run` of a
+    3-task graph, and lists the tasks in /api/v1/tasks and the web UI's counts."""
+    (tmp_path / "pgtasks.py").write_text(TASKS, encoding="utf-8")
+    dsn_file = tmp_path / "dsn"
+    dsn_file.write_text(pg_dsn + "\n", encoding="utf-8")
+    config = write_config(tmp_path / "server.toml", dsn_file=str(dsn_file))
+    server = SchedulerProcess(tmp_path, config, env)
+    server.start(timeout=60)
+    wait_for(
+        lambda: get_json(server.url + "/health").get("role") == "leader",
+        60,
+        "the scheduler to take the lease and lead",
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    done = conveyor(
+        tmp_path,
+        env,
+        "run",
+        "pgtasks.Root",
+        "--root",
+        str(out),
+        "--scheduler-url",
+        server.url,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    tasks = get_json(server.url + "/api/v1/tasks")["tasks"]
+    assert len(tasks) == 3 and {t["status"] for t in tasks} == {"DONE"}, tasks
+    summary = get_json(server.url + "/ui/api/summary")
+    assert summary["counts"]["DONE"] == 3 and summary["total"] == 3, summary
+    # what the scheduler acknowledged is in the database
+    store = PostgresStore(StoreContext(settings={"dsn": pg_dsn}))
+    try:
+        assert store.summary().counts["DONE"] == 3
+    finally:
+        store.close()
+    server.kill()
+    assert pg_dsn.split("@")[0].split(":")[-1] not in server.output()
