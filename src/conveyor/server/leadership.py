@@ -98,11 +98,10 @@ class Campaign:
             self._failing = ""
             log.info("the state store answers again")
         if lease.held:
-            until = started + self.lease
             if service.role != "leader":
-                self._take_over(lease, until)
+                self._take_over(lease)
             else:
-                service.lease_deadline = until
+                service.lease_deadline = started + self.lease
             return self.lease / 3
         if service.role == "leader":
             service.step_down(lease.holder, f"the lease is held by {lease.holder or 'nobody'}")
@@ -111,10 +110,16 @@ class Campaign:
         service.leader = lease.holder
         return min(self.lease / 3, max(_MIN_WAIT, lease.expires_in))
 
-    def _take_over(self, lease: Lease, until: float) -> None:
-        """Load the state and lead; if the state cannot be loaded, give the lease up."""
+    def _take_over(self, lease: Lease) -> None:
+        """Load the state and lead, the lease renewed once loaded (loading can take a good
+        part of it); if the state cannot be loaded, give the lease up."""
         try:
             records, workers = self.load()
+            started = self.clock()
+            lease = self.store.lead(self.service.public_url, self.lease)
+            if not lease.held:  # (it ran out while loading, and another server took it)
+                self.service.leader = lease.holder
+                return
         except Exception as exc:
             log.error(
                 "took the lease but cannot load the state; giving it up",
@@ -124,7 +129,7 @@ class Campaign:
             with contextlib.suppress(Exception):
                 self.store.resign()
             return
-        self.service.promote(records, workers, until)
+        self.service.promote(records, workers, started + self.lease)
         log.warning(
             "leading",
             term=lease.term,
