@@ -52,6 +52,7 @@ from .settings import (
     _render,
     _unknown,
     _valid,
+    split_urls,
     validate_backend_settings,
 )
 from .tomlwriter import dumps, toml_value
@@ -157,7 +158,7 @@ class SchedulerSettings:
     """
 
     transport: str = _setting("local", "str", "a conveyor.schedulers name", **_NAME)
-    url: str = _setting("http://127.0.0.1:8082", "str", "the central scheduler", **_URL)
+    url: str = _setting("http://127.0.0.1:8082", "urls", "the central scheduler(s)", **_URL)
     token: str = _setting("", "str", "or token_file")
     token_file: str = _setting("", "str", "file holding the token")
     ca_file: str = _setting("", "str", "https: trust only these CAs (PEM)")
@@ -177,6 +178,11 @@ class SchedulerSettings:
     resources: Mapping[str, int] = _setting(
         MappingProxyType[str, int]({}), "int_map", "[scheduler.resources] name = capacity", ge=0
     )
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The URLs of ``url`` (a list of several is kept as one string, joined by ", ")."""
+        return split_urls(self.url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -785,6 +791,8 @@ def _document(config: Config) -> dict[str, Any]:
         table = {f.name: getattr(settings, f.name) for f in fields(settings)}
         if table.get("token_file"):
             del table["token"]
+        if name == "scheduler" and len(config.scheduler.urls) > 1:
+            table["url"] = list(config.scheduler.urls)  # several: shown as the list they are
         document[name] = table
     document["notifiers"].update(config.backends.get("notifiers", {}))
     for group in ("executors", "schedulers", "state_stores"):

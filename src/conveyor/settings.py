@@ -20,11 +20,20 @@ from . import secrets
 from .errors import ConfigError
 from .tomlwriter import toml_value
 
-__all__ = ["Field", "Kind", "check_backend_settings", "schema_of", "validate_backend_settings"]
+__all__ = [
+    "Field",
+    "Kind",
+    "check_backend_settings",
+    "schema_of",
+    "split_urls",
+    "validate_backend_settings",
+]
 
-Kind = Literal["int", "float", "seconds", "bool", "str", "str_list", "int_map"]
+Kind = Literal["int", "float", "seconds", "bool", "str", "str_list", "int_map", "urls"]
 """What a setting holds: ``seconds`` is a float duration (ints accepted), ``str_list`` a list
-of strings (stored as a tuple), ``int_map`` a table of name = integer (stored read-only)."""
+of strings (stored as a tuple), ``int_map`` a table of name = integer (stored read-only),
+``urls`` one URL or several — a list, or one string of comma-separated URLs — stored as one
+string, the URLs joined by ", " (:func:`split_urls` splits it; ``check`` tests each URL)."""
 
 _UNSET: Any = object()
 _ZERO: dict[str, Any] = {
@@ -35,6 +44,7 @@ _ZERO: dict[str, Any] = {
     "str": "",
     "str_list": (),
     "int_map": MappingProxyType({}),
+    "urls": "",
 }
 
 
@@ -107,6 +117,7 @@ _DESCRIBE: dict[str, Callable[[Field], str]] = {
     "str": _describe_str,
     "str_list": _describe_str_list,
     "int_map": lambda f: "a table of name = integer" + f.bounds(),
+    "urls": lambda f: f"{f.expect or 'a URL'}, or a list of them",
 }
 
 
@@ -114,11 +125,13 @@ _DESCRIBE: dict[str, Callable[[Field], str]] = {
 
 
 class _Invalid(Exception):
-    """A value failed its Field; ``problem`` completes "section.key = value ..."."""
+    """A value failed its Field; ``problem`` completes "section.key = value ...";
+    ``expected``, if given, says what was expected instead of the Field's description."""
 
-    def __init__(self, problem: str) -> None:
+    def __init__(self, problem: str, expected: str = "") -> None:
         super().__init__(problem)
         self.problem = problem
+        self.expected = expected
 
 
 _WRONG_TYPE = "has the wrong type"
@@ -182,6 +195,32 @@ def _to_str_list(f: Field, value: Any) -> tuple[str, ...]:
     return items
 
 
+def split_urls(text: str) -> tuple[str, ...]:
+    """The URLs of a ``urls`` setting: ``text`` cut at its commas, each part stripped."""
+    return tuple(part.strip() for part in text.split(","))
+
+
+def _to_urls(f: Field, value: Any) -> str:
+    if isinstance(value, str):
+        items = split_urls(value)
+    elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        items = tuple(url for v in value for url in split_urls(v))
+        if not items:
+            raise _Invalid("is an empty list")
+    else:
+        raise _Invalid(_WRONG_TYPE)
+    one = f.expect or "a URL"
+    if len(items) == 1:
+        if f.check is not None and not f.check(items[0]):
+            raise _Invalid("is invalid", one)
+        return items[0]
+    for item in items:
+        if f.check is not None and not f.check(item):
+            shown = toml_value(secrets.redact_text(item))
+            raise _Invalid(f"lists {shown}, which is invalid", f"each URL to be {one}")
+    return ", ".join(items)
+
+
 def _to_int_map(f: Field, value: Any) -> dict[str, int]:
     # Entries are checked one by one by _valid(), which names them; this only checks the shape.
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -197,6 +236,7 @@ _CONVERT: dict[str, Callable[[Field, Any], Any]] = {
     "str": _to_str,
     "str_list": _to_str_list,
     "int_map": _to_int_map,
+    "urls": _to_urls,
 }
 
 
@@ -212,8 +252,9 @@ def _valid(f: Field, value: Any, label: str, source: str) -> Any:
     except _Invalid as bad:
         shown = _render(label.rsplit(".", 1)[-1], value)
         hint = _env_hint(f, value, source) if bad.problem == _WRONG_TYPE else ""
+        expected = bad.expected or f.expected()
         raise _error(
-            source, f"{label} = {shown} {bad.problem}; expected {f.expected()}{hint}", label
+            source, f"{label} = {shown} {bad.problem}; expected {expected}{hint}", label
         ) from None
     if f.kind == "int_map":
         entry = _entry_field(f)
@@ -236,7 +277,7 @@ def _render(key: str, value: Any) -> str:
     """A value as it would be written in TOML, shortened, and hidden for secret keys."""
     if secrets.is_secret_setting(key) and not isinstance(value, bool):
         return secrets.REDACTED
-    if isinstance(value, str):  # e.g. a webhook URL's secret path
+    if isinstance(value, str | list | tuple):  # e.g. a webhook URL's secret path
         value = secrets.redact(key, value)
     try:
         text = toml_value(value)

@@ -16,6 +16,21 @@ loaded for a proxy that asks for one. A TLS failure that retrying cannot cure �
 that does not verify, a host name it does not cover, a server that wants or refuses the client
 certificate, a port that does not speak TLS — is not retried either: it raises a
 ConveyorError naming the URL, the reason and the key to change, like a 4xx.
+
+Several schedulers (``[scheduler] url`` lists several URLs, one leader and its standbys): the
+transport talks to one of them at a time, the *current* one, shared by its threads (a thread's
+connection follows it). A standby answers 503 with ``{"leader": URL}``: the transport switches
+to that leader and sends the call again at once, without counting an attempt — but only the
+first time a call is pointed at a given server, so standbys that point at each other end in
+the normal budget. A hint is followed only if it is a URL of the same scheme as the configured
+ones (an ``https://`` transport never downgrades to ``http://``); the leader it names is one of
+the operator's servers and gets the token like the configured ones. A connection that fails
+(refused, reset, timed out) or a standby that knows no leader (``"leader": ""``, a fail-over
+under way) moves the next attempt to the next URL of the list, after the usual backoff. The
+server that answers is remembered. With several configured URLs, a call keeps trying, beyond
+``rpc_retries`` attempts if need be, until ``[schedulers.http] failover_window`` seconds have
+passed since its first attempt, so that it outlasts a fail-over (``leader_lease`` + 2 s). One
+URL behaves as before: it is the only one, unless a standby there names a leader.
 """
 
 from __future__ import annotations
@@ -30,8 +45,8 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import structlog
@@ -56,6 +71,7 @@ from ..protocol import (
     route_of,
 )
 from ..secrets import redact_text
+from ..settings import Field
 from .base import TransportContext
 
 __all__ = ["HttpTransport"]
@@ -72,11 +88,57 @@ T = TypeVar("T")
 
 
 class _Transient(Exception):
-    """A failure worth retrying; ``wait``: how long the server asked to wait (Retry-After)."""
+    """A failure worth retrying; ``wait``: how long the server asked to wait (Retry-After);
+    ``leader``: a standby's ``leader`` (None when the answer has none); ``unreachable``: the
+    server could not be talked to at all (the next attempt goes to the next URL)."""
 
-    def __init__(self, message: str, wait: float = 0.0) -> None:
+    def __init__(
+        self, message: str, wait: float = 0.0, leader: str | None = None, unreachable: bool = False
+    ) -> None:
         super().__init__(message)
         self.wait = wait
+        self.leader = leader
+        self.unreachable = unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One scheduler's address: ``where`` is ``scheme://host:port``, as errors name it."""
+
+    https: bool
+    host: str
+    port: int
+    base: str
+
+    @property
+    def where(self) -> str:
+        """``scheme://host:port`` (the path left out)."""
+        return f"{'https' if self.https else 'http'}://{self.host}:{self.port}"
+
+
+def _target_of(url: str) -> _Target | None:
+    """The address of an http(s) URL, or None if it is not one a connection can be made to."""
+    if len(url) > 2048 or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    https = parts.scheme == "https"
+    return _Target(https, parts.hostname, port or (443 if https else 80), parts.path.rstrip("/"))
+
+
+def _leader_of(raw: bytes) -> str | None:
+    """A standby's ``leader`` of a 503's JSON body ("" while it knows none), else None."""
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return None
+    leader = answer.get("leader") if isinstance(answer, dict) else None
+    return leader if isinstance(leader, str) else None
 
 
 def _seconds(header: str | None) -> float:
@@ -118,7 +180,17 @@ class _TlsRefused(ConveyorError):
 
 
 class HttpTransport:
-    """Talks to ``conveyor scheduler`` at ``[scheduler] url``."""
+    """Talks to ``conveyor scheduler`` at ``[scheduler] url`` (to the leader, when it lists
+    several)."""
+
+    settings_schema: ClassVar[dict[str, Field]] = {
+        "failover_window": Field(
+            "seconds",
+            30.0,
+            ge=0,
+            doc="with several [scheduler] url: a call keeps trying at least this long",
+        ),
+    }
 
     def __init__(self, context: TransportContext | Config) -> None:
         """Read the client keys of ``[scheduler]`` and, for ``https://``, build the TLS
@@ -131,16 +203,34 @@ class HttpTransport:
         if isinstance(context, Config):
             context = TransportContext.of(context)
         self.settings: SchedulerSettings = context.scheduler
-        parts = urlsplit(self.settings.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        self.failover_window = float(
+            context.settings.get("failover_window", self.settings_schema["failover_window"].default)
+        )
+        urls = self.settings.urls
+        targets: list[_Target] = []
+        for url in urls:
+            target = _target_of(url)
+            if target is None:
+                shown = redact_text(url)
+                raise ConfigError(
+                    f"scheduler.url = {shown!r}; expected http(s)://host:port"
+                    if len(urls) == 1
+                    else f"scheduler.url lists {shown!r}; expected http(s)://host:port for each",
+                    key="scheduler.url",
+                )
+            if target not in targets:
+                targets.append(target)
+        if len({t.https for t in targets}) > 1:
             raise ConfigError(
-                f"scheduler.url = {redact_text(self.settings.url)!r}; expected http(s)://host:port"
+                "scheduler.url mixes http:// and https:// URLs; expected one scheme for all "
+                "(the token and the TLS keys go to every one of them)",
+                key="scheduler.url",
             )
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._https else 80)
-        self._base = parts.path.rstrip("/")
-        self._where = f"{parts.scheme}://{self._host}:{self._port}"
+        self._configured = tuple(targets)
+        self._learnt: _Target | None = None  # a leader a standby named, not in the list
+        self._current = targets[0]  # where calls go (the server that answered last)
+        self._switching = threading.Lock()
+        self._https = targets[0].https
         self._tls: ssl.SSLContext | None = None
         if self._https:
             self._tls = _tls_context(self.settings)
@@ -151,21 +241,75 @@ class HttpTransport:
         self._no_release = False  # the server has no release route (it predates it)
         self._dropped: dict[type[Any], set[str]] = {}  # fields the server refused (it predates)
         self.sleep: Callable[[float], None] = time.sleep  # replaceable, e.g. by a fake clock's
+        self.clock: Callable[[], float] = time.monotonic
         self.rand: Callable[[], float] = random.random
+
+    # --- which scheduler ----------------------------------------------------------------------
+
+    @property
+    def _where(self) -> str:
+        """The current scheduler's ``scheme://host:port``."""
+        return self._current.where
+
+    def _candidates(self) -> tuple[_Target, ...]:
+        """The configured schedulers and a leader learnt from a standby, in that order."""
+        learnt = self._learnt
+        return self._configured if learnt is None else (*self._configured, learnt)
+
+    def _hint(self, leader: str | None) -> _Target | None:
+        """The scheduler a standby's ``leader`` names, if it is one to follow, else None."""
+        if not leader:
+            return None
+        target = _target_of(leader)
+        if target is None or target.https != self._https:
+            log.warning(
+                "ignored a standby's leader hint: expected a URL of the configured scheme",
+                leader=redact_text(leader)[:200],
+                scheme="https" if self._https else "http",
+            )
+            return None
+        return target
+
+    def _switch(self, old: _Target, new: _Target, why: str) -> _Target:
+        """Make ``new`` the current scheduler (if ``old`` still is); ``new``."""
+        with self._switching:
+            if new not in self._configured:
+                self._learnt = new
+            if self._current == old and new != old:
+                self._current = new
+                log.info(why, at=old.where, to=new.where)
+        return new
+
+    def _next(self, old: _Target) -> _Target:
+        """The scheduler after ``old`` in the list (``old`` itself if it is the only one)."""
+        candidates = self._candidates()
+        index = candidates.index(old) if old in candidates else -1
+        new = candidates[(index + 1) % len(candidates)]
+        return self._switch(old, new, "no answer from a scheduler; trying the next URL")
+
+    def _settle(self, target: _Target) -> None:
+        """Remember ``target``, whose answer was the leader's: calls start there from now."""
+        if self._current != target:
+            with self._switching:
+                self._current = target
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, target: _Target) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._local.target != target:
+            self._drop_connection()
+            conn = None
         if conn is None:
             timeout = self.settings.rpc_timeout
             if self._tls is not None:
                 conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=timeout, context=self._tls
+                    target.host, target.port, timeout=timeout, context=self._tls
                 )
             else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+                conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
             self._local.conn = conn
+            self._local.target = target
         return conn
 
     def _drop_connection(self) -> None:
@@ -182,11 +326,11 @@ class HttpTransport:
             headers["Authorization"] = f"Bearer {self.settings.token}"
         return headers
 
-    def _once(self, method: str, route: str, data: bytes | None) -> Any:
+    def _once(self, target: _Target, method: str, route: str, data: bytes | None) -> Any:
         try:
-            conn = self._connection()
+            conn = self._connection(target)
             conn.request(
-                method, self._base + route, body=data, headers=self._headers(data is not None)
+                method, target.base + route, body=data, headers=self._headers(data is not None)
             )
             response = conn.getresponse()
             status, raw = response.status, response.read()
@@ -195,13 +339,14 @@ class HttpTransport:
             self._drop_connection()
             refused = _tls_refusal(exc, self.settings)
             if refused is not None:
-                raise _TlsRefused(self._where, *refused) from None
-            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+                raise _TlsRefused(target.where, *refused) from None
+            raise _Transient(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         except (OSError, http.client.HTTPException) as exc:
             self._drop_connection()
-            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+            raise _Transient(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         if status >= 500:
-            raise _Transient(f"HTTP {status}{_error_of(raw)}", _seconds(retry_after))
+            leader = _leader_of(raw) if status == 503 else None
+            raise _Transient(f"HTTP {status}{_error_of(raw)}", _seconds(retry_after), leader)
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -213,7 +358,7 @@ class HttpTransport:
             field = answer.get("field", "") if isinstance(answer, dict) else ""
             raise _Refused(
                 status,
-                f"the scheduler at {self._where} refused {route}: HTTP {status} {error}",
+                f"the scheduler at {target.where} refused {route}: HTTP {status} {error}",
                 field if isinstance(field, str) else "",
             )
         return answer
@@ -228,23 +373,48 @@ class HttpTransport:
     ) -> Any:
         """The answer of ``route`` to the JSON body ``data`` (passed through ``check``, which
         raises _Transient for an answer that does not fit), retried with backoff up to
-        ``tries`` attempts (default ``rpc_retries``); SchedulerUnavailable in the end."""
+        ``tries`` attempts (default ``rpc_retries``; with several configured URLs, for at least
+        ``failover_window`` seconds too); SchedulerUnavailable in the end. A standby's leader
+        hint is followed at once, once per server and call; an unreachable server or a standby
+        without a leader moves the next attempt to the next URL."""
         s = self.settings
+        window = self.failover_window if tries is None and len(self._configured) > 1 else 0.0
         tries = max(1, s.rpc_retries if tries is None else tries)
         backoff = Backoff(s.rpc_retry_wait, s.rpc_retry_max_wait)
-        for attempt in range(1, tries + 1):
+        until = self.clock() + window
+        hinted: set[_Target] = set()  # servers a hint sent this call to
+        target = self._current
+        attempt = 0
+        while True:
             try:
-                answer = self._once(method, route, data)
-                return answer if check is None else check(answer)
+                answer = self._once(target, method, route, data)
+                result = answer if check is None else check(answer)
             except _Transient as exc:
-                last = str(exc)
-                if attempt >= tries:
+                last = f"{target.where}: {exc}" if len(self._candidates()) > 1 else str(exc)
+                hint = self._hint(exc.leader)
+                if hint is not None and hint != target and hint not in hinted:
+                    hinted.add(hint)  # a standby names the leader: go there now
+                    target = self._switch(target, hint, "following a standby to the leader")
+                    continue
+                attempt += 1
+                left = until - self.clock()
+                if attempt >= tries and left <= 0:
                     break
+                if hint is not None and hint != target:  # named again: followed, but counted
+                    target = self._switch(target, hint, "following a standby to the leader")
+                elif exc.unreachable or (exc.leader is not None and hint is None):
+                    target = self._next(target)
                 wait = min(max(exc.wait, 0.0), s.rpc_retry_max_wait)
-                self.sleep(max(backoff.delay(attempt, self.rand), wait))
+                pause = max(backoff.delay(attempt, self.rand), wait)
+                self.sleep(min(pause, left) if attempt >= tries else pause)
+                continue
+            if method == "POST":  # (a standby answers reads too: only the leader's writes count)
+                self._settle(target)
+            return result
+        where = ", ".join(t.where for t in self._candidates())
+        whom = f"the scheduler at {where}" if "," not in where else f"the schedulers at {where}"
         raise SchedulerUnavailable(
-            f"the scheduler at {self._where} did not answer {route} after {tries} "
-            f"attempt(s): {last}"
+            f"{whom} did not answer {route} after {attempt} attempt(s): {last}"
         )
 
     def _post(self, request: Any, tries: int | None = None) -> Any:
@@ -336,7 +506,7 @@ class HttpTransport:
         A TLS refusal is raised: the registration would meet it too."""
         if self._limit is None:
             try:
-                limit = _health_limit(self._once("GET", "/health", None))
+                limit = _health_limit(self._once(self._current, "GET", "/health", None))
             except _TlsRefused:
                 raise
             except (_Transient, ConveyorError):
