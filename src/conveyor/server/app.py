@@ -219,16 +219,20 @@ class SchedulerService:
             self.role = LEADER
             self.core.frozen = False
 
-    def step_down(self, leader: str, why: str) -> None:
+    def step_down(self, leader: str, why: str, *, stopping: bool = False) -> None:
         """Stand by from now on (``leader``: who leads instead, "" if not known): every call
-        is refused until :meth:`promote`; the state in memory is not used again."""
+        is refused until :meth:`promote`; the state in memory is not used again. Logged as an
+        error unless the server is ``stopping``."""
         was = self.role
         self.role = STANDBY
         self.leader = leader
         self.core.frozen = True
         if was == LEADER:
             with contextlib.suppress(OSError):
-                log.error("stepping down: not the leader any more", reason=why, leader=leader)
+                if stopping:
+                    log.info("giving up the lead", reason=why)
+                else:
+                    log.error("stepping down: not the leader any more", reason=why, leader=leader)
 
     def _check_writable(self) -> None:
         """While the store refuses writes, probe it; Unstored until a write succeeds."""

@@ -69,7 +69,7 @@ class Campaign:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.lease)
         if self.service.role == "leader":
-            self.service.step_down("", "the server is stopping")
+            self.service.step_down("", "the server is stopping", stopping=True)
             try:
                 self.store.resign()
             except Exception as exc:  # (the lease then runs out by itself)
