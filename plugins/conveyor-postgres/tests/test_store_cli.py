@@ -137,3 +137,30 @@ def test_a_scheduler_on_postgresql_serves_a_run(
         store.close()
     server.kill()
     assert pg_dsn.split("@")[0].split(":")[-1] not in server.output()
+
+
+def test_the_readme_tour_runs_on_a_postgresql_scheduler(
+    pg_dsn: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The README's tour, its tasks taken from the README itself, against `conveyor scheduler`
+    with `state_store = "postgres"`: the outputs are made and both tasks are DONE in the
+    database."""
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    tour = readme.read_text(encoding="utf-8").split("```python\n", 1)[1].split("```", 1)[0]
+    assert "class Shout" in tour, "the README's first Python block is no longer the tour"
+    (tmp_path / "mymodule.py").write_text(tour, encoding="utf-8")
+    server = SchedulerProcess(tmp_path, write_config(tmp_path / "server.toml", dsn=pg_dsn), env)
+    server.start(timeout=60)
+    wait_for(lambda: get_json(server.url + "/health").get("role") == "leader", 60, "a leader")
+    done = conveyor(
+        tmp_path, env, "run", "mymodule.Shout", "--name", "world",
+        "--scheduler-url", server.url, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "out" / "shout-world.txt").read_text() == "HELLO WORLD\n"
+    store = PostgresStore(StoreContext(settings={"dsn": pg_dsn}))
+    try:
+        stored = {t.family: t.status for t in store.task_infos()}
+    finally:
+        store.close()
+    assert stored == {"Greeting": "DONE", "Shout": "DONE"}
