@@ -152,6 +152,8 @@ def test_a_leader_whose_lease_ran_out_stops_acknowledging_before_anyone_takes_ov
     a.campaign.step()
     add(a, "t1")
     clock.advance(LEASE + 0.1)  # no renewal meanwhile (the store could not be reached)
+    assert not a.service.leading()  # (what /health says, before any call comes)
+    assert a.service.role == STANDBY
     with pytest.raises(NotLeader):
         add(a, "t2")
     assert a.service.role == STANDBY

@@ -196,13 +196,21 @@ class SchedulerService:
         self._commit_or_roll_back()
         return result
 
+    def leading(self) -> bool:
+        """Whether this server leads now: a leader whose lease ran out by its own clock (not
+        renewed in time) steps down here, whatever the store says later."""
+        if (
+            self.role == LEADER
+            and self.lease_deadline is not None
+            and self.clock() >= self.lease_deadline
+        ):
+            self.step_down("", "its lease ran out before it could renew it")
+        return self.role == LEADER
+
     def _check_leader(self) -> None:
         """NotLeader unless this server leads, with a lease that has not run out."""
-        if self.role != LEADER:
+        if not self.leading():
             raise NotLeader(self.leader)
-        if self.lease_deadline is not None and self.clock() >= self.lease_deadline:
-            self.step_down("", "its lease ran out before it could renew it")
-            raise NotLeader("")
 
     def promote(self, records: Any, workers: Any, until: float) -> None:
         """Lead from now on, with the state ``records`` and ``workers`` loaded from the store
@@ -318,7 +326,7 @@ class SchedulerService:
         self._closed = True
         try:
             if self.campaign is not None:
-                self.campaign.stop()  # (resigns the lease: a standby takes over at once)
+                self.campaign.stop()  # (resigns the lease: a standby takes it at its next look)
             self.hooks.relay.unconfigure(flush_timeout)
         finally:
             self.store.close()
@@ -441,6 +449,7 @@ def create_app(
     )
 
     async def health(request: Request) -> JSONResponse:
+        service.leading()  # (a lease that ran out shows at once, not at the next look)
         return JSONResponse(
             {
                 "status": "ok",
@@ -462,7 +471,7 @@ def create_app(
         # committed by the tick, and here for those due now, so the list reflects this moment
         # (while the store refuses writes the scheduler is frozen: nothing changes). The list
         # itself is read through TaskReads, not under the scheduler's lock.
-        if service.role == LEADER:  # (a standby reads what the leader stored)
+        if service.leading():  # (a standby reads what the leader stored)
             service.query(service.core.statuses, ())
         return TaskList(service.reads.task_infos())
 
@@ -473,7 +482,7 @@ def create_app(
     async def workers(request: Request) -> JSONResponse:
         # On the scheduler: when each worker was last seen changes on every ping and is not
         # stored (that would be a write per ping); see docs/decisions.md.
-        if service.role != LEADER:
+        if not service.leading():
             raise NotLeader(service.leader)
         listed = await asyncio.to_thread(service.core.worker_list)  # (a reload holds its lock)
         return JSONResponse({"workers": listed})

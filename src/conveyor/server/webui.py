@@ -241,7 +241,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         if expected and not sessions.valid(session_of(request)):
             raise _Problem(401, "sign in first: this scheduler needs its token")
 
-    from .app import LEADER, STANDBY_RETRY_AFTER, NotLeader  # (app imports this module)
+    from .app import STANDBY_RETRY_AFTER, NotLeader  # (app imports this module)
 
     def guarded(fn: Callable[[Request], Any], *, open_: bool = False) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
@@ -281,9 +281,9 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
     def latest() -> int:
         return store.changes_since(0, 0).seq
 
-    def leading() -> None:
+    def must_lead() -> None:
         """NotLeader (503, nothing changed) unless this server leads."""
-        if service.role != LEADER:
+        if not service.leading():
             raise NotLeader(service.leader)
 
     # --- the page ---------------------------------------------------------------------------
@@ -359,6 +359,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
     async def changes(request: Request) -> Any:
         # not on the reads' thread: the one-second poll never waits behind a big graph
         seq = await asyncio.to_thread(latest)
+        service.leading()  # (a lease that ran out shows at once)
         return _json({"seq": seq, "role": service.role, "leader": service.leader})
 
     async def families(request: Request) -> Any:
@@ -414,7 +415,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         return await answer(work)
 
     async def workers(request: Request) -> Any:
-        if service.role != LEADER:
+        if not service.leading():
             # Who is connected, when each was last heard from and what it runs are known to
             # the leader alone (they are not stored); a standby's own state in memory is not
             # live. It lists the workers the store knows of, and says so.
@@ -464,15 +465,15 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         return {"changed": changed, "skipped": skipped, **({"error": refused} if refused else {})}
 
     async def retry(request: Request) -> Any:
-        leading()
+        must_lead()
         return await act(request, "retry", core.retry_now, _task_ids(await _body(request)))
 
     async def reenable(request: Request) -> Any:
-        leading()
+        must_lead()
         return await act(request, "reenable", core.reenable, _task_ids(await _body(request)))
 
     async def retry_failed(request: Request) -> Any:
-        leading()
+        must_lead()
         body = await _body(request)
         filters = TaskFilters(
             state=TaskStatus.FAILED,
