@@ -45,13 +45,16 @@ class SharedStore:
     def __init__(self, state: MemoryStore, lot: Lot) -> None:
         self.state = state
         self.lot = lot
-        self.term: int | None = None
+        self.term: int | None = None  # the term of the lease it holds
+        self.armed: int | None = None  # the term its saves carry (None: unfenced, 0: none)
         self.fail_load = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.state, name)
 
     def lead(self, holder: str, lease: float) -> Lease:
+        if self.armed is None:
+            self.armed = 0
         lot, now = self.lot, self.lot.clock()
         mine = self.term == lot.term and lot.holder == holder
         if mine or lot.expires <= now:
@@ -61,16 +64,22 @@ class SharedStore:
             lot.holder, lot.expires = holder, now + lease
         live = lot.expires > now
         held = self.term == lot.term and live
+        if not held:
+            self.armed = 0
         return Lease(lot.term, lot.holder if live else "", held, max(0.0, lot.expires - now))
+
+    def fence(self, term: int) -> None:
+        self.armed = term
 
     def resign(self) -> None:
         if self.term == self.lot.term:
             self.lot.holder, self.lot.expires = "", 0.0
         self.term = -1
+        self.armed = 0
 
     def save(self, rows: Iterable[dict[str, Any]], workers: Any, **gone: Any) -> None:
-        if self.term is not None and self.term != self.lot.term:
-            raise Deposed(f"term {self.term} is over: {self.lot.term} is current")
+        if self.armed is not None and self.armed != self.lot.term:
+            raise Deposed(f"term {self.armed} is over: {self.lot.term} is current")
         self.state.save(rows, workers, **gone)
 
     def load(self) -> Any:
@@ -112,6 +121,7 @@ def server(shared: tuple[MemoryStore, Lot], clock: FakeClock, url: str) -> Serve
     service.public_url = url
     service.role = STANDBY
     core.frozen = True
+    store.fence(0)
 
     def load() -> Any:
         from conveyor.server.stores import from_row
@@ -221,3 +231,43 @@ def test_a_leader_renews_before_its_lease_runs_out_and_keeps_leading(
     assert (a.service.role, b.service.role) == (LEADER, STANDBY)
     assert shared[1].term == 1
     add(a, "t1")
+
+
+def test_a_leader_that_takes_the_lease_afresh_reloads_before_leading_again(
+    shared: tuple[MemoryStore, Lot], clock: FakeClock
+) -> None:
+    """a is paused past its lease, b leads and stops; a resumes and its look at the lease
+    comes first: it takes a new term, and must not lead on with what it held before."""
+    a, b = server(shared, clock, "http://a:1"), server(shared, clock, "http://b:1")
+    a.campaign.step()
+    add(a, "t1")
+    clock.advance(LEASE)
+    b.campaign.step()
+    handed = b.call(GetWork("w1")).work.task_id
+    b.campaign.stop()
+    a.campaign.step()
+    assert (a.service.role, a.service.term, shared[1].term) == (LEADER, 3, 3)
+    core = a.service.core
+    assert {t.task_id: t.status for t in core.task_list()} == {handed: TaskStatus.RUNNING}
+    assert a.call(GetWork("w1", running=(handed,))).work is None  # not handed out twice
+
+
+def test_a_call_under_way_never_commits_under_a_term_taken_after_it_began(
+    shared: tuple[MemoryStore, Lot], clock: FakeClock
+) -> None:
+    """A call that began under term 1 and saves once the store took term 3 (another server
+    led in between) is refused: a new term is armed only once the state is reloaded."""
+    a, b = server(shared, clock, "http://a:1"), server(shared, clock, "http://b:1")
+    a.campaign.step()
+    add(a, "t1")
+    clock.advance(LEASE)
+    b.campaign.step()
+    b.campaign.stop()
+    assert a.store.lead("http://a:1", LEASE).term == 3  # (its campaign, mid-look)
+    a.service.lease_deadline = clock() + LEASE  # (as if its own clock had not noticed)
+    with pytest.raises(NotLeader):
+        add(a, "t-stale")
+    assert "t-stale" not in {r["task_id"] for r in shared[0].load()[0]}
+    a.campaign.step()
+    assert a.service.role == LEADER
+    add(a, "t2")

@@ -21,6 +21,7 @@ from conveyor.server.stores import (
     CanProbe,
     CorruptState,
     Deposed,
+    Lease,
     StoreContext,
     TaskReads,
 )
@@ -272,28 +273,59 @@ def _closed_port() -> int:
 # --- the lease and its fence ----------------------------------------------------------------------
 
 
+def _lead(store: PostgresStore, holder: str, lease: float) -> Lease:
+    """``store.lead()``, then, as the server does once it loaded the state, the term it holds
+    armed for its saves."""
+    answer = store.lead(holder, lease)
+    if answer.held:
+        store.fence(answer.term)
+    return answer
+
+
+def test_a_term_taken_again_saves_nothing_until_it_is_armed(
+    stores: Callable[..., PostgresStore],
+) -> None:
+    """A leader deposed, then leading again under a newer term: a save of the state it held
+    under the old term (a call under way all along) is refused; only once the server armed the
+    new term (after loading the state) do saves go through."""
+    a, b = stores(), stores()
+    assert _lead(a, "http://a", 60).held
+    a.save([_row("by-a")], [])
+    a.resign()
+    a.fence(1)  # (as if a call under way had the old term: the store must still refuse it)
+    assert _lead(b, "http://b", 60).term == 2
+    b.resign()
+    again = a.lead("http://a", 60)
+    assert (again.term, again.held) == (3, True)
+    with pytest.raises(Deposed):
+        a.save([_row("stale")], [])
+    a.fence(again.term)
+    a.save([_row("fresh")], [])
+    assert _ids(stores()) == {"by-a", "fresh"}
+
+
 def test_the_lease_changes_hands_only_when_it_runs_out(
     stores: Callable[..., PostgresStore],
 ) -> None:
     a, b, reader = stores(), stores(), stores()
-    first = a.lead("http://a", 0.5)
+    first = _lead(a, "http://a", 0.5)
     assert (first.term, first.holder, first.held) == (1, "http://a", True)
     assert 0 < first.expires_in <= 0.5
-    seen = b.lead("http://b", 0.5)
+    seen = _lead(b, "http://b", 0.5)
     assert (seen.term, seen.holder, seen.held) == (1, "http://a", False)
     assert 0 < seen.expires_in <= 0.5
     a.save([_row("by-a")], [])
     assert _ids(reader) == {"by-a"}
     # a is paused past its lease: b takes it with the next term
-    _wait_for("b to take the lease", lambda: b.lead("http://b", 30).held)
-    taken = b.lead("http://b", 30)
+    _wait_for("b to take the lease", lambda: _lead(b, "http://b", 30).held)
+    taken = _lead(b, "http://b", 30)
     assert (taken.term, taken.holder, taken.held) == (2, "http://b", True)
     with pytest.raises(Deposed):
         a.save([_row("late-a")], [])
     with pytest.raises(Deposed):
         a.probe()
     assert _ids(stores()) == {"by-a"}, "a deposed leader's save was written"
-    again = a.lead("http://a", 0.5)
+    again = _lead(a, "http://a", 0.5)
     assert (again.term, again.holder, again.held) == (2, "http://b", False)
     with pytest.raises(Deposed):
         a.save([_row("late-a")], [])
@@ -306,9 +338,9 @@ def test_renewal_after_running_out_keeps_the_term(
     pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     a = stores()
-    assert a.lead("http://a", 0.2).term == 1
+    assert _lead(a, "http://a", 0.2).term == 1
     _wait_for("the lease to run out", lambda: _lease_row(pg_dsn)[1], 10)
-    renewed = a.lead("http://a", 30)
+    renewed = _lead(a, "http://a", 30)
     assert (renewed.term, renewed.held) == (1, True)
     a.save([_row("x")], [])
 
@@ -325,20 +357,20 @@ def _lease_row(dsn: str) -> tuple[int, bool]:
 
 def test_resign_hands_over_at_once(stores: Callable[..., PostgresStore]) -> None:
     a, b = stores(), stores()
-    assert a.lead("http://a", 60).held
-    assert not b.lead("http://b", 60).held
+    assert _lead(a, "http://a", 60).held
+    assert not _lead(b, "http://b", 60).held
     a.resign()
     with pytest.raises(Deposed):
         a.save([_row("after-resign")], [])
-    taken = b.lead("http://b", 60)
+    taken = _lead(b, "http://b", 60)
     assert (taken.term, taken.holder, taken.held) == (2, "http://b", True)
     a.resign()  # (again: nothing to give up)
-    assert b.lead("http://b", 60).held
+    assert _lead(b, "http://b", 60).held
 
 
 def test_a_store_that_never_led_saves_unfenced(stores: Callable[..., PostgresStore]) -> None:
     leader, tool = stores(), stores()
-    assert leader.lead("http://a", 60).held
+    assert _lead(leader, "http://a", 60).held
     tool.save([_row("by-tool")], [])
     tool.probe()
     assert _ids(leader) == {"by-tool"}
@@ -351,7 +383,7 @@ def test_a_save_in_flight_commits_before_a_take_over(
     """A save holding the lease row FOR SHARE: the taker's lead() waits for it to commit,
     then takes over and loads what it saved (never a save after a take-over)."""
     a, b = stores(), stores()
-    assert a.lead("http://a", 0.5).held
+    assert _lead(a, "http://a", 0.5).held
     with psycopg.connect(pg_dsn) as blocker:
         # hold the change counter's row: a's save takes the fence, then waits on this
         blocker.execute("SELECT seq FROM conveyor.changes WHERE id = 1 FOR UPDATE")
@@ -369,7 +401,7 @@ def test_a_save_in_flight_commits_before_a_take_over(
         saving.start()
         _wait_for("a's save to wait for the lock", lambda: _lock_waiters(pg_dsn) == 1)
         _wait_for("a's lease to run out", lambda: _lease_row(pg_dsn)[1])
-        taking = threading.Thread(target=lambda: taken.append(b.lead("http://b", 60)))
+        taking = threading.Thread(target=lambda: taken.append(_lead(b, "http://b", 60)))
         taking.start()
         _wait_for("b's lead() to wait for a's save", lambda: _lock_waiters(pg_dsn) == 2)
         assert not taken, "b took the lease while a's fenced save was in flight"
@@ -401,7 +433,7 @@ def test_saves_survive_a_restart_of_postgresql(
     pg_cluster: ThrowawayCluster, stores: Callable[..., PostgresStore]
 ) -> None:
     store = stores(connect_timeout=2)
-    assert store.lead("http://a", 120).held
+    assert _lead(store, "http://a", 120).held
     store.save([_row("before")], [("w1", False)])
     pg_cluster.restart()
     failures: list[str] = []
@@ -418,7 +450,7 @@ def test_saves_survive_a_restart_of_postgresql(
     assert all(pg_cluster.password not in f for f in failures), failures
     assert _ids(stores()) == {"before", "after"}
     assert store.summary().total == 2
-    assert store.lead("http://a", 120).term == 1, "the restart changed the lease's term"
+    assert _lead(store, "http://a", 120).term == 1, "the restart changed the lease's term"
 
 
 # --- the reads answer as the built-in store does --------------------------------------------------
@@ -491,14 +523,14 @@ def test_a_leader_again_writes_what_another_changed_meanwhile(
     """A store that leads again loads first (as the server does): a row the other leader
     changed meanwhile is written again, not skipped as unchanged."""
     a, b = stores(), stores()
-    assert a.lead("http://a", 60).held
+    assert _lead(a, "http://a", 60).held
     a.save([_row("x")], [])
     a.resign()
-    assert b.lead("http://b", 60).held
+    assert _lead(b, "http://b", 60).held
     b.load()
     b.save([_row("x", TaskStatus.DONE)], [])
     b.resign()
-    assert a.lead("http://a", 60).term == 3
+    assert _lead(a, "http://a", 60).term == 3
     a.load()
     a.save([_row("x")], [])
     rows = {row["task_id"]: row for row in stores().load()[0]}

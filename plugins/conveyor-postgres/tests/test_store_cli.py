@@ -139,6 +139,7 @@ def test_a_scheduler_on_postgresql_serves_a_run(
     assert pg_dsn.split("@")[0].split(":")[-1] not in server.output()
 
 
+@pytest.mark.timeout(300)
 def test_the_readme_tour_runs_on_a_postgresql_scheduler(
     pg_dsn: str, tmp_path: Path, env: dict[str, str]
 ) -> None:

@@ -41,17 +41,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..errors import ConfigError, StaleReport
+from ..errors import ConfigError, StaleReport, StateStoreError
 from ..protocol import ROUTES, FieldError, TaskList, decode, encode
 from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import SchedulerCore
 from .guard import Guard
 from .hooks import REPORT_REFUSED, ServerHooks
 from .hosts import OwnAddress
+from .leadership import LEADER, STANDBY
 from .luigi_rpc import luigi_routes
 from .schema import openapi_document
 from .stores import (
     CanCompact,
+    CanLead,
     CanProbe,
     Deposed,
     StateStore,
@@ -77,9 +79,6 @@ RETRY_AFTER = 2
 """Seconds a 503 for a state store that refuses writes asks the client to wait."""
 STANDBY_RETRY_AFTER = 1
 """Seconds a standby's 503 asks the client to wait (one that has a leader hint follows it)."""
-LEADER = "leader"
-STANDBY = "standby"
-"""A server's roles (``/health``'s ``role``)."""
 
 
 class NotLeader(Exception):
@@ -144,6 +143,11 @@ class SchedulerService:
         """``LEADER``, or ``STANDBY`` while another server (or none yet) leads a shared store."""
         self.leader = ""
         """The leader's public URL ("" while none is known; this server's own when it leads)."""
+        self.term = 0
+        """The term of the lease this server's state was loaded under (0: never led)."""
+        self.on_promote: list[Callable[[], None]] = []
+        """Called (under the lock) when the server starts to lead: to drop what was kept in
+        memory from an earlier time it led (the state itself is reloaded)."""
         self.lease_deadline: float | None = None
         """When the lease this server leads by runs out unless renewed (``clock``'s time;
         None: the store is not shared). Past it, the server stops acknowledging at once."""
@@ -212,13 +216,20 @@ class SchedulerService:
         if not self.leading():
             raise NotLeader(self.leader)
 
-    def promote(self, records: Any, workers: Any, until: float) -> None:
-        """Lead from now on, with the state ``records`` and ``workers`` loaded from the store
-        after the lease was taken (as a restart: every known worker counts as just seen), the
-        lease running until ``until`` (``clock``'s time)."""
+    def promote(self, records: Any, workers: Any, until: float, term: int) -> None:
+        """Lead from now on under the lease's ``term``, with the state ``records`` and
+        ``workers`` loaded from the store after the lease was taken (as a restart: every known
+        worker counts as just seen), the lease running until ``until`` (``clock``'s time).
+        The store's saves carry ``term`` from here on, not before: a call still running under
+        an earlier term has finished (it held the lock) or is refused."""
         with self.lock:
             self.core.reload(records, workers)
             self.hooks.discard()
+            for forget in self.on_promote:
+                forget()
+            if isinstance(self.store, CanLead):
+                self.store.fence(term)
+            self.term = term
             self.failure = ""
             self._logged.clear()
             self._reloaded = True
@@ -235,6 +246,8 @@ class SchedulerService:
         self.role = STANDBY
         self.leader = leader
         self.core.frozen = True
+        if isinstance(self.store, CanLead):
+            self.store.fence(0)  # (a call under way commits nothing from now on)
         if was == LEADER:
             with contextlib.suppress(OSError):
                 if stopping:
@@ -526,6 +539,11 @@ def create_app(
     async def unstored(request: Request, exc: Exception) -> JSONResponse:
         return _error(503, str(exc), headers={"Retry-After": str(RETRY_AFTER)})
 
+    async def unreadable(request: Request, exc: Exception) -> JSONResponse:
+        # (a read the store cannot answer now, e.g. its database is restarting: no traceback)
+        log.warning("state store read failed", path=request.url.path, error=str(exc))
+        return _error(503, str(exc), headers={"Retry-After": str(RETRY_AFTER)})
+
     async def not_leader(request: Request, exc: Exception) -> JSONResponse:
         leader = exc.leader if isinstance(exc, NotLeader) else ""
         return JSONResponse(
@@ -544,6 +562,7 @@ def create_app(
         exception_handlers={
             HTTPException: http_error,
             Unstored: unstored,
+            StateStoreError: unreadable,
             NotLeader: not_leader,
             Exception: internal_error,
         },

@@ -25,7 +25,11 @@ from .stores import CanLead, Lease
 if TYPE_CHECKING:
     from .app import SchedulerService
 
-__all__ = ["Campaign"]
+__all__ = ["LEADER", "STANDBY", "Campaign"]
+
+LEADER = "leader"
+STANDBY = "standby"
+"""A server's roles (``/health``'s ``role``)."""
 
 log = structlog.get_logger("conveyor.server")
 
@@ -68,7 +72,7 @@ class Campaign:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.lease)
-        if self.service.role == "leader":
+        if self.service.role == LEADER:
             self.service.step_down("", "the server is stopping", stopping=True)
             try:
                 self.store.resign()
@@ -98,12 +102,16 @@ class Campaign:
             self._failing = ""
             log.info("the state store answers again")
         if lease.held:
-            if service.role != "leader":
+            if service.role == LEADER and lease.term != service.term:
+                # (it took the lease afresh: another server led meanwhile, so what this one
+                # holds in memory is not what is stored)
+                service.step_down("", f"another server led since term {service.term}")
+            if service.role != LEADER:
                 self._take_over(lease)
             else:
                 service.lease_deadline = started + self.lease
             return self.lease / 3
-        if service.role == "leader":
+        if service.role == LEADER:
             service.step_down(lease.holder, f"the lease is held by {lease.holder or 'nobody'}")
         elif service.leader != lease.holder:
             log.info("standing by", leader=lease.holder or None, term=lease.term)
@@ -112,24 +120,24 @@ class Campaign:
 
     def _take_over(self, lease: Lease) -> None:
         """Load the state and lead, the lease renewed once loaded (loading can take a good
-        part of it); if the state cannot be loaded, give the lease up."""
+        part of it); if the state cannot be loaded, give the lease up and say why in
+        ``/health`` (``state_store_error``)."""
         try:
             records, workers = self.load()
-            started = self.clock()
-            lease = self.store.lead(self.service.public_url, self.lease)
-            if not lease.held:  # (it ran out while loading, and another server took it)
-                self.service.leader = lease.holder
-                return
         except Exception as exc:
-            log.error(
-                "took the lease but cannot load the state; giving it up",
-                term=lease.term,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            kind = f"{type(exc).__name__}: {exc}"
+            log.error("took the lease but cannot load the state; giving it up", error=kind)
+            self.service.failure = f"cannot lead: the stored state cannot be loaded ({kind})"
             with contextlib.suppress(Exception):
                 self.store.resign()
             return
-        self.service.promote(records, workers, started + self.lease)
+        started = self.clock()
+        again = self.store.lead(self.service.public_url, self.lease)
+        if not again.held or again.term != lease.term:
+            # (it ran out while loading and another server led meanwhile: load again)
+            self.service.leader = again.holder
+            return
+        self.service.promote(records, workers, started + self.lease, lease.term)
         log.warning(
             "leading",
             term=lease.term,
@@ -148,5 +156,5 @@ class Campaign:
                 log.error("cannot reach the state store to renew or take the lease", error=kind)
         service = self.service
         deadline = service.lease_deadline
-        if service.role == "leader" and deadline is not None and self.clock() >= deadline:
+        if service.role == LEADER and deadline is not None and self.clock() >= deadline:
             service.step_down("", "its lease ran out before it could renew it")

@@ -339,6 +339,11 @@ class LuigiRpc:
         self.service = service
         self._lock = threading.Lock()
         self._attempts: OrderedDict[tuple[str, str], int] = OrderedDict()
+        service.on_promote.append(self._forget_all)  # (another server may have led meanwhile)
+
+    def _forget_all(self) -> None:
+        with self._lock:
+            self._attempts.clear()
 
     # --- the conveyor calls ---------------------------------------------------------------
 

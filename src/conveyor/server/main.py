@@ -49,9 +49,10 @@ def build_service(config: Config, holder: str = "") -> Any:
     """The scheduler policy restored from the configured state store, ready to serve;
     ``holder`` names this server to a second one started on the same state.
 
-    A store several servers share (:class:`~.stores.CanLead`) is not loaded here: the server
-    starts as a standby and its :class:`~.leadership.Campaign` (started with the app) loads the
-    state once it takes the lease.
+    A store several servers share (:class:`~.stores.CanLead`) is only checked here (unusable
+    rows stop the start, as with any store): the server starts as a standby and its
+    :class:`~.leadership.Campaign` (started with the app) loads the state once it takes the
+    lease.
     """
     from .app import STANDBY, SchedulerService
     from .hooks import load_server_hooks
@@ -69,8 +70,10 @@ def build_service(config: Config, holder: str = "") -> Any:
     shared = isinstance(store, CanLead)
     try:
         core = Scheduler(config)
+        loaded = load_state(store, server)  # (shared: checked now, loaded again when leading)
         if not shared:
-            core.restore(*load_state(store, server))
+            core.restore(*loaded)
+        del loaded
     except BaseException:
         store.close()
         raise
@@ -79,6 +82,7 @@ def build_service(config: Config, holder: str = "") -> Any:
     if shared:
         service.role = STANDBY
         core.frozen = True
+        store.fence(0)  # (nothing is saved before it leads)
         service.campaign = Campaign(
             service, store, lease=server.leader_lease, load=lambda: load_state(store, server)
         )

@@ -263,11 +263,11 @@ class CanLead(Protocol):
     grows; a server that does not hold it is a standby and writes nothing.
 
     The server calls :meth:`lead` every third of ``[server] leader_lease`` (and a standby
-    when the lease it saw runs out), and loads the state after it took the lease, never
-    before. From then on each :meth:`StateStore.save` carries the term taken, in the
-    transaction it commits: a save after another server took the lease raises
-    :class:`Deposed` and writes nothing, so a leader paused or cut off past its lease can
-    never commit again.
+    when the lease it saw runs out), loads the state after it took the lease, never before,
+    then arms the term (:meth:`fence`). From then on each :meth:`StateStore.save` carries that
+    term, checked in the transaction it commits: a save after another server took the lease
+    raises :class:`Deposed` and writes nothing, so a leader paused or cut off past its lease
+    can never commit again. A store that was never asked for the lease saves unfenced.
     """
 
     def lead(self, holder: str, lease: float) -> Lease:
@@ -275,6 +275,12 @@ class CanLead(Protocol):
         term, one more than any before) if nobody holds a live one; in both cases for
         ``lease`` seconds from now by the store's clock. Otherwise change nothing. Answer who
         holds it now; raise if the store cannot be reached."""
+
+    def fence(self, term: int) -> None:
+        """Carry ``term`` in every save from now on; 0: refuse every save (:class:`Deposed`).
+        Taking the lease does not arm its term: the server calls this under its lock once it
+        loaded the state after taking it, and with 0 when it stands down, so a call that began
+        under an older term can never commit under a newer one."""
 
     def resign(self) -> None:
         """Give the lease up now if this store holds it (a clean stop: a standby takes over

@@ -8,10 +8,11 @@ and a change counter; the reads are in :mod:`.reads`.
 
 Several servers may share the store (:class:`~conveyor.server.stores.CanLead`): the ``lease``
 table holds one row, the current term, its holder and when it runs out by the database's clock.
-Once a store has asked for the lease, each save and probe takes that row ``FOR SHARE`` in its own
-transaction and fails with :class:`~conveyor.server.stores.Deposed` (writing nothing) unless the
-term is still the one this store took: a save commits before a take-over (which then loads it) or
-is refused.
+Once a store has asked for the lease, saves are refused until the server arms the term it leads
+under (``fence(term)``, after loading the state); then each save and probe takes that row
+``FOR SHARE`` in its own transaction and fails with :class:`~conveyor.server.stores.Deposed`
+(writing nothing) unless the term is still that one: a save commits before a take-over (which
+then loads it) or is refused.
 """
 
 from __future__ import annotations
@@ -215,8 +216,8 @@ class PostgresStore:
         self._lease_lock = threading.Lock()
         self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
         self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
-        self._fenced = False  # whether lead() was ever called: saves carry the term then
-        self._term: int | None = None  # the term this store holds (None: none)
+        self._term: int | None = None  # the term of the lease this store holds (None: none)
+        self._fence: int | None = None  # the term saves carry (None: unfenced; 0: refused)
         self._writers: ConnectionPool[Any] | None = None
         self._readers: ConnectionPool[Any] | None = None
         seconds = max(1, round(self._timeout))
@@ -396,9 +397,9 @@ class PostgresStore:
         """``work`` in one transaction, fenced by the term if this store leads, committed
         before returning; Deposed (nothing written) if another server took the lease,
         StateStoreError if PostgreSQL cannot be reached or refuses."""
-        term = self._term
-        if self._fenced and term is None:
-            raise Deposed("this server does not hold the lease; nothing was written")
+        term = self._fence
+        if term == 0:
+            raise Deposed("this server does not lead; nothing was written")
         assert self._writers is not None
         try:
             with self._writers.connection() as conn:
@@ -419,7 +420,7 @@ class PostgresStore:
                     raise
         except psycopg.Error as exc:
             if exc.sqlstate == _DEPOSED:
-                self._term = None
+                self._fence = 0
                 raise Deposed(f"{self._reason(exc)}; nothing was written") from None
             raise StateStoreError(
                 f"PostgreSQL at {self.where}: {self._reason(exc)}; nothing was written"
@@ -544,7 +545,8 @@ class PostgresStore:
         + 1) if nobody holds a live one, else change nothing; by the database's clock."""
         assert self._writers is not None
         with self._lease_lock:
-            self._fenced = True
+            if self._fence is None:
+                self._fence = 0  # (asked for the lease: saves wait for fence())
             try:
                 with self._writers.connection() as conn, conn.transaction():
                     term, current, expires, now = conn.execute(
@@ -579,14 +581,21 @@ class PostgresStore:
                     f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
                 ) from None
             self._term = term if held else None
+            if not held:
+                self._fence = 0  # (another server leads: nothing more is saved)
             shown = holder if held else (current if live else "")
             return Lease(int(term), shown, held, float(expires_in))
+
+    def fence(self, term: int) -> None:
+        """Carry ``term`` in every save from now on (0: refuse every save); see
+        :meth:`conveyor.server.stores.CanLead.fence`."""
+        self._fence = term
 
     def resign(self) -> None:
         """Give the lease up now if this store holds it; saves are refused from now on."""
         assert self._writers is not None
         with self._lease_lock:
-            self._fenced = True
+            self._fence = 0
             term, self._term = self._term, None
             if term is None:
                 return
