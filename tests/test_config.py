@@ -277,6 +277,10 @@ def test_wrong_type_names_key_value_and_expectation(
             '[scheduler]\nurl = "ftp://x"',
             'scheduler.url = "ftp://x" is invalid; expected an http:// or https:// URL',
         ),
+        (
+            '[server]\npublic_url = "http://h:8082"\nleader_lease = 0',
+            "server.leader_lease = 0 is out of range; expected a number of seconds > 0",
+        ),
     ],
 )
 def test_out_of_range_names_key_value_and_expectation(
@@ -662,3 +666,12 @@ def test_a_scheduler_key_under_schedulers_is_an_error_with_a_hint(
     with pytest.raises(ConfigError, match="did you mean \\[scheduler\\]") as caught:
         load_config(path)
     assert f"unknown key {key!r}" in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_public_url_with_credentials_is_refused_without_showing_them(tmp_path: Path) -> None:
+    """``[server] public_url`` is shown openly (``/health``, a standby's answers): a URL with a
+    user:password is refused, and the error does not repeat the password."""
+    write(tmp_path, '[server]\npublic_url = "http://u:s3cret@h:8082"\n')
+    error = error_of(cwd=tmp_path)
+    assert "server.public_url" in error and "without user:password" in error, error
+    assert "s3cret" not in error, error

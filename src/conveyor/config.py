@@ -104,9 +104,16 @@ def _is_http_url(value: Any) -> bool:
 
 _NAME: dict[str, Any] = {"check": _non_empty, "expect": "a non-empty string"}
 _URL: dict[str, Any] = {"check": _is_http_url, "expect": "an http:// or https:// URL"}
+
+
+def _is_public_url(value: Any) -> bool:
+    """'' (``http://host:port``) or an http(s) URL without credentials (it is shown openly)."""
+    return value == "" or (_is_http_url(value) and "@" not in urlsplit(str(value)).netloc)
+
+
 _URL_OR_EMPTY: dict[str, Any] = {
-    "check": lambda value: value == "" or _is_http_url(value),
-    "expect": "an http:// or https:// URL, or '' for http://host:port",
+    "check": _is_public_url,
+    "expect": "an http:// or https:// URL without user:password, or '' for http://host:port",
 }
 _NOTIFY_ON = tuple(str(k) for k in NotifyKind if k is not NotifyKind.AGGREGATE)
 _LEVELS = ("auto", "debug", "info", "warning", "error", "critical")

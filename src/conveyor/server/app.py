@@ -70,6 +70,7 @@ __all__ = [
     "SchedulerService",
     "Unstored",
     "create_app",
+    "not_leader_answer",
 ]
 
 log = structlog.get_logger("conveyor.server")
@@ -90,6 +91,15 @@ class NotLeader(Exception):
         where = f"the leader is {leader}" if leader else "no leader is known yet; ask again"
         super().__init__(f"this scheduler is a standby and changes nothing: {where}")
         self.leader = leader
+
+
+def not_leader_answer(exc: NotLeader, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """A standby's answer to ``exc``: 503, ``Retry-After`` and ``{"error", "leader"}``."""
+    return JSONResponse(
+        {"error": str(exc), "leader": exc.leader},
+        status_code=503,
+        headers={**(headers or {}), "Retry-After": str(STANDBY_RETRY_AFTER)},
+    )
 
 
 _READS = tuple(name for name, v in vars(TaskReads).items() if callable(v) and name[0] != "_")
@@ -175,7 +185,7 @@ class SchedulerService:
                 self._check_leader()
                 if not self.failure:
                     with contextlib.suppress(Unstored):
-                        return self._apply(fn, *args)
+                        return self._apply(fn, *args)  # (checks the role again: cheap)
                 if not self._reloaded:
                     raise Unstored(self.failure)
                 try:
@@ -545,12 +555,7 @@ def create_app(
         return _error(503, str(exc), headers={"Retry-After": str(RETRY_AFTER)})
 
     async def not_leader(request: Request, exc: Exception) -> JSONResponse:
-        leader = exc.leader if isinstance(exc, NotLeader) else ""
-        return JSONResponse(
-            {"error": str(exc), "leader": leader},
-            status_code=503,
-            headers={"Retry-After": str(STANDBY_RETRY_AFTER)},
-        )
+        return not_leader_answer(exc if isinstance(exc, NotLeader) else NotLeader(""))
 
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         # (Starlette raises the exception on after this answer: the guard logs it)

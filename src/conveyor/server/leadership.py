@@ -132,7 +132,11 @@ class Campaign:
                 self.store.resign()
             return
         started = self.clock()
-        again = self.store.lead(self.service.public_url, self.lease)
+        try:
+            again = self.store.lead(self.service.public_url, self.lease)
+        except Exception as exc:  # (it looks again shortly, and loads again then)
+            self._failed(exc)
+            return
         if not again.held or again.term != lease.term:
             # (it ran out while loading and another server led meanwhile: load again)
             self.service.leader = again.holder

@@ -241,7 +241,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         if expected and not sessions.valid(session_of(request)):
             raise _Problem(401, "sign in first: this scheduler needs its token")
 
-    from .app import STANDBY_RETRY_AFTER, NotLeader  # (app imports this module)
+    from .app import NotLeader, not_leader_answer  # (app imports this module)
 
     def guarded(fn: Callable[[Request], Any], *, open_: bool = False) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
@@ -252,11 +252,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             except _Problem as exc:
                 return _error(exc)
             except NotLeader as exc:  # a standby, or a leader that stepped down meanwhile
-                return JSONResponse(
-                    {"error": str(exc), "leader": exc.leader},
-                    status_code=503,
-                    headers={**_NO_STORE, "retry-after": str(STANDBY_RETRY_AFTER)},
-                )
+                return not_leader_answer(exc, _NO_STORE)
             return result if isinstance(result, Response) else _json(result)
 
         return endpoint
