@@ -83,7 +83,7 @@ def standby() -> Iterator[tuple[SchedulerService, int, str]]:
 def _lead(service: SchedulerService) -> None:
     """Lead again with the stored state, as the campaign does once it took the lease."""
     rows, workers = service.store.load()
-    service.promote([from_row(r) for r in rows], workers, float("inf"))
+    service.promote([from_row(r) for r in rows], workers, float("inf"), 1)
 
 
 def _post(port: int, path: str, body: Any) -> Any:
