@@ -3,27 +3,34 @@ finds the leader among several schedulers, follows a standby's hint and rides ou
 
 The leader is a real ``conveyor scheduler`` (SQLite); standbys are small real HTTP servers on
 loopback that answer as a standby does (503, ``Retry-After: 1``, ``{"leader": URL}``) and record
-what they were sent. Standbys backed by PostgreSQL are tested with the postgres plugin.
+what they were sent; the same stand-in refuses (401, 403) as a leader behind a proxy that does
+not take the token would, or speaks TLS (a throwaway CA from trustme) and forwards to the real
+leader, as a TLS-terminating proxy does. Standbys backed by PostgreSQL are tested with the
+postgres plugin.
 """
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import json
+import ssl
 import subprocess
 import sys
 import threading
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+import trustme
 
 from conveyor.config import Config, load_config
-from conveyor.errors import ConfigError, SchedulerUnavailable
+from conveyor.errors import ConfigError, ConveyorError, SchedulerUnavailable
 from conveyor.protocol import Ping
 from conveyor.testing.processes import (
     SchedulerProcess,
@@ -109,10 +116,19 @@ class All(conveyor.Task):
 
 class StandIn:
     """A real loopback HTTP server answering every request as a standby does: 503,
-    ``Retry-After: 1`` and ``{"error": ..., "leader": self.leader}``. It records each request
-    (method, path, Authorization header) and counts the connections it accepted."""
+    ``Retry-After: 1`` and ``{"error": ..., "leader": self.leader}`` — or, with ``status``,
+    that status and ``{"error": ...}``; with ``forward``, what the server on that loopback port
+    answers (a proxy in front of it). With ``tls`` it speaks TLS with that server context. It
+    records each request (method, path, Authorization header) and counts the connections it
+    accepted (those whose TLS handshake failed included)."""
 
-    def __init__(self, leader: str = "") -> None:
+    def __init__(
+        self,
+        leader: str = "",
+        status: int = 503,
+        tls: ssl.SSLContext | None = None,
+        forward: int | None = None,
+    ) -> None:
         """Start serving on a free port (:attr:`url`); :meth:`close` stops it."""
         self.leader = leader
         self.seen: list[tuple[str, str, str]] = []
@@ -121,10 +137,16 @@ class StandIn:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def answer(self) -> None:
-                stand_in.seen.append(
-                    (self.command, self.path, self.headers.get("Authorization", ""))
-                )
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                auth = self.headers.get("Authorization", "")
+                stand_in.seen.append((self.command, self.path, auth))
+                data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if forward is not None:
+                    code, body = relay(forward, self.command, self.path, data, auth)
+                    self.reply(code, body)
+                    return
+                if status != 503:
+                    self.reply(status, json.dumps({"error": f"HTTP {status} here"}).encode())
+                    return
                 leader = stand_in.leader
                 where = f"the leader is {leader}" if leader else "no leader is known yet"
                 body = json.dumps(
@@ -133,8 +155,12 @@ class StandIn:
                         "leader": leader,
                     }
                 ).encode()
-                self.send_response(503)
-                self.send_header("Retry-After", "1")
+                self.reply(503, body, {"Retry-After": "1"})
+
+            def reply(self, code: int, body: bytes, extra: dict[str, str] | None = None) -> None:
+                self.send_response(code)
+                for name, value in (extra or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -149,19 +175,41 @@ class StandIn:
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True
 
-            def verify_request(self, request: Any, client_address: Any) -> bool:
+            def get_request(self) -> tuple[Any, Any]:
+                raw, address = super().get_request()
                 stand_in.connections += 1
-                return True
+                if tls is None:
+                    return raw, address
+                raw.settimeout(10)
+                try:  # the handshake; a client that refuses the certificate ends it here
+                    return tls.wrap_socket(raw, server_side=True), address
+                except OSError:
+                    raw.close()
+                    raise
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         """Stop serving and close the socket."""
         self.server.shutdown()
         self.server.server_close()
+
+
+def relay(port: int, method: str, path: str, data: bytes, auth: str) -> tuple[int, bytes]:
+    """What the server on loopback ``port`` answers to the request: its status and body."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if auth:
+        headers["Authorization"] = auth
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=data if method == "POST" else None, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
 
 
 # --- fixtures ------------------------------------------------------------------------------------
@@ -206,9 +254,9 @@ def stand_ins() -> Iterator[list[StandIn]]:
             stand_in.close()
 
 
-def stand_in(made: list[StandIn], leader: str = "") -> StandIn:
-    """A new stand-in registered for closing."""
-    server = StandIn(leader)
+def stand_in(made: list[StandIn], leader: str = "", **how: Any) -> StandIn:
+    """A new stand-in registered for closing (``how``: StandIn's keywords)."""
+    server = StandIn(leader, **how)
     made.append(server)
     return server
 
@@ -386,6 +434,119 @@ def test_one_url_fails_as_before(stand_ins: list[StandIn]) -> None:
     assert len(standby.seen) == 2
 
 
+REFUSED = "the leader a standby named refused the call; using the configured URLs"
+
+
+def logged(
+    logs: list[MutableMapping[str, Any]], event: str, level: str = "warning"
+) -> list[MutableMapping[str, Any]]:
+    """The captured log records of ``event`` at ``level``."""
+    return [e for e in logs if e.get("event") == event and e.get("log_level") == level]
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_hinted_leader_that_refuses_is_left_for_the_configured_urls(
+    leader: Leader, stand_ins: list[StandIn], status: int
+) -> None:
+    """A standby names a "leader" that refuses the worker (401/403: a proxy there that does
+    not take the token): the call goes on to the configured URLs and the real leader answers
+    it; the refusing server is not made the current one, and is not asked again, nor warned
+    about again, by later calls."""
+    refuser = stand_in(stand_ins, status=status)
+    standby = stand_in(stand_ins, refuser.url)
+    http = transport(f"{standby.url}, {leader.url}", token=TOKEN)
+    with structlog.testing.capture_logs() as logs:
+        assert http.call(Ping("w-refused")) is not None
+        assert http.call(Ping("w-refused")) is not None
+    assert [(m, p) for m, p, _ in refuser.seen] == [("POST", "/api/v1/ping")], refuser.seen
+    assert len(standby.seen) == 1, standby.seen  # the second call started at the leader
+    [warned] = logged(logs, REFUSED)
+    assert warned["leader"] == refuser.url and f"HTTP {status}" in warned["reason"], warned
+    assert leader.request("GET", "/api/v1/workers").json()["workers"], "the leader was not pinged"
+
+
+def test_a_refusing_hint_with_no_other_leader_ends_the_call_saying_why(
+    stand_ins: list[StandIn],
+) -> None:
+    """One configured URL, a standby naming a leader that answers 401: the hint is unusable,
+    so the call ends as any call that finds no leader (SchedulerUnavailable, the worker keeps
+    its results), its message naming the refusal; the next call does not ask that leader."""
+    refuser = stand_in(stand_ins, status=401)
+    standby = stand_in(stand_ins, refuser.url)
+    http = transport(standby.url, rpc_retries=2, token=TOKEN)
+    for _ in range(2):
+        with pytest.raises(SchedulerUnavailable) as info:
+            http.call(Ping("w-refused-only"))
+        message = str(info.value)
+        assert message.startswith(f"the scheduler at {standby.url} did not answer"), message
+        assert f"the leader a standby named, {refuser.url}, was not used" in message, message
+        assert "HTTP 401" in message and TOKEN not in message, message
+    assert len(refuser.seen) == 1, refuser.seen
+    # rpc_retries attempts per call, and the first call's free hint: asked once more
+    assert len(standby.seen) == 2 + 1 + 2, standby.seen
+
+
+def test_a_hinted_https_leader_whose_certificate_does_not_verify_is_left(
+    tmp_path: Path, leader: Leader, stand_ins: list[StandIn]
+) -> None:
+    """https: a standby names a leader by an address its certificate does not cover (the
+    certificate is for scheduler.example, the hint says 127.0.0.1): the call goes on to the
+    configured URLs — a TLS proxy in front of the real leader — and succeeds there; the bad
+    hint is tried once."""
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+
+    def context(*names: str) -> ssl.SSLContext:
+        made = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert(*names).configure_cert(made)
+        return made
+
+    good = context("127.0.0.1", "localhost")
+    front = stand_in(stand_ins, tls=good, forward=leader.port)
+    elsewhere = stand_in(stand_ins, tls=context("scheduler.example"), forward=leader.port)
+    standby = stand_in(stand_ins, elsewhere.url, tls=good)
+    assert elsewhere.url.startswith("https://127.0.0.1:")
+    http = transport(f"{standby.url}, {front.url}", token=TOKEN, ca_file=str(ca_file))
+    with structlog.testing.capture_logs() as logs:
+        assert http.call(Ping("w-tls")) is not None
+        assert http.call(Ping("w-tls")) is not None
+    assert elsewhere.connections == 1 and not elsewhere.seen, elsewhere.seen
+    assert [auth for _, _, auth in front.seen] == [f"Bearer {TOKEN}"] * 2, front.seen
+    assert len(standby.seen) == 1, standby.seen
+    [warned] = logged(logs, REFUSED)
+    assert "certificate did not verify" in warned["reason"], warned
+
+
+def test_a_refusal_from_a_configured_url_is_raised_as_before(
+    stand_ins: list[StandIn],
+) -> None:
+    """A configured URL that answers 401 is a refusal, not a hint: raised at once, as it
+    always was (only a leader learnt from a hint is left for the list)."""
+    refuser = stand_in(stand_ins, status=401)
+    other = stand_in(stand_ins)
+    http = transport(f"{refuser.url}, {other.url}")
+    with pytest.raises(ConveyorError, match="HTTP 401") as info:
+        http.call(Ping("w-configured"))
+    assert not isinstance(info.value, SchedulerUnavailable)
+    assert len(refuser.seen) == 1 and not other.seen
+
+
+def test_an_ignored_hint_is_warned_about_once(stand_ins: list[StandIn]) -> None:
+    """A standby (behind a load balancer, say) whose every answer names a leader of another
+    scheme: one warning for that hint, however often it is ignored."""
+    standby = stand_in(stand_ins, "https://127.0.0.1:1")
+    http = transport(standby.url, rpc_retries=3)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            with pytest.raises(SchedulerUnavailable):
+                http.call(Ping("w-ignored"))
+    assert len(standby.seen) == 6, standby.seen
+    event = "ignored a standby's leader hint: expected a URL of the configured scheme"
+    [warned] = logged(logs, event)
+    assert warned["leader"] == "https://127.0.0.1:1", warned
+
+
 # --- riding out a fail-over -----------------------------------------------------------------------
 
 
@@ -502,6 +663,25 @@ def test_a_bad_url_in_the_list_is_named(tmp_path: Path) -> None:
         'worker.toml: scheduler.url = ["http://a:8082", "ftp://***@b"] lists "ftp://***@b", '
         "which is invalid; expected each URL to be an http:// or https:// URL"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://a:8082/x,y", '"y"'),
+        ("http://u:p,w@host:8082", "URL 2"),  # the password's tail is not shown
+        ("http://a:8082,", '""'),
+    ],
+)
+def test_a_comma_in_a_url_gets_a_clear_error(url: str, shown: str) -> None:
+    """A comma always separates URLs: a URL with one is cut in two, and the part that is no
+    URL is named (or, if it is part of a hidden password, counted) with the way out, %2C."""
+    with pytest.raises(ConfigError) as info:
+        load_config(env={"CONVEYOR_SCHEDULER__URL": url})
+    message = str(info.value)
+    assert f" lists {shown}, which is invalid; " in message, message
+    assert message.endswith("(a comma separates URLs: write one inside a URL as %2C)"), message
+    assert "p,w" not in message and "w@" not in message
 
 
 def test_mixed_schemes_are_refused() -> None:

@@ -214,10 +214,16 @@ def _to_urls(f: Field, value: Any) -> str:
         if f.check is not None and not f.check(items[0]):
             raise _Invalid("is invalid", one)
         return items[0]
-    for item in items:
+    given = [value] if isinstance(value, str) else list(value)
+    raw = ", ".join(given)
+    for number, item in enumerate(items, 1):
         if f.check is not None and not f.check(item):
-            shown = toml_value(secrets.redact_text(item))
-            raise _Invalid(f"lists {shown}, which is invalid", f"each URL to be {one}")
+            shown = secrets.redact_text(item)
+            # a part of a hidden password (a comma in it) is named by its place, not shown
+            text = toml_value(shown) if shown in secrets.redact_text(raw) else f"URL {number}"
+            split = "://" not in item and any("," in v for v in given)  # a URL cut at a comma?
+            comma = " (a comma separates URLs: write one inside a URL as %2C)" if split else ""
+            raise _Invalid(f"lists {text}, which is invalid", f"each URL to be {one}{comma}")
     return ", ".join(items)
 
 

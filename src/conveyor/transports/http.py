@@ -24,7 +24,13 @@ to that leader and sends the call again at once, without counting an attempt —
 first time a call is pointed at a given server, so standbys that point at each other end in
 the normal budget. A hint is followed only if it is a URL of the same scheme as the configured
 ones (an ``https://`` transport never downgrades to ``http://``); the leader it names is one of
-the operator's servers and gets the token like the configured ones. A connection that fails
+the operator's servers and gets the token like the configured ones. A hinted server becomes the
+current one only once it has answered; one that is not a configured URL and refuses the call —
+a TLS failure that is not retried, or HTTP 401, 403, 407 or 421 (its ``public_url`` is an
+address its certificate does not cover, or a proxy there does not take the token) — is an
+unusable hint: the call goes on with the configured URLs, and that hint is not followed again
+for ``_UNUSABLE_FOR`` seconds (the call's final error, if it fails, says why). An ignored hint
+is logged as a warning once per distinct hint, then at debug. A connection that fails
 (refused, reset, timed out) or a standby that knows no leader (``"leader": ""``, a fail-over
 under way) moves the next attempt to the next URL of the list, after the usual backoff. The
 server that answers is remembered. With several configured URLs, a call keeps trying, beyond
@@ -79,6 +85,12 @@ __all__ = ["HttpTransport"]
 log = structlog.get_logger("conveyor.transports.http")
 
 _BATCH = 500  # task specs per add_tasks request
+_UNUSABLE_FOR = 300.0  # seconds a hinted leader that refused a call is not followed again
+_UNUSABLE_STATUSES = frozenset({401, 403, 407, 421})
+"""A learnt leader's refusals that say "not this server for you" (its token, its proxy, a
+misdirected request), as opposed to a refusal of the request itself (a 404, 409 or 422 that a
+configured URL would give too)."""
+_WARNED_MAX = 64  # distinct ignored hints logged as warnings (after that, at debug)
 _DEFAULTS: dict[type[Any], dict[str, Any]] = {
     kind: {f.name: f.default for f in dataclasses.fields(kind) if f.name in names}
     for kind, names in DROPPABLE.items()
@@ -129,6 +141,13 @@ def _target_of(url: str) -> _Target | None:
         return None
     https = parts.scheme == "https"
     return _Target(https, parts.hostname, port or (443 if https else 80), parts.path.rstrip("/"))
+
+
+def _unusable(exc: ConveyorError) -> bool:
+    """Whether a learnt leader's refusal ``exc`` makes it an unusable hint."""
+    return isinstance(exc, _TlsRefused) or (
+        isinstance(exc, _Refused) and exc.status in _UNUSABLE_STATUSES
+    )
 
 
 def _leader_of(raw: bytes) -> str | None:
@@ -230,6 +249,8 @@ class HttpTransport:
         self._learnt: _Target | None = None  # a leader a standby named, not in the list
         self._current = targets[0]  # where calls go (the server that answered last)
         self._switching = threading.Lock()
+        self._unusable: dict[_Target, tuple[float, str]] = {}  # refused hints: (until, why)
+        self._warned: set[str] = set()  # ignored hints already logged as a warning
         self._https = targets[0].https
         self._tls: ssl.SSLContext | None = None
         if self._https:
@@ -257,41 +278,91 @@ class HttpTransport:
         return self._configured if learnt is None else (*self._configured, learnt)
 
     def _hint(self, leader: str | None) -> _Target | None:
-        """The scheduler a standby's ``leader`` names, if it is one to follow, else None."""
+        """The scheduler a standby's ``leader`` names, if it is one to follow, else None (a
+        URL of another scheme, or a leader that refused a call lately: :meth:`_unusable_why`)."""
         if not leader:
             return None
         target = _target_of(leader)
         if target is None or target.https != self._https:
-            log.warning(
+            self._ignored(
+                leader,
                 "ignored a standby's leader hint: expected a URL of the configured scheme",
-                leader=redact_text(leader)[:200],
                 scheme="https" if self._https else "http",
             )
             return None
+        if self._unusable_why(target):
+            return None
         return target
 
-    def _switch(self, old: _Target, new: _Target, why: str) -> _Target:
-        """Make ``new`` the current scheduler (if ``old`` still is); ``new``."""
+    def _ignored(self, leader: str, event: str, **extra: str) -> None:
+        """Log an ignored hint: a warning the first time ``leader`` is ignored, at debug after
+        (a standby behind a load balancer names it in every answer)."""
+        shown = redact_text(leader)[:200]
         with self._switching:
-            if new not in self._configured:
-                self._learnt = new
-            if self._current == old and new != old:
-                self._current = new
-                log.info(why, at=old.where, to=new.where)
-        return new
+            first = shown not in self._warned and len(self._warned) < _WARNED_MAX
+            if first:
+                self._warned.add(shown)
+        (log.warning if first else log.debug)(event, leader=shown, **extra)
+
+    def _unusable_why(self, target: _Target) -> str:
+        """Why ``target``, a hinted leader, is not followed now ("" if it may be)."""
+        entry = self._unusable.get(target)
+        if entry is None:
+            return ""
+        if self.clock() >= entry[0]:
+            self._unusable.pop(target, None)
+            return ""
+        return entry[1]
+
+    def _unusable_hint(self, target: _Target, exc: ConveyorError) -> str:
+        """Remember that ``target``, a leader that is not a configured URL, refused a call
+        (``exc``): it is not followed for ``_UNUSABLE_FOR`` seconds, and calls start at the
+        configured URLs again. Why, for the call's final error."""
+        why = f"the leader a standby named, {target.where}, was not used: {exc}"
+        with self._switching:
+            self._unusable[target] = (self.clock() + _UNUSABLE_FOR, why)
+            if self._learnt == target:
+                self._learnt = None
+            if self._current == target:
+                self._current = self._configured[0]
+        self._ignored(
+            target.where,
+            "the leader a standby named refused the call; using the configured URLs",
+            reason=str(exc),
+        )
+        return why
 
     def _next(self, old: _Target) -> _Target:
-        """The scheduler after ``old`` in the list (``old`` itself if it is the only one)."""
+        """The scheduler after ``old`` in the list (``old`` itself if it is the only one); it
+        becomes the current one if ``old`` still is."""
         candidates = self._candidates()
         index = candidates.index(old) if old in candidates else -1
         new = candidates[(index + 1) % len(candidates)]
-        return self._switch(old, new, "no answer from a scheduler; trying the next URL")
+        with self._switching:
+            if self._current == old and new != old:
+                self._current = new
+                log.info(
+                    "no answer from a scheduler; trying the next URL", at=old.where, to=new.where
+                )
+        return new
 
-    def _settle(self, target: _Target) -> None:
-        """Remember ``target``, whose answer was the leader's: calls start there from now."""
-        if self._current != target:
-            with self._switching:
+    def _after(self, origin: _Target) -> _Target:
+        """The configured URL after ``origin`` (the first if ``origin`` is not configured)."""
+        configured = self._configured
+        index = configured.index(origin) if origin in configured else -1
+        return configured[(index + 1) % len(configured)]
+
+    def _settle(self, target: _Target, hinted: bool) -> None:
+        """Remember ``target``, whose answer was the leader's: calls start there from now (a
+        leader a standby named, ``hinted``, is learnt: it joins the URLs tried)."""
+        with self._switching:
+            if target not in self._configured:
+                self._learnt = target
+            old = self._current
+            if old != target:
                 self._current = target
+                if hinted:
+                    log.info("following a standby to the leader", at=old.where, to=target.where)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -375,14 +446,17 @@ class HttpTransport:
         raises _Transient for an answer that does not fit), retried with backoff up to
         ``tries`` attempts (default ``rpc_retries``; with several configured URLs, for at least
         ``failover_window`` seconds too); SchedulerUnavailable in the end. A standby's leader
-        hint is followed at once, once per server and call; an unreachable server or a standby
-        without a leader moves the next attempt to the next URL."""
+        hint is followed at once, once per server and call, and becomes the current server only
+        once it answers; a hinted leader outside the list that refuses (:func:`_unusable`) is
+        left for the configured URLs. An unreachable server or a standby without a leader (or
+        with a hint not followed) moves the next attempt to the next URL."""
         s = self.settings
         window = self.failover_window if tries is None and len(self._configured) > 1 else 0.0
         tries = max(1, s.rpc_retries if tries is None else tries)
         backoff = Backoff(s.rpc_retry_wait, s.rpc_retry_max_wait)
         until = self.clock() + window
-        hinted: set[_Target] = set()  # servers a hint sent this call to
+        hinted: dict[_Target, _Target] = {}  # servers a hint sent this call to: who named them
+        refusal = ""  # why a hinted leader was not used, for the final error
         target = self._current
         attempt = 0
         while True:
@@ -392,29 +466,41 @@ class HttpTransport:
             except _Transient as exc:
                 last = f"{target.where}: {exc}" if len(self._candidates()) > 1 else str(exc)
                 hint = self._hint(exc.leader)
+                if hint is None and exc.leader:
+                    named = _target_of(exc.leader)
+                    refusal = (self._unusable_why(named) if named else "") or refusal
                 if hint is not None and hint != target and hint not in hinted:
-                    hinted.add(hint)  # a standby names the leader: go there now
-                    target = self._switch(target, hint, "following a standby to the leader")
+                    hinted[hint] = target  # a standby names the leader: go there now
+                    target = hint
                     continue
                 attempt += 1
                 left = until - self.clock()
                 if attempt >= tries and left <= 0:
                     break
                 if hint is not None and hint != target:  # named again: followed, but counted
-                    target = self._switch(target, hint, "following a standby to the leader")
+                    hinted.setdefault(hint, target)
+                    target = hint
                 elif exc.unreachable or (exc.leader is not None and hint is None):
                     target = self._next(target)
                 wait = min(max(exc.wait, 0.0), s.rpc_retry_max_wait)
                 pause = max(backoff.delay(attempt, self.rand), wait)
                 self.sleep(min(pause, left) if attempt >= tries else pause)
                 continue
-            if method == "POST":  # (a standby answers reads too: only the leader's writes count)
-                self._settle(target)
+            except (_TlsRefused, _Refused) as exc:
+                if target in self._configured or not _unusable(exc):
+                    raise
+                # a learnt leader that refuses (its certificate, its token): back to the list
+                refusal = last = self._unusable_hint(target, exc)
+                target = self._after(hinted.get(target, target))
+                continue
+            if method == "POST" or target in hinted:  # (a standby answers reads too)
+                self._settle(target, target in hinted)
             return result
         where = ", ".join(t.where for t in self._candidates())
         whom = f"the scheduler at {where}" if "," not in where else f"the schedulers at {where}"
+        also = f"; {refusal}" if refusal and refusal != last else ""
         raise SchedulerUnavailable(
-            f"{whom} did not answer {route} after {attempt} attempt(s): {last}"
+            f"{whom} did not answer {route} after {attempt} attempt(s): {last}{also}"
         )
 
     def _post(self, request: Any, tries: int | None = None) -> Any:
