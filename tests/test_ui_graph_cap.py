@@ -224,10 +224,10 @@ def _whole_layers(
     graph: Graph, root: str, down: bool, cap: int, through_done: bool
 ) -> tuple[list[str], list[int], bool, set[tuple[str, str]]]:
     """The walk's specification, reading whole layers: breadth-first, a layer's new tasks in
-    the order of the edges from the layer before (``reads._CHUNK`` of its tasks at a time,
-    each chunk's edges by the ids of their near, then far, end), DONE ones passed over
-    without ``through_done`` (but the root), the first ``cap`` kept, truncated when one more
-    would be; and every edge between two tasks kept."""
+    the order of the edges from the layer before (by the position of their near end in that
+    layer, then by the id of their far end, as ``stores.walk_graph`` keeps them), DONE ones
+    passed over without ``through_done`` (but the root), the first ``cap`` kept, truncated
+    when one more would be; and every edge between two tasks kept."""
     near_to_far: dict[str, list[str]] = {}
     for task, deps in graph.deps.items():
         for dep in deps:
@@ -239,11 +239,10 @@ def _whole_layers(
     while layer and not truncated:
         level += 1
         frontier: dict[str, None] = {}
-        for start in range(0, len(layer), reads._CHUNK):
-            for near in sorted(layer[start : start + reads._CHUNK]):
-                for far in sorted(set(near_to_far.get(near, ()))):
-                    if far not in depth_of:
-                        frontier[far] = None
+        for near in layer:
+            for far in sorted(set(near_to_far.get(near, ()))):
+                if far not in depth_of:
+                    frontier[far] = None
         layer = []
         for task_id in frontier:
             if not through_done and graph.status.get(task_id) == TaskStatus.DONE:
@@ -296,3 +295,23 @@ def test_the_bounded_walk_keeps_the_nodes_order_edges_and_flag_of_whole_layers(
                             assert len(walk.edges) == len(expected[3]), "an edge came twice"
         finally:
             store.close()
+
+
+def test_a_truncated_layer_keeps_the_nodes_walk_graph_keeps(tmp_path: Path) -> None:
+    """A layer's new tasks in the order of their near task's position in the layer before,
+    then by id, as ``stores.walk_graph`` and the PostgreSQL store keep them: R needs a and
+    b, a needs z, b needs c, z needs m, c needs n; at a cap of 6 the walk keeps m (it kept n,
+    ordering the layer before by id: c before z)."""
+    from conveyor.server.stores import walk_graph
+
+    deps = {"R": ["a", "b"], "a": ["z"], "b": ["c"], "z": ["m"], "c": ["n"], "m": [], "n": []}
+    store = _store(tmp_path / "order.db", [_row(t, d) for t, d in deps.items()])
+    try:
+        walk = store._read(lambda db: reads._walk(db, "R", False, 6))
+        expected = walk_graph("R", lambda t: deps.get(t, ()), lambda t: ("F", "PENDING", 1), 6)
+        assert walk.ids == expected.ids == ["R", "a", "b", "z", "c", "m"]
+        assert walk.truncated and expected.truncated
+        graph = store.graph("R", False, 6)
+        assert graph is not None and [n.id for n in graph.nodes] == expected.ids
+    finally:
+        store.close()

@@ -23,6 +23,7 @@ __all__ = [
     "is_secret_setting",
     "redact",
     "redact_argv",
+    "redact_dsn",
     "redact_text",
     "redact_words",
 ]
@@ -45,7 +46,14 @@ def is_secret_setting(key: str) -> bool:
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")  # up to the last @
 _SECRET_QUERY = re.compile(r"(?i)([?&;#][^=&#\s]*(?:password|secret|token|key)[^=&#\s]*=)[^&#\s]*")
 _SECRET_OPTION = re.compile(r"(?i)(--[\w-]*(?:password|secret|token|key)[\w-]*=)\S+")
-_CONNINFO_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)")
+# a DSN (libpq's forms): the userinfo of a URL up to its last @ (libpq takes ?, # and more in
+# a password), secret-named query values up to & and keywords ending in password, quoted
+# ('a b', with \' inside) or not (p\ q: a backslash escapes the next character)
+_DSN_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)\S*@")
+_DSN_QUERY = re.compile(r"(?i)([?&][^=&\s]*(?:password|secret|token|key)[^=&\s]*=)[^&\s]*")
+_CONNINFO_PASSWORD = re.compile(
+    r"(?i)((?<![^\s'\\])\w*password\s*=\s*)('(?:[^'\\]|\\.)*'?|(?:[^\s\\]|\\.?)+|(?=\s|$))"
+)
 _SLACK_HOOK = re.compile(r"(?i)(https?://hooks\.slack\.com/services/)[^\s\"'<>]+")
 
 
@@ -68,8 +76,19 @@ def redact(key: str, value: Any) -> Any:
     if isinstance(value, str) and "webhook" in key.lower():
         return hide_url_path(value)
     if isinstance(value, str) and key.lower().endswith("dsn"):  # libpq's password=... too
-        value = _CONNINFO_PASSWORD.sub(rf"\1{REDACTED}", value)
+        value = redact_dsn(value)
     return redact_text(value) if isinstance(value, str) else value
+
+
+def redact_dsn(dsn: str) -> str:
+    """A PostgreSQL connection string (URL or ``key=value`` pairs, as libpq reads them) with
+    every password hidden: a URL's whole userinfo, secret-named query values, and the
+    values of keywords ending in ``password`` (``password``, ``sslpassword``), quoted or
+    with backslash escapes."""
+    text = _DSN_USERINFO.sub(rf"\1{REDACTED}@", dsn)
+    text = _DSN_QUERY.sub(rf"\1{REDACTED}", text)
+    text = _CONNINFO_PASSWORD.sub(rf"\1{REDACTED}", text)
+    return redact_text(text)
 
 
 def redact_argv(argv: Sequence[str]) -> str:

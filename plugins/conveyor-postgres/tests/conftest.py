@@ -19,10 +19,13 @@ from conveyor_postgres.testing import ClusterUnavailable, ThrowawayCluster
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[ThrowawayCluster]:
     """A PostgreSQL server of its own for the session, on a free loopback port."""
+    cluster: ThrowawayCluster | None = None
     try:
         cluster = ThrowawayCluster()
         cluster.start()
     except ClusterUnavailable as exc:
+        if cluster is not None:
+            cluster.close()  # (a server that started late, its directory)
         if os.environ.get("CI"):
             pytest.fail(f"the PostgreSQL tests need PostgreSQL on CI: {exc}")
         pytest.skip(str(exc))

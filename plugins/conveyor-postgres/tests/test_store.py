@@ -381,8 +381,9 @@ def test_a_save_in_flight_commits_before_a_take_over(
     pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     """A save holding the lease row FOR SHARE: the taker's lead() waits for it to commit,
-    then takes over and loads what it saved (never a save after a take-over)."""
-    a, b = stores(), stores()
+    then takes over and loads what it saved (never a save after a take-over). (A long
+    connect_timeout: lock waits end after it.)"""
+    a, b = stores(connect_timeout=60), stores(connect_timeout=60)
     assert _lead(a, "http://a", 0.5).held
     with psycopg.connect(pg_dsn) as blocker:
         # hold the change counter's row: a's save takes the fence, then waits on this
@@ -413,6 +414,138 @@ def test_a_save_in_flight_commits_before_a_take_over(
     assert _ids(b) == {"in-flight"}
     with pytest.raises(Deposed):
         a.save([_row("late")], [])
+
+
+def _in_thread(call: Callable[[], Any], deadline: float = 60.0) -> Any:
+    """``call()``'s answer or the exception it raised, run in a thread that must end within
+    ``deadline`` (a call that hangs fails the test instead of hanging it)."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # (returned: the caller asserts on it)
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline)
+    assert out, f"{call} still waits after {deadline} s"
+    return out[0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("locked", ["lease", "changes"])
+def test_a_row_locked_by_a_stuck_session_bounds_saves_and_leases(
+    pg_dsn: str, stores: Callable[..., PostgresStore], locked: str
+) -> None:
+    """A session (a paused server's, say) holding the lease row, or the change counter's,
+    FOR UPDATE: the leader's saves and renewals fail within about connect_timeout
+    (StateStoreError, nothing written), instead of waiting for as long as it holds it; a
+    standby that finds the lease live answers at once (it locks nothing); once the lock is
+    gone all goes on (review: they used to wait for the holder, forever)."""
+    leader, standby = stores(connect_timeout=1), stores(connect_timeout=1)
+    assert _lead(leader, "http://a", 600).held
+    leader.save([_row("before")], [])
+    with psycopg.connect(pg_dsn) as blocker:
+        blocker.execute(f"SELECT 1 FROM conveyor.{locked} WHERE id = 1 FOR UPDATE")
+        failed = _in_thread(lambda: leader.save([_row("during")], []))
+        assert isinstance(failed, StateStoreError), failed
+        assert "lock" in str(failed) and "nothing was written" in str(failed), failed
+        assert "\n" not in str(failed)
+        lease = _in_thread(lambda: standby.lead("http://b", 600))
+        assert isinstance(lease, Lease) and not lease.held and lease.holder == "http://a"
+        if locked == "lease":
+            renewal = _in_thread(lambda: leader.lead("http://a", 600))
+            assert isinstance(renewal, StateStoreError), renewal
+        blocker.rollback()
+    assert _ids(leader) == {"before"}
+    assert _lead(leader, "http://a", 600).held
+    leader.save([_row("after")], [])
+    assert _ids(leader) == {"before", "after"}
+
+
+@pytest.mark.timeout(120)
+def test_a_save_whose_connection_breaks_says_its_outcome_is_not_known(
+    pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """The connection cut while a save waits for PostgreSQL's answer: StateStoreError saying
+    whether it was written is not known (never "nothing was written", which the client
+    cannot tell once the save was sent); the next save goes through."""
+    store = stores(connect_timeout=60)
+    with psycopg.connect(pg_dsn, autocommit=True) as admin, psycopg.connect(pg_dsn) as blocker:
+        blocker.execute("SELECT seq FROM conveyor.changes WHERE id = 1 FOR UPDATE")
+        out: list[BaseException | None] = []
+        saving = threading.Thread(
+            target=lambda: out.append(_raised(lambda: store.save([_row("cut")], [])))
+        )
+        saving.start()
+        _wait_for("the save to wait for the lock", lambda: _lock_waiters(pg_dsn) == 1)
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname ="
+            " current_database() AND wait_event_type = 'Lock'"
+        )
+        saving.join(60)
+        blocker.rollback()
+    assert out and isinstance(out[0], StateStoreError), out
+    assert "not known" in str(out[0]) and "nothing was written" not in str(out[0]), out
+    store.save([_row("next")], [])
+    assert _ids(store) == {"next"}
+
+
+def _raised(call: Callable[[], object]) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:  # (returned: the caller asserts on it)
+        return exc
+    return None
+
+
+def test_every_connection_bounds_its_lock_waits_and_open_transactions(
+    stores: Callable[..., PostgresStore],
+) -> None:
+    """lock_timeout (connect_timeout) and idle_in_transaction_session_timeout (5 s more) on
+    the writing and reading connections, the DSN's own options kept."""
+    store = stores(connect_timeout=2)
+    for pool in (store._writers, store._readers):
+        assert pool is not None
+        with pool.connection() as conn:
+            shown = [
+                conn.execute(f"SHOW {name}").fetchone()
+                for name in ("lock_timeout", "idle_in_transaction_session_timeout")
+            ]
+        assert shown == [("2s",), ("7s",)], shown
+
+
+def test_nul_in_a_filter_or_an_id_matches_nothing(stores: Callable[..., PostgresStore]) -> None:
+    """As in the other stores (PostgreSQL refuses NUL in text: that was a 500)."""
+    from conveyor.protocol import TaskFilters
+
+    store = stores()
+    store.save([_row("a", deps=("b",)), _row("b")], [])
+    for filters in (
+        TaskFilters(text="a\x00"),
+        TaskFilters(family="Fam\x00"),
+        TaskFilters(worker="\x00"),
+        TaskFilters(state="PENDING\x00"),
+    ):
+        assert store.page(filters, None, 10).tasks == (), filters
+        assert store.task_ids(filters) == (), filters
+    assert store.detail("a\x00") is None
+    assert store.graph("a\x00", True) is None
+    assert len(store.page(TaskFilters(), None, 10).tasks) == 2
+
+
+@pytest.mark.timeout(180)
+def test_a_cluster_that_cannot_start_leaves_nothing_behind(pg_cluster: ThrowawayCluster) -> None:
+    """A server setting PostgreSQL refuses: ClusterUnavailable, and neither a server nor its
+    directory is left (review: ``with`` did not clean up a failed start)."""
+    from conveyor_postgres.testing import ClusterUnavailable
+
+    cluster = ThrowawayCluster(settings={"shared_buffers": "lots"})
+    with pytest.raises(ClusterUnavailable, match="did not start"), cluster:
+        pytest.fail("the cluster started")
+    assert not cluster.base.exists()
 
 
 def _lock_waiters(dsn: str) -> int:
@@ -502,6 +635,30 @@ def test_reads_answer_as_the_builtin_store_does(stores: Callable[..., PostgresSt
                     ga, gb = ours.graph(task_id, down, cap), builtin.graph(task_id, down, cap)
                     assert ga is not None and gb is not None
                     assert _shape(ga) == _shape(gb), (task_id, down, cap)
+    finally:
+        builtin.close()
+
+
+def test_a_truncated_graph_keeps_the_nodes_every_store_keeps(
+    stores: Callable[..., PostgresStore],
+) -> None:
+    """Layers ordered by the position of the near task in the layer before, then the far id
+    (``walk_graph``'s order), in the built-in store too: R needs a and b, a needs z, b needs
+    c, z needs m, c needs n; capped at 6, every store keeps m (review: SQLite kept n)."""
+    from conveyor.server.stores import MemoryStore, walk_graph
+
+    deps = {"R": ("a", "b"), "a": ("z",), "b": ("c",), "z": ("m",), "c": ("n",), "m": (), "n": ()}
+    rows = [_row(t, deps=d) for t, d in deps.items()]
+    ours, builtin = stores(), MemoryStore()
+    try:
+        ours.save(rows, [])
+        builtin.save(rows, [])
+        expected = walk_graph("R", lambda t: deps.get(t, ()), lambda t: ("Fam", "PENDING", 1), 6)
+        assert expected.ids == ["R", "a", "b", "z", "c", "m"] and expected.truncated
+        for store in (ours, builtin):
+            graph = store.graph("R", False, 6)
+            assert graph is not None and graph.truncated
+            assert [n.id for n in graph.nodes] == expected.ids, store
     finally:
         builtin.close()
 

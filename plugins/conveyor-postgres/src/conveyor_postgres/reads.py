@@ -80,6 +80,16 @@ def load_all(r: Reader) -> tuple[list[tuple[str, str]], list[tuple[str, bool]]]:
     return [(t, d) for t, d in tasks], [(w, bool(a)) for w, a in found]
 
 
+def _unmatchable(*values: object) -> bool:
+    """Whether a filter or id holds a NUL character: no text PostgreSQL stores does (and it
+    refuses one as an argument), so nothing matches, as in the other stores."""
+    return any(isinstance(v, str) and "\x00" in v for v in values)
+
+
+def _matches_nothing(filters: TaskFilters) -> bool:
+    return _unmatchable(filters.state, filters.family, filters.worker, filters.text)
+
+
 def _where(filters: TaskFilters) -> tuple[str, list[Any]]:
     """The SQL condition of ``filters`` on the UI columns, and its arguments."""
     clauses, args = ["status IS NOT NULL"], []
@@ -122,6 +132,8 @@ def families(r: Reader) -> tuple[str, ...]:
 
 def page(r: Reader, filters: TaskFilters, cursor: int | None, limit: int) -> TaskPage:
     """One page of the filtered list, newest change first, and the next page's cursor."""
+    if _matches_nothing(filters):
+        return TaskPage((), None)
     where, args = _where(filters)
     if cursor is not None:
         where += " AND seq < %s"
@@ -136,6 +148,8 @@ def page(r: Reader, filters: TaskFilters, cursor: int | None, limit: int) -> Tas
 
 def task_ids(r: Reader, filters: TaskFilters) -> tuple[str, ...]:
     """The id of every registered task ``filters`` match, in one statement."""
+    if _matches_nothing(filters):
+        return ()
     where, args = _where(filters)
     found = r.rows(f"SELECT task_id FROM {{s}}.tasks WHERE {where} ORDER BY seq DESC", args)
     return tuple(t for (t,) in found)
@@ -166,6 +180,8 @@ def task_infos(r: Reader) -> tuple[TaskInfo, ...]:
 
 def detail(r: Reader, task_id: str) -> TaskDetail | None:
     """Everything the task detail shows, or None for a task the store does not have."""
+    if _unmatchable(task_id):
+        return None
     found = r.rows("SELECT data, changed FROM {s}.tasks WHERE task_id = %s", (task_id,))
     if not found:
         return None
@@ -295,6 +311,8 @@ def _walk(r: Reader, root: str, down: bool, cap: int, through_done: bool = True)
 
 def graph(r: Reader, task_id: str, down: bool, cap: int = GRAPH_CAP) -> TaskGraph | None:
     """The graph around ``task_id`` (see ``TaskReads.graph``); None for an unknown task."""
+    if _unmatchable(task_id):
+        return None
     if not r.rows("SELECT 1 FROM {s}.tasks WHERE task_id = %s", (task_id,)):
         return None
     up = _walk(r, task_id, down=False, cap=cap)

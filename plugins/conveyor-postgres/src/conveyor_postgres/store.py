@@ -24,7 +24,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -68,6 +68,7 @@ T = TypeVar("T")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _SECTION = "[state_stores.postgres]"
 _DEPOSED = "CV001"  # the SQLSTATE the fence raises
+_LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock wait ran past lock_timeout
 
 # version -> statements that bring a schema from the previous version to it ({s}: the schema)
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -196,10 +197,10 @@ class PostgresStore:
         try:
             info = psycopg.conninfo.conninfo_to_dict(self._dsn)
         except psycopg.Error as exc:
+            why = " ".join(_hide_quoted(str(exc)).split())  # (libpq's message ends in \n)
             raise ConfigError(
-                f"{_SECTION} {origin} is not a PostgreSQL connection string "
-                f"({_hide_quoted(str(exc))}); expected a postgresql:// URL or libpq "
-                "key=value pairs"
+                f"{_SECTION} {origin} is not a PostgreSQL connection string ({why}); expected "
+                "a postgresql:// URL or libpq key=value pairs"
             ) from None
         self._password = str(info.get("password") or "")
         user = str(info.get("user") or _login())
@@ -231,11 +232,22 @@ class PostgresStore:
             "keepalives_interval": 1,
             "keepalives_count": 3,
             "tcp_user_timeout": 1000 * (seconds + 3),
+            # no wait for a lock, and no transaction left open by a client gone quiet (paused,
+            # say), outlasts these: a stuck peer cannot hold up the others' saves and lease
+            "options": " ".join(
+                part
+                for part in (
+                    str(info.get("options") or ""),
+                    f"-c lock_timeout={round(self._timeout * 1000)}",
+                    f"-c idle_in_transaction_session_timeout={round((self._timeout + 5) * 1000)}",
+                )
+                if part
+            ),
         }
         try:
             with self._connect(kwargs) as conn:
                 self._migrate(conn)
-            # (autocommit: a save sends its own BEGIN and COMMIT, pipelined with the rest)
+            # (autocommit: a save is one message of statements, one implicit transaction)
             self._writers = self._pool("conveyor-writes", 2, {**kwargs, "autocommit": True}, None)
             self._readers = self._pool("conveyor-reads", pool_size, kwargs, _read_only)
         except BaseException:
@@ -333,6 +345,13 @@ class PostgresStore:
         except ConfigError:
             raise
         except psycopg.Error as exc:
+            if exc.sqlstate == _LOCK_TIMEOUT:  # (the advisory lock, or a table's)
+                raise ConfigError(
+                    f"cannot set up the schema {self._schema!r} of the PostgreSQL state store "
+                    f"at {self.where}: another connection held its lock for more than "
+                    f"{self._timeout:g} s (connect_timeout); expected it to be free (start "
+                    "again, or look for a stuck session in pg_stat_activity)"
+                ) from None
             raise ConfigError(
                 f"cannot set up the schema {self._schema!r} of the PostgreSQL state store at "
                 f"{self.where}: {self._reason(exc)}; expected a database user {self._user!r} "
@@ -393,42 +412,58 @@ class PostgresStore:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def _write(self, work: Callable[[psycopg.Cursor[Any]], object]) -> None:
-        """``work`` in one transaction, fenced by the term if this store leads, committed
-        before returning; Deposed (nothing written) if another server took the lease,
-        StateStoreError if PostgreSQL cannot be reached or refuses."""
-        term = self._fence
-        if term == 0:
-            raise Deposed("this server does not lead; nothing was written")
-        assert self._writers is not None
+    @contextlib.contextmanager
+    def _errors(self, writing: bool = False) -> Iterator[None]:
+        """PostgreSQL's errors as the store's: Deposed (the fence refused a save),
+        StateStoreError (one line, no password) for the rest; ``writing``: say whether the
+        write is known not to have happened."""
         try:
-            with self._writers.connection() as conn:
-                try:
-                    # BEGIN, the fence, the statements and COMMIT are sent together and
-                    # answered together: one round trip (after the pool's check of the
-                    # connection, another); an error skips the rest, COMMIT included
-                    with conn.pipeline():
-                        cur = conn.cursor()
-                        cur.execute("BEGIN")
-                        if term is not None:
-                            cur.execute(self.q("SELECT {s}.fence(%s)"), (term,))
-                        work(cur)
-                        cur.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.rollback()
-                    raise
+            yield
         except psycopg.Error as exc:
             if exc.sqlstate == _DEPOSED:
                 self._fence = 0
                 raise Deposed(f"{self._reason(exc)}; nothing was written") from None
-            raise StateStoreError(
-                f"PostgreSQL at {self.where}: {self._reason(exc)}; nothing was written"
-            ) from None
-        except PoolTimeout as exc:
-            raise StateStoreError(
-                f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
-            ) from None
+            if isinstance(exc, PoolTimeout):
+                raise StateStoreError(
+                    f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
+                    + ("; nothing was written" if writing else "")
+                ) from None
+            reason = self._reason(exc)
+            if exc.sqlstate == _LOCK_TIMEOUT:
+                reason = (
+                    f"waited {self._timeout:g} s (connect_timeout) for a lock another "
+                    "connection holds (a stuck or paused server?)"
+                )
+            tail = ""
+            if writing and _refused(exc):
+                tail = "; nothing was written"
+            elif writing:  # (the connection broke after the write was sent: it may have been)
+                tail = "; whether it was written is not known (no answer came)"
+            raise StateStoreError(f"PostgreSQL at {self.where}: {reason}{tail}") from None
+
+    def _send(self, conn: psycopg.Connection[Any], statements: list[_Statement]) -> Any:
+        """Run ``statements`` as one message (their arguments bound here): PostgreSQL runs
+        them as one transaction without waiting for this process in between, so a lock they
+        take is never held across a round trip (a server paused meanwhile holds none); the
+        cursor, at the first one's result."""
+        binder = psycopg.ClientCursor(conn)
+        text = ";\n".join(binder.mogrify(query, args) for query, args in statements)
+        return conn.execute(text.encode())
+
+    def _write(self, work: Callable[[_Batch], object]) -> None:
+        """The statements ``work`` adds, in one transaction, fenced by the term if this store
+        leads, committed before returning; Deposed (nothing written) if another server took
+        the lease, StateStoreError if PostgreSQL cannot be reached or refuses."""
+        term = self._fence
+        if term == 0:
+            raise Deposed("this server does not lead; nothing was written")
+        assert self._writers is not None
+        batch = _Batch()
+        if term is not None:
+            batch.execute(self.q("SELECT {s}.fence(%s)"), (term,))
+        work(batch)
+        with self._errors(writing=True), self._writers.connection() as conn:
+            self._send(conn, batch.statements)
 
     def save(
         self,
@@ -480,7 +515,7 @@ class PostgresStore:
             ]
             q = self.q
 
-            def work(cur: psycopg.Cursor[Any]) -> None:
+            def work(cur: _Batch) -> None:
                 if changed:
                     count = len(changed)
                     cur.execute(q(_UPSERT_TASKS), [count, count, now, *columns])
@@ -542,48 +577,48 @@ class PostgresStore:
 
     def lead(self, holder: str, lease: float) -> Lease:
         """Renew the lease if this store took the current term for ``holder``, take it (term
-        + 1) if nobody holds a live one, else change nothing; by the database's clock."""
+        + 1) if nobody holds a live one, else change nothing; by the database's clock. One
+        message: an ``UPDATE`` of the lease row only where one of those holds (a standby
+        that finds a live lease locks nothing), then a look at the row."""
         assert self._writers is not None
         with self._lease_lock:
             if self._fence is None:
                 self._fence = 0  # (asked for the lease: saves wait for fence())
-            try:
-                with self._writers.connection() as conn, conn.transaction():
-                    term, current, expires, now = conn.execute(
-                        self.q(
-                            "SELECT term, holder, expires, clock_timestamp() FROM {s}.lease"
-                            " WHERE id = 1 FOR UPDATE"
-                        )
-                    ).fetchone()
-                    live = expires is not None and expires > now
-                    if self._term == term and current == holder:
-                        held = True  # a renewal (even just after it ran out: nobody took it)
-                    elif not live:
-                        held, term = True, term + 1  # free, or run out: a new term
-                    else:
-                        held = False
-                    if held:
-                        (left,) = conn.execute(
-                            self.q(
-                                "UPDATE {s}.lease SET term = %s, holder = %s,"
-                                " expires = clock_timestamp() + make_interval(secs => %s)"
-                                " WHERE id = 1 RETURNING expires - clock_timestamp()"
-                            ),
-                            (term, holder, float(lease)),
-                        ).fetchone()
-                        expires_in = max(0.0, left.total_seconds())
-                    else:
-                        expires_in = (expires - now).total_seconds()
-            except psycopg.Error as exc:
-                raise StateStoreError(f"PostgreSQL at {self.where}: {self._reason(exc)}") from None
-            except PoolTimeout as exc:
-                raise StateStoreError(
-                    f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
-                ) from None
-            self._term = term if held else None
+            mine = -1 if self._term is None else self._term
+            # (the UPDATE's conditions are on the row itself: if another server changes it
+            # meanwhile, they are checked again on what it wrote, so no term is taken twice)
+            take = (
+                self.q(
+                    "UPDATE {s}.lease SET holder = %(h)s,"
+                    " term = CASE WHEN term = %(mine)s AND holder = %(h)s THEN term"
+                    " ELSE term + 1 END,"
+                    " expires = clock_timestamp() + make_interval(secs => %(lease)s)"
+                    " WHERE id = 1 AND ((term = %(mine)s AND holder = %(h)s)"
+                    " OR expires IS NULL OR expires <= clock_timestamp())"
+                    " RETURNING term, expires - clock_timestamp()"
+                ),
+                {"h": holder, "mine": mine, "lease": float(lease)},
+            )
+            look = (
+                self.q(
+                    "SELECT term, holder, expires - clock_timestamp() FROM {s}.lease WHERE id = 1"
+                ),
+                None,
+            )
+            with self._errors(), self._writers.connection() as conn:
+                cur = self._send(conn, [take, look])
+                taken = cur.fetchone()
+                cur.nextset()
+                term, current, left = cur.fetchone()
+            held = taken is not None
+            if held:
+                term, left = taken
+            live = left is not None and left.total_seconds() > 0
+            self._term = int(term) if held else None
             if not held:
                 self._fence = 0  # (another server leads: nothing more is saved)
             shown = holder if held else (current if live else "")
+            expires_in = max(0.0, left.total_seconds()) if left is not None else 0.0
             return Lease(int(term), shown, held, float(expires_in))
 
     def fence(self, term: int) -> None:
@@ -599,36 +634,22 @@ class PostgresStore:
             term, self._term = self._term, None
             if term is None:
                 return
-            try:
-                with self._writers.connection() as conn:
-                    conn.execute(
-                        self.q(
-                            "UPDATE {s}.lease SET holder = '', expires = NULL"
-                            " WHERE id = 1 AND term = %s"
-                        ),
-                        (term,),
-                    )
-            except psycopg.Error as exc:
-                raise StateStoreError(f"PostgreSQL at {self.where}: {self._reason(exc)}") from None
-            except PoolTimeout as exc:
-                raise StateStoreError(
-                    f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
-                ) from None
+            with self._errors(), self._writers.connection() as conn:
+                conn.execute(
+                    self.q(
+                        "UPDATE {s}.lease SET holder = '', expires = NULL"
+                        " WHERE id = 1 AND term = %s"
+                    ),
+                    (term,),
+                )
 
     # --- TaskReads ----------------------------------------------------------------------------
 
     def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(reader, *args)`` on a read-only connection (one snapshot per call)."""
         assert self._readers is not None
-        try:
-            with self._readers.connection() as conn:
-                return fn(reads.Reader(conn, self.q), *args)
-        except psycopg.Error as exc:
-            raise StateStoreError(f"PostgreSQL at {self.where}: {self._reason(exc)}") from None
-        except PoolTimeout as exc:
-            raise StateStoreError(
-                f"PostgreSQL at {self.where} cannot be reached ({self._reason(exc)})"
-            ) from None
+        with self._errors(), self._readers.connection() as conn:
+            return fn(reads.Reader(conn, self.q), *args)
 
     def summary(self) -> TaskSummary:
         """The count of registered tasks per state: one ``GROUP BY`` over an index."""
@@ -676,6 +697,28 @@ class PostgresStore:
 
 
 # --- helpers --------------------------------------------------------------------------------------
+
+_Statement = tuple[Any, Any]  # (a query, its arguments or None)
+
+
+class _Batch:
+    """The statements of one write, collected to be sent as one message (``execute`` as a
+    cursor's)."""
+
+    def __init__(self) -> None:
+        self.statements: list[_Statement] = []
+
+    def execute(self, query: Any, params: Any = None) -> None:
+        """Add ``query`` with ``params`` to the write."""
+        self.statements.append((query, params))
+
+
+def _refused(exc: psycopg.Error) -> bool:
+    """Whether PostgreSQL answered ``exc`` (so the transaction it ended was rolled back),
+    rather than the connection breaking before an answer came."""
+    state = exc.sqlstate or ""
+    return bool(state) and not state.startswith(("08", "57P"))
+
 
 _UPSERT_TASKS = (
     "WITH c AS (UPDATE {s}.changes SET seq = seq + %s WHERE id = 1 RETURNING seq - %s AS base)"

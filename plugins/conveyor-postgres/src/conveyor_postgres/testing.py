@@ -87,7 +87,11 @@ class ThrowawayCluster:
     # --- lifecycle ------------------------------------------------------------------------
 
     def __enter__(self) -> ThrowawayCluster:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # (no server nor directory left behind)
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -149,23 +153,28 @@ class ThrowawayCluster:
                 **self.settings,
             }.items()
         )
-        done = self._run(
-            "pg_ctl",
-            "start",
-            "-w",
-            "-t",
-            "90",
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.log),
-            "-o",
-            options,
-            check=False,
-        )
-        if done.returncode:
+        try:
+            done = self._run(
+                "pg_ctl",
+                "start",
+                "-w",
+                "-t",
+                "90",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-o",
+                options,
+                check=False,
+            )
+            why = done.stderr.strip() if done.returncode else ""
+        except (subprocess.SubprocessError, OSError) as exc:
+            why = f"pg_ctl start failed ({exc})"
+        if why:
+            self._kill()  # (a server pg_ctl gave up waiting for may be running all the same)
             tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
-            raise ClusterUnavailable(f"PostgreSQL did not start: {done.stderr.strip()}\n{tail}")
+            raise ClusterUnavailable(f"PostgreSQL did not start: {why}\n{tail}")
         self._started = True
 
     def stop(self, mode: str = "fast") -> None:
@@ -184,19 +193,26 @@ class ThrowawayCluster:
         file of the cluster."""
         try:
             if self._started:
-                try:
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
                     self.stop("immediate")
-                except (subprocess.SubprocessError, OSError):
-                    self._kill()
+            self._kill()  # (whatever still runs: a stop that failed, a start given up on)
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
 
     def _kill(self) -> None:
+        """SIGKILL the server named by ``postmaster.pid``, if any (its process group when it
+        leads one, as pg_ctl starts it; never this process's group)."""
         pid_file = self.data / "postmaster.pid"
+        self._started = False
         with contextlib.suppress(OSError, ValueError, IndexError):
             pid = int(pid_file.read_text().split()[0])
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        self._started = False
+            cmdline = Path(f"/proc/{pid}/cmdline")
+            if cmdline.parent.exists() and b"postgres" not in cmdline.read_bytes():
+                return  # (a stale file: that pid is another program's now)
+            if pid > 1 and os.getpgid(pid) == pid != os.getpgid(0):
+                os.killpg(pid, signal.SIGKILL)
+            elif pid > 1:
+                os.kill(pid, signal.SIGKILL)
 
     # --- what tests connect with ----------------------------------------------------------
 

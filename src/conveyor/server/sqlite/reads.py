@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 _CHUNK = 900  # ids per IN (...) list: under SQLite's variable limit on any build
+_ARMS = 250  # tasks per UNION ALL of edge reads: under SQLite's 500 terms a compound
 
 
 def _where(filters: TaskFilters) -> tuple[str, list[Any]]:
@@ -213,17 +214,16 @@ def _edges_from(
     db: sqlite3.Connection, task_ids: Sequence[str], down: bool
 ) -> Generator[tuple[str, str], None, None]:
     """``(task, dependency)`` edges from the given tasks (``down``: to them), read lazily (a
-    caller that stops early reads no more rows): :data:`_CHUNK` tasks at a time, each chunk's
-    edges in the order of their near, then far, end."""
+    caller that stops early reads no more rows), in the order of their near end in
+    ``task_ids``, then of the far end (as :func:`conveyor.server.stores.walk_graph` and the
+    PostgreSQL store keep them): :data:`_ARMS` tasks a statement, one ``UNION ALL`` arm each
+    (SQLite runs the arms in order, each along the index: no sort across tasks)."""
     near, far = ("dep_id", "task_id") if down else ("task_id", "dep_id")
-    for start in range(0, len(task_ids), _CHUNK):
-        chunk = task_ids[start : start + _CHUNK]
-        marks = ",".join("?" * len(chunk))
-        # (ORDER BY: the order the index gives anyway, so no sort, and no row read ahead)
-        where = f"{near} IN ({marks}) ORDER BY {near}, {far}"
-        with contextlib.closing(
-            db.execute(f"SELECT task_id, dep_id FROM edges WHERE {where}", chunk)
-        ) as rows:
+    arm = f"SELECT * FROM (SELECT task_id, dep_id FROM edges WHERE {near} = ? ORDER BY {far})"
+    step = min(_CHUNK, _ARMS)
+    for start in range(0, len(task_ids), step):
+        chunk = task_ids[start : start + step]
+        with contextlib.closing(db.execute(" UNION ALL ".join([arm] * len(chunk)), chunk)) as rows:
             yield from rows
 
 
