@@ -1,12 +1,16 @@
 """A graph run by 2 worker processes over HTTP against one central scheduler.
 
 Starts ``conveyor scheduler`` on a free loopback port — with the ``sqlite`` state store (in a
-temporary directory), the ``postgres`` one (a throwaway PostgreSQL server of its own, with
-``fsync`` on: durable as in production; needs the conveyor-postgres plugin and PostgreSQL's
-server binaries), or both one after the other in the same run — then two ``conveyor run``
-workers on the same N-task fan-in (a root needing N - 1 no-op leaves whose completion is a
-marker file), and prints one JSON line per store: total wall time, HTTP requests per task
-(counted by the server), and the server's peak RSS. Examples::
+temporary directory), the ``postgres`` one (a throwaway PostgreSQL server of its own; needs the
+conveyor-postgres plugin and PostgreSQL's server binaries), or both one after the other in the
+same run — then two ``conveyor run`` workers on the same N-task fan-in (a root needing N - 1
+no-op leaves whose completion is a marker file), and prints one JSON line per store: total wall
+time, HTTP requests per task (counted by the server), and the server's peak RSS.
+
+``--durability`` says what an acknowledged change survives, the same for both stores:
+``crash`` (the default: a killed process, not a power cut — SQLite's default
+``synchronous = "normal"``, PostgreSQL with ``fsync`` off) or ``power`` (SQLite
+``synchronous = "full"``, PostgreSQL with ``fsync`` on, as in production). Examples::
 
     python benchmarks/bench_server.py --n 10000
     python benchmarks/bench_server.py --n 10000 --store both
@@ -130,7 +134,9 @@ def postgres_config(work: Path, dsn: str, lease: float, name: str = "server.toml
     return path
 
 
-def run_graph(n: int, workers_per_process: int, store: str, cluster: Any) -> dict[str, Any]:
+def run_graph(
+    n: int, workers_per_process: int, store: str, cluster: Any, durability: str = "crash"
+) -> dict[str, Any]:
     """One run of the fan-in against a fresh server with ``store``; its JSON figures."""
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-server-"))
     (work / "bench_server_tasks.py").write_text(TASKS)
@@ -147,6 +153,12 @@ def run_graph(n: int, workers_per_process: int, store: str, cluster: Any) -> dic
     if store == "postgres":
         database = f"bench_{os.getpid()}_{int(time.time() * 1000)}"
         config = postgres_config(work, cluster.create_database(database), 10.0)
+    elif durability == "power":
+        config = work / "server.toml"
+        config.write_text(
+            f'[server]\nstate_path = "{work / "state.db"}"\n'
+            '[state_stores.sqlite]\nsynchronous = "full"\n'
+        )
     server = scheduler(conveyor, work, env, port, config)
     try:
         wait_healthy(url)
@@ -187,6 +199,7 @@ def run_graph(n: int, workers_per_process: int, store: str, cluster: Any) -> dic
     done = sum(1 for t in tasks if t["status"] == "DONE")
     return {
         "store": store,
+        "durability": durability,
         "n": n,
         "workers": 2,
         "exit_codes": codes,
@@ -269,20 +282,30 @@ def main() -> None:
     parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="sqlite")
     parser.add_argument("--failover-trials", type=int, default=0)
     parser.add_argument("--lease", type=float, default=10.0, help="leader_lease, fail-over")
+    parser.add_argument(
+        "--durability",
+        choices=("crash", "power"),
+        default="crash",
+        help="what a commit survives: 'power' (PostgreSQL fsync on, SQLite synchronous full) or"
+        " 'crash' (a killed process, not a power cut: PostgreSQL fsync off, SQLite's default"
+        " synchronous normal)",
+    )
     args = parser.parse_args()
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
     cluster = None
     if "postgres" in stores or args.failover_trials:
         from conveyor_postgres.testing import ThrowawayCluster
 
-        cluster = ThrowawayCluster({"fsync": "on", "full_page_writes": "on"})
+        fsync = "on" if args.durability == "power" else "off"
+        cluster = ThrowawayCluster({"fsync": fsync, "full_page_writes": fsync})
         cluster.start()
     try:
         if args.failover_trials:
             print(json.dumps(failover(args.failover_trials, args.lease, cluster)))
             return
         for store in stores:
-            print(json.dumps(run_graph(args.n, args.workers_per_process, store, cluster)))
+            figures = run_graph(args.n, args.workers_per_process, store, cluster, args.durability)
+            print(json.dumps(figures))
     finally:
         if cluster is not None:
             cluster.close()

@@ -220,6 +220,7 @@ class PostgresStore:
         self._term: int | None = None  # the term of the lease this store holds (None: none)
         self._fence: int | None = None  # the term saves carry (None: unfenced; 0: refused)
         self._writers: ConnectionPool[Any] | None = None
+        self._saver: psycopg.Connection[Any] | None = None  # (checked out of _writers)
         self._readers: ConnectionPool[Any] | None = None
         seconds = max(1, round(self._timeout))
         kwargs = {
@@ -462,8 +463,18 @@ class PostgresStore:
         if term is not None:
             batch.execute(self.q("SELECT {s}.fence(%s)"), (term,))
         work(batch)
-        with self._errors(writing=True), self._writers.connection() as conn:
-            self._send(conn, batch.statements)
+        with self._errors(writing=True):
+            # (the saves' own connection, kept between saves: checking a pooled one out costs
+            # a round trip each time; a failed save hands it back for the pool to check)
+            conn = self._saver
+            if conn is None:
+                conn = self._saver = self._writers.getconn()
+            try:
+                self._send(conn, batch.statements)
+            except BaseException:
+                self._saver = None
+                self._writers.putconn(conn)
+                raise
 
     def save(
         self,
@@ -690,6 +701,10 @@ class PostgresStore:
 
     def close(self) -> None:
         """Close both pools (the lease is left as it is: ``resign()`` gives it up)."""
+        with self._write_lock:
+            if self._saver is not None and self._writers is not None:
+                self._writers.putconn(self._saver)
+            self._saver = None
         for pool in (self._readers, self._writers):
             if pool is not None:
                 pool.close()
