@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -291,6 +292,8 @@ def main() -> None:
         " synchronous normal)",
     )
     args = parser.parse_args()
+    # (a SIGTERM ends the run through its finally blocks: no server nor database is left behind)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
     cluster = None
     if "postgres" in stores or args.failover_trials:

@@ -70,6 +70,61 @@ _SECTION = "[state_stores.postgres]"
 _DEPOSED = "CV001"  # the SQLSTATE the fence raises
 _LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock wait ran past lock_timeout
 
+# One save, as one statement: fenced (unless expected is NULL: a store that never led), then the
+# tasks upserted with consecutive change numbers, their edges, the workers and what is gone.
+# A function, so that a save is one statement with its arguments sent as such (no text to build
+# and parse each time, plans kept for the session) and holds no lock across a round trip.
+_SAVE_FUNCTION = (
+    "CREATE FUNCTION {s}.save(expected bigint, now double precision, ids text[],"
+    " datas text[], statuses text[], states text[], families text[], workers text[],"
+    " searches text[], runners integer[], every text[], removed_tasks text[],"
+    " removed_deps text[], added_tasks text[], added_deps text[], worker_ids text[],"
+    " assistants boolean[], gone text[], gone_workers text[]) RETURNS void"
+    " LANGUAGE plpgsql AS $$"
+    " DECLARE base bigint;"
+    " BEGIN"
+    "  IF expected IS NOT NULL THEN PERFORM {s}.fence(expected); END IF;"
+    "  IF cardinality(ids) > 0 THEN"
+    "   UPDATE {s}.changes SET seq = seq + cardinality(ids) WHERE id = 1"
+    "    RETURNING seq - cardinality(ids) INTO base;"
+    "   INSERT INTO {s}.tasks AS t"
+    "    (task_id, data, status, state, family, worker, search, runners, changed, seq)"
+    "    SELECT r.task_id, r.data, r.status, r.state, r.family, r.worker, r.search, r.runners,"
+    "     now, base + r.n"
+    "    FROM unnest(ids, datas, statuses, states, families, workers, searches, runners)"
+    "     WITH ORDINALITY AS r(task_id, data, status, state, family, worker, search, runners, n)"
+    "    ON CONFLICT (task_id) DO UPDATE SET data = excluded.data, status = excluded.status,"
+    "     state = excluded.state, family = excluded.family, worker = excluded.worker,"
+    "     search = excluded.search, runners = excluded.runners, changed = excluded.changed,"
+    "     seq = excluded.seq;"
+    "  END IF;"
+    "  IF cardinality(every) > 0 THEN"
+    "   DELETE FROM {s}.edges WHERE task_id = ANY(every);"
+    "  END IF;"
+    "  IF cardinality(removed_tasks) > 0 THEN"
+    "   DELETE FROM {s}.edges e USING unnest(removed_tasks, removed_deps) AS r(task_id, dep_id)"
+    "    WHERE e.task_id = r.task_id AND e.dep_id = r.dep_id;"
+    "  END IF;"
+    "  IF cardinality(added_tasks) > 0 THEN"
+    "   INSERT INTO {s}.edges (task_id, dep_id) SELECT * FROM unnest(added_tasks, added_deps)"
+    "    ON CONFLICT DO NOTHING;"
+    "  END IF;"
+    "  IF cardinality(worker_ids) > 0 THEN"
+    "   INSERT INTO {s}.workers (worker_id, assistant)"
+    "    SELECT * FROM unnest(worker_ids, assistants)"
+    "    ON CONFLICT (worker_id) DO UPDATE SET assistant = excluded.assistant;"
+    "  END IF;"
+    "  IF cardinality(gone) > 0 THEN"
+    "   DELETE FROM {s}.tasks WHERE task_id = ANY(gone);"
+    "   DELETE FROM {s}.edges WHERE task_id = ANY(gone);"
+    "   UPDATE {s}.changes SET seq = seq + 1 WHERE id = 1;"
+    "  END IF;"
+    "  IF cardinality(gone_workers) > 0 THEN"
+    "   DELETE FROM {s}.workers WHERE worker_id = ANY(gone_workers);"
+    "  END IF;"
+    " END $$"
+)
+
 # version -> statements that bring a schema from the previous version to it ({s}: the schema)
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -110,6 +165,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "  END IF;"
         "  RETURN current;"
         " END $$",
+        _SAVE_FUNCTION,
     ),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
@@ -451,6 +507,30 @@ class PostgresStore:
         text = ";\n".join(binder.mogrify(query, args) for query, args in statements)
         return conn.execute(text.encode())
 
+    def _write_save(self, args: list[Any]) -> None:
+        """One :data:`_SAVE_FUNCTION` call with ``args`` (after the fence's term), committed
+        before returning; the errors of :meth:`_write`."""
+        term = self._fence
+        if term == 0:
+            raise Deposed("this server does not lead; nothing was written")
+        with self._errors(writing=True), self._saving() as conn:
+            conn.execute(self.q(_SAVE_CALL), [term, *args], prepare=True)
+
+    @contextlib.contextmanager
+    def _saving(self) -> Iterator[psycopg.Connection[Any]]:
+        """The writes' own connection, kept between them (checking a pooled one out costs a
+        round trip each time); after a failure it goes back for the pool to check."""
+        assert self._writers is not None
+        conn = self._saver
+        if conn is None:
+            conn = self._saver = self._writers.getconn()
+        try:
+            yield conn
+        except BaseException:
+            self._saver = None
+            self._writers.putconn(conn)
+            raise
+
     def _write(self, work: Callable[[_Batch], object]) -> None:
         """The statements ``work`` adds, in one transaction, fenced by the term if this store
         leads, committed before returning; Deposed (nothing written) if another server took
@@ -463,18 +543,8 @@ class PostgresStore:
         if term is not None:
             batch.execute(self.q("SELECT {s}.fence(%s)"), (term,))
         work(batch)
-        with self._errors(writing=True):
-            # (the saves' own connection, kept between saves: checking a pooled one out costs
-            # a round trip each time; a failed save hands it back for the pool to check)
-            conn = self._saver
-            if conn is None:
-                conn = self._saver = self._writers.getconn()
-            try:
-                self._send(conn, batch.statements)
-            except BaseException:
-                self._saver = None
-                self._writers.putconn(conn)
-                raise
+        with self._errors(writing=True), self._saving() as conn:
+            self._send(conn, batch.statements)
 
     def save(
         self,
@@ -521,31 +591,19 @@ class PostgresStore:
             gone_w = list(dict.fromkeys(gone_workers))
             if not (changed or worker_data or gone or gone_w):
                 return
-            columns = [
-                list(column) for column in zip(*(c[:-1] for c in changed.values()), strict=True)
+            columns = [list(c) for c in zip(*(c[:-1] for c in changed.values()), strict=True)]
+            args = [
+                now,
+                *(columns or [[]] * 8),
+                every,
+                *_pairs(removed),
+                *_pairs(added),
+                list(worker_data),
+                list(worker_data.values()),
+                gone,
+                gone_w,
             ]
-            q = self.q
-
-            def work(cur: _Batch) -> None:
-                if changed:
-                    count = len(changed)
-                    cur.execute(q(_UPSERT_TASKS), [count, count, now, *columns])
-                if every:
-                    cur.execute(q("DELETE FROM {s}.edges WHERE task_id = ANY(%s)"), (every,))
-                if removed:
-                    cur.execute(q(_DELETE_EDGES), _pairs(removed))
-                if added:
-                    cur.execute(q(_INSERT_EDGES), _pairs(added))
-                if worker_data:
-                    cur.execute(q(_UPSERT_WORKERS), (list(worker_data), list(worker_data.values())))
-                if gone:
-                    cur.execute(q("DELETE FROM {s}.tasks WHERE task_id = ANY(%s)"), (gone,))
-                    cur.execute(q("DELETE FROM {s}.edges WHERE task_id = ANY(%s)"), (gone,))
-                    cur.execute(q("UPDATE {s}.changes SET seq = seq + 1 WHERE id = 1"))
-                if gone_w:
-                    cur.execute(q("DELETE FROM {s}.workers WHERE worker_id = ANY(%s)"), (gone_w,))
-
-            self._write(work)
+            self._write_save(args)
             for task_id, c in changed.items():
                 self._digests[task_id] = c[-1]
                 self._deps[task_id] = deps_of[task_id]
@@ -735,33 +793,12 @@ def _refused(exc: psycopg.Error) -> bool:
     return bool(state) and not state.startswith(("08", "57P"))
 
 
-_UPSERT_TASKS = (
-    "WITH c AS (UPDATE {s}.changes SET seq = seq + %s WHERE id = 1 RETURNING seq - %s AS base)"
-    " INSERT INTO {s}.tasks AS t"
-    " (task_id, data, status, state, family, worker, search, runners, changed, seq)"
-    " SELECT r.task_id, r.data, r.status, r.state, r.family, r.worker, r.search, r.runners,"
-    " %s::double precision, c.base + r.n"
-    " FROM c, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-    " %s::text[], %s::integer[]) WITH ORDINALITY"
-    " AS r(task_id, data, status, state, family, worker, search, runners, n)"
-    " ON CONFLICT (task_id) DO UPDATE SET data = excluded.data, status = excluded.status,"
-    " state = excluded.state, family = excluded.family, worker = excluded.worker,"
-    " search = excluded.search, runners = excluded.runners, changed = excluded.changed,"
-    " seq = excluded.seq"
-)
-_DELETE_EDGES = (
-    "DELETE FROM {s}.edges e USING unnest(%s::text[], %s::text[]) AS r(task_id, dep_id)"
-    " WHERE e.task_id = r.task_id AND e.dep_id = r.dep_id"
-)
-_INSERT_EDGES = (
-    "INSERT INTO {s}.edges (task_id, dep_id) SELECT * FROM unnest(%s::text[], %s::text[])"
-    " ON CONFLICT DO NOTHING"
-)
-_UPSERT_WORKERS = (
-    "INSERT INTO {s}.workers (worker_id, assistant)"
-    " SELECT * FROM unnest(%s::text[], %s::boolean[])"
-    " ON CONFLICT (worker_id) DO UPDATE SET assistant = excluded.assistant"
-)
+_SAVE_TYPES = (
+    "bigint", "float8", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
+    "integer[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "boolean[]",
+    "text[]", "text[]",
+)  # fmt: skip
+_SAVE_CALL = "SELECT {s}.save(" + ", ".join(f"%b::{t}" for t in _SAVE_TYPES) + ")"
 _TOUCH = "UPDATE {s}.changes SET seq = seq WHERE id = 1"
 
 
