@@ -720,3 +720,23 @@ def test_saves_fail_while_postgresql_is_down_and_resume_after(
             time.sleep(0.1)
     store.save([_row("after")], [])
     assert _ids(stores()) == {"before", "after"}
+
+
+def test_a_kept_write_connection_that_broke_is_replaced_without_failing_a_save(
+    pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """The saves' own connection, kept between saves, is ended by PostgreSQL (as by a restart
+    or an administrator): the next save finds it out, and goes through on a new connection
+    instead of failing (which would make the server refuse a change and reload its state)."""
+    store = stores()
+    assert _lead(store, "http://a", 120).held
+    store.save([_row("before")], [])
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert ended and all(row[0] for row in ended)
+    store.save([_row("after")], [])  # (no StateStoreError)
+    store.probe()
+    assert _ids(stores()) == {"before", "after"}

@@ -113,7 +113,9 @@ class Campaign:
             return self.lease / 3
         if service.role == LEADER:
             service.step_down(lease.holder, f"the lease is held by {lease.holder or 'nobody'}")
-        elif service.leader != lease.holder:
+        elif lease.holder:
+            service.failure = ""  # (a take-over of its own that failed is another's job now)
+        if service.leader != lease.holder:
             log.info("standing by", leader=lease.holder or None, term=lease.term)
         service.leader = lease.holder
         return min(self.lease / 3, max(_MIN_WAIT, lease.expires_in))
@@ -138,8 +140,13 @@ class Campaign:
             self._failed(exc)
             return
         if not again.held or again.term != lease.term:
-            # (it ran out while loading and another server led meanwhile: load again)
-            self.service.leader = again.holder
+            # (it ran out while loading and another server led meanwhile: load again at the
+            # next look if it holds the lease now)
+            self.service.leader = "" if again.held else again.holder
+            return
+        if self._stop.is_set():  # (the server is stopping: it does not start leading)
+            with contextlib.suppress(Exception):
+                self.store.resign()
             return
         self.service.promote(records, workers, started + self.lease, lease.term)
         log.warning(

@@ -165,8 +165,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "  END IF;"
         "  RETURN current;"
         " END $$",
-        _SAVE_FUNCTION,
     ),
+    # 2: a save as one call of a function (see _SAVE_FUNCTION)
+    2: (_SAVE_FUNCTION,),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The version of the schema this conveyor-postgres creates and understands."""
@@ -507,44 +508,53 @@ class PostgresStore:
         text = ";\n".join(binder.mogrify(query, args) for query, args in statements)
         return conn.execute(text.encode())
 
-    def _write_save(self, args: list[Any]) -> None:
-        """One :data:`_SAVE_FUNCTION` call with ``args`` (after the fence's term), committed
-        before returning; the errors of :meth:`_write`."""
+    def _armed(self) -> int | None:
+        """The term saves carry (None: unfenced); Deposed if none is armed."""
         term = self._fence
         if term == 0:
             raise Deposed("this server does not lead; nothing was written")
-        with self._errors(writing=True), self._saving() as conn:
-            conn.execute(self.q(_SAVE_CALL), [term, *args], prepare=True)
+        return term
 
-    @contextlib.contextmanager
-    def _saving(self) -> Iterator[psycopg.Connection[Any]]:
-        """The writes' own connection, kept between them (checking a pooled one out costs a
-        round trip each time); after a failure it goes back for the pool to check."""
+    def _write_save(self, args: list[Any]) -> None:
+        """One :data:`_SAVE_FUNCTION` call with ``args`` (after the armed term), committed
+        before returning; the errors of :meth:`_write`."""
+        term = self._armed()
+        call = self.q(_SAVE_CALL)
+        with self._errors(writing=True):
+            self._on_saver(lambda conn: conn.execute(call, [term, *args], prepare=True))
+
+    def _on_saver(self, send: Callable[[psycopg.Connection[Any]], object]) -> None:
+        """``send(conn)`` on the writes' own connection, kept between writes (checking a
+        pooled one out costs a round trip each time). One that broke while it was kept
+        (PostgreSQL restarted, its backend terminated) is found out by the write: it goes back
+        for the pool to check, and the write is sent once more on a checked connection (it is
+        fenced, and sending it again changes nothing but change numbers). Called under
+        ``_write_lock``."""
         assert self._writers is not None
-        conn = self._saver
-        if conn is None:
-            conn = self._saver = self._writers.getconn()
-        try:
-            yield conn
-        except BaseException:
-            self._saver = None
-            self._writers.putconn(conn)
-            raise
+        while True:
+            kept = self._saver is not None
+            conn = self._saver if self._saver is not None else self._writers.getconn()
+            self._saver = conn
+            try:
+                send(conn)
+                return
+            except BaseException as exc:
+                self._saver = None
+                self._writers.putconn(conn)
+                if not kept or not isinstance(exc, psycopg.Error) or _refused(exc):
+                    raise
 
     def _write(self, work: Callable[[_Batch], object]) -> None:
-        """The statements ``work`` adds, in one transaction, fenced by the term if this store
-        leads, committed before returning; Deposed (nothing written) if another server took
-        the lease, StateStoreError if PostgreSQL cannot be reached or refuses."""
-        term = self._fence
-        if term == 0:
-            raise Deposed("this server does not lead; nothing was written")
-        assert self._writers is not None
+        """The statements ``work`` adds, in one transaction, fenced by the armed term,
+        committed before returning; Deposed (nothing written) if another server took the
+        lease, StateStoreError if PostgreSQL cannot be reached or refuses."""
+        term = self._armed()
         batch = _Batch()
         if term is not None:
             batch.execute(self.q("SELECT {s}.fence(%s)"), (term,))
         work(batch)
-        with self._errors(writing=True), self._saving() as conn:
-            self._send(conn, batch.statements)
+        with self._errors(writing=True):
+            self._on_saver(lambda conn: self._send(conn, batch.statements))
 
     def save(
         self,
@@ -594,7 +604,7 @@ class PostgresStore:
             columns = [list(c) for c in zip(*(c[:-1] for c in changed.values()), strict=True)]
             args = [
                 now,
-                *(columns or [[]] * 8),
+                *(columns or [[] for _ in range(8)]),
                 every,
                 *_pairs(removed),
                 *_pairs(added),
@@ -811,6 +821,7 @@ def _login() -> str:
 
 
 def _pairs(pairs: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(task, dependency) pairs as the two arrays the save function takes."""
     return [t for t, _ in pairs], [d for _, d in pairs]
 
 
@@ -848,6 +859,7 @@ def _hide_quoted(text: str) -> str:
 
 
 def _digest(data: str) -> bytes:
+    """A short digest of a row's JSON: whether it changed since it was saved."""
     return hashlib.blake2b(data.encode(), digest_size=16).digest()
 
 
