@@ -523,6 +523,21 @@ class GraphWalk:
     edges: list[tuple[int, int]] = field(default_factory=list)
     truncated: bool = False
 
+    def add(
+        self, task_id: str, depth: int, family: str, status: str, runners: int, cap: int
+    ) -> int | None:
+        """Keep a node found at ``depth`` unless the walk holds ``cap`` nodes already (then
+        it is marked truncated): its index, or None."""
+        if len(self.ids) == cap:
+            self.truncated = True
+            return None
+        self.ids.append(task_id)
+        self.depth.append(depth)
+        self.family.append(family)
+        self.status.append(status)
+        self.runners.append(runners)
+        return len(self.ids) - 1
+
 
 def walk_graph(
     root: str,
@@ -550,15 +565,10 @@ def walk_graph(
             family, status, runners = node(task_id)
             if depth and not through_done and status == TaskStatus.DONE:
                 continue
-            if len(walk.ids) == cap:
-                walk.truncated = True
+            position = walk.add(task_id, depth, family, status, runners, cap)
+            if position is None:
                 break
-            index[task_id] = len(walk.ids)
-            walk.ids.append(task_id)
-            walk.depth.append(depth)
-            walk.family.append(family)
-            walk.status.append(status)
-            walk.runners.append(runners)
+            index[task_id] = position
             kept.append(task_id)
         layer = [far for near in kept for far in step(near) if far not in index]
         depth += 1

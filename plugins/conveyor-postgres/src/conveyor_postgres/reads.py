@@ -277,15 +277,10 @@ def _walk(r: Reader, root: str, down: bool, cap: int, through_done: bool = True)
             family, status, runners = found.get(task_id, ("", "UNKNOWN", 0))
             if depth and not through_done and status == TaskStatus.DONE:
                 continue
-            if len(walk.ids) == cap:
-                walk.truncated = True
+            position = walk.add(task_id, depth, family, status, runners or 0, cap)
+            if position is None:
                 break
-            index[task_id] = len(walk.ids)
-            walk.ids.append(task_id)
-            walk.depth.append(depth)
-            walk.family.append(family)
-            walk.status.append(status)
-            walk.runners.append(runners or 0)
+            index[task_id] = position
             kept.append(task_id)
         return kept
 

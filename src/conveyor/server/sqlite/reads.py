@@ -285,15 +285,10 @@ class _Walker:
             if depth and not self.through_done and status == TaskStatus.DONE:
                 self.passed += 1
                 continue
-            if len(walk.ids) == self.cap:
-                walk.truncated = True
+            position = walk.add(task_id, depth, family, status, runners or 0, self.cap)
+            if position is None:
                 break
-            self.index[task_id] = len(walk.ids)
-            walk.ids.append(task_id)
-            walk.depth.append(depth)
-            walk.family.append(family)
-            walk.status.append(status)
-            walk.runners.append(runners or 0)
+            self.index[task_id] = position
             kept.append(task_id)
         return kept
 
