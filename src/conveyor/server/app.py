@@ -44,11 +44,11 @@ from starlette.routing import Route
 from ..errors import ConfigError, StaleReport, StateStoreError
 from ..protocol import ROUTES, FieldError, TaskList, decode, encode
 from ..scheduler.persist import from_row, to_row
-from ..scheduler.policy import SchedulerCore
+from ..scheduler.policy import SchedulerCore, TaskRecord
 from .guard import Guard
 from .hooks import REPORT_REFUSED, ServerHooks
 from .hosts import OwnAddress
-from .leadership import LEADER, STANDBY
+from .leadership import LEADER, STANDBY, Campaign
 from .luigi_rpc import luigi_routes
 from .schema import openapi_document
 from .stores import (
@@ -59,6 +59,7 @@ from .stores import (
     StateStore,
     TaskReads,
     Unstored,
+    Workers,
 )
 from .webui import ui_routes
 
@@ -162,7 +163,7 @@ class SchedulerService:
         """When the lease this server leads by runs out unless renewed (``clock``'s time;
         None: the store is not shared). Past it, the server stops acknowledging at once."""
         self.clock: Callable[[], float] = time.monotonic
-        self.campaign: Any = None
+        self.campaign: Campaign | None = None
         """The :class:`~.leadership.Campaign` that keeps the lease of a shared store."""
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -226,7 +227,7 @@ class SchedulerService:
         if not self.leading():
             raise NotLeader(self.leader)
 
-    def promote(self, records: Any, workers: Any, until: float, term: int) -> None:
+    def promote(self, records: list[TaskRecord], workers: Workers, until: float, term: int) -> None:
         """Lead from now on under the lease's ``term``, with the state ``records`` and
         ``workers`` loaded from the store after the lease was taken (as a restart: every known
         worker counts as just seen), the lease running until ``until`` (``clock``'s time).

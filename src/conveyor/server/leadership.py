@@ -16,13 +16,14 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from .stores import CanLead, Lease
+from .stores import CanLead, Lease, Workers
 
 if TYPE_CHECKING:
+    from ..scheduler.policy import TaskRecord
     from .app import SchedulerService
 
 __all__ = ["LEADER", "STANDBY", "Campaign"]
@@ -46,7 +47,7 @@ class Campaign:
         store: CanLead,
         *,
         lease: float,
-        load: Callable[[], tuple[Any, Any]],
+        load: Callable[[], tuple[list[TaskRecord], Workers]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``lease``: ``[server] leader_lease`` in seconds; ``load()``: the stored records and
