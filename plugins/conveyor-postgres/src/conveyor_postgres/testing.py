@@ -76,7 +76,10 @@ class ThrowawayCluster:
         self.password = secrets.token_urlsafe(12)
         self.port = _free_port()
         self.settings = {"fsync": "off", "full_page_writes": "off", **(settings or {})}
-        self.base = Path(tempfile.mkdtemp(prefix="conveyor-pg-"))
+        # as root the server runs as nobody, who must reach its directory: /tmp (1777), not
+        # a TMPDIR that may be root's own
+        where = "/tmp" if os.geteuid() == 0 and os.path.isdir("/tmp") else None
+        self.base = Path(tempfile.mkdtemp(prefix="conveyor-pg-", dir=where))
         self.data = self.base / "data"
         self.socket_dir = self.base / "sock"
         self.log = self.base / "server.log"
