@@ -53,15 +53,7 @@ TASKS = '''
 import os
 
 import conveyor
-from conveyor.testing.processes import put, wait_file
-
-
-def append(path, line):
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\\n").encode())
-    finally:
-        os.close(fd)
+from conveyor.testing.processes import append_line, put, wait_file
 
 
 class Part(conveyor.Task):
@@ -74,7 +66,7 @@ class Part(conveyor.Task):
         return conveyor.LocalTarget(os.path.join(self.root, f"part-{self.n}.out"))
 
     def run(self):
-        append(os.path.join(self.root, "ran.log"), self.task_id)
+        append_line(os.path.join(self.root, "ran.log"), self.task_id)
         with self.output().open("w") as f:
             f.write("ok")
 
@@ -105,7 +97,7 @@ class All(conveyor.Task):
         return conveyor.LocalTarget(os.path.join(self.root, "all.out"))
 
     def run(self):
-        append(os.path.join(self.root, "ran.log"), self.task_id)
+        append_line(os.path.join(self.root, "ran.log"), self.task_id)
         with self.output().open("w") as f:
             f.write("ok")
 '''

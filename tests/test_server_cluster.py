@@ -57,16 +57,7 @@ import os
 import time
 
 import conveyor
-from conveyor.testing.processes import put, wait_file
-
-
-def append(path, line):
-    """Append one line with a single O_APPEND write (atomic between processes)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\\n").encode())
-    finally:
-        os.close(fd)
+from conveyor.testing.processes import append_line, put, wait_file
 
 
 
@@ -83,7 +74,7 @@ class Base(conveyor.Task):
 
     def finish(self):
         """Record the side effect (once per run) and write the output."""
-        append(self.path("ran.log"), self.task_id)
+        append_line(self.path("ran.log"), self.task_id)
         with self.output().open("w") as f:
             f.write(str(os.getpid()))
 
@@ -99,7 +90,7 @@ class Leaf(Base):
 
     def run(self):
         if self.free >= 0:
-            append(self.path("started.log"), self.task_id)
+            append_line(self.path("started.log"), self.task_id)
             with open(self.path("started.log"), encoding="utf-8") as f:
                 position = f.read().split().index(self.task_id)
             if position >= self.free and not wait_file(self.path("gate"), 60):

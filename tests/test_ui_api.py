@@ -23,7 +23,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -49,6 +48,7 @@ from conveyor.testing.processes import (
     http_request,
     kill_marked,
     put,
+    serve_app,
     wait_for,
 )
 
@@ -1641,29 +1641,6 @@ class DictStore:
         pass
 
 
-@contextlib.contextmanager
-def served(build: Callable[[int], Any]) -> Iterator[int]:
-    """Serve ``build(port)`` (the app knows its own port, for the Host check) with the real
-    uvicorn on a free loopback port, in a thread; yield the port."""
-    import uvicorn
-
-    from conveyor.server.main import bind_listener
-
-    listener = bind_listener(LOOPBACK, 0)
-    port = int(listener.getsockname()[1])
-    config = uvicorn.Config(build(port), log_level="warning", access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, 30, "uvicorn to start")
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        listener.close()
-
-
 def test_a_store_without_sql_serves_the_ui() -> None:
     """A state store that is not SQLite (the third-party ``dict`` store: TaskReads in pure
     Python): the UI reads it (through the real app on uvicorn) and sees the rows it loaded and
@@ -1706,7 +1683,7 @@ def test_a_store_without_sql_serves_the_ui() -> None:
         address = OwnAddress.of(LOOPBACK, port)
         return create_app(service, token="", max_request_bytes=1 << 20, address=address)
 
-    with served(app_for) as port:
+    with serve_app(app_for) as port:
 
         def get(path: str) -> Any:
             reply = http_request(port, "GET", path)
@@ -1793,7 +1770,7 @@ def test_retry_all_failed_takes_every_match_beyond_a_page(store_kind: str) -> No
         return create_app(service, token="", max_request_bytes=1 << 20, address=address)
 
     try:
-        with served(app_for) as port:
+        with serve_app(app_for) as port:
             reply = http_request(
                 port,
                 "POST",

@@ -11,10 +11,8 @@ http(s), and never as markup.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,33 +23,11 @@ from conveyor.scheduler.persist import from_row
 from conveyor.server.app import LEADER, STANDBY, SchedulerService, create_app
 from conveyor.server.hosts import OwnAddress
 from conveyor.server.stores import MemoryStore
-from conveyor.testing.processes import http_request, wait_for
+from conveyor.testing.processes import http_request, serve_app
 
 LOOPBACK = "127.0.0.1"
 LEADER_URL = "http://leader.test:8082"
 REFUSED = f"this scheduler is a standby and changes nothing: the leader is {LEADER_URL}"
-
-
-@contextlib.contextmanager
-def _served(build: Callable[[int], Any]) -> Iterator[int]:
-    """Serve ``build(port)`` with the real uvicorn on a free loopback port; yield the port."""
-    import uvicorn
-
-    from conveyor.server.main import bind_listener
-
-    listener = bind_listener(LOOPBACK, 0)
-    port = int(listener.getsockname()[1])
-    config = uvicorn.Config(build(port), log_level="warning", access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, 30, "uvicorn to start")
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        listener.close()
 
 
 @pytest.fixture
@@ -75,7 +51,7 @@ def standby() -> Iterator[tuple[SchedulerService, int, str]]:
         address = OwnAddress.of(LOOPBACK, port)
         return create_app(service, token="", max_request_bytes=1 << 20, address=address)
 
-    with _served(app_for) as port:
+    with serve_app(app_for) as port:
         yield service, port, work.task_id
     store.close()
 

@@ -75,16 +75,7 @@ import os
 import time
 
 import conveyor
-from conveyor.testing.processes import put, wait_file
-
-
-def append(path, line):
-    """Append one line with a single O_APPEND write (atomic between processes)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\\n").encode())
-    finally:
-        os.close(fd)
+from conveyor.testing.processes import append_line, put, wait_file
 
 
 class Marked(conveyor.Task):
@@ -100,7 +91,7 @@ class Marked(conveyor.Task):
         return conveyor.LocalTarget(os.path.join(self.root, "out", self.task_id + ".out"))
 
     def mark(self):
-        append(self.path("ran.log"), self.task_id)
+        append_line(self.path("ran.log"), self.task_id)
         fd = os.open(self.path(self.task_id + ".done"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         os.close(fd)
 

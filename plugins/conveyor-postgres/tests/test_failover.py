@@ -114,19 +114,6 @@ def urls(*servers: PgScheduler) -> str:
     return ", ".join(s.url for s in servers)
 
 
-def poll(predicate: Callable[[], Any], timeout: float, what: str, interval: float) -> Any:
-    """:func:`wait_for` with a longer ``interval`` between looks, for looks that cost the
-    servers something (a task list of thousands of tasks)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
 def add_task(task_id: str, worker: str = "registrar") -> dict[str, Any]:
     """The JSON body of an ``add_tasks`` call registering one PENDING task ``task_id``."""
     spec = TaskSpec(task_id=task_id, family="Probe", module="failover_probe")
@@ -317,7 +304,7 @@ def wait_for_markers(root: Path, count: int, procs: list[subprocess.Popen[bytes]
         found = len(done_markers(root))
         return found if found >= count else 0
 
-    return int(poll(enough, 300, f"{count} tasks to run", 0.1))
+    return int(wait_for(enough, 300, f"{count} tasks to run", 0.1))
 
 
 @pytest.mark.timeout(600)
@@ -355,10 +342,10 @@ def test_two_leader_kills_run_every_task_exactly_once(
         return check
 
     started = [w1]
-    poll(running(2), 180, "worker1 to register the graph and start 2 tasks", 0.5)
+    wait_for(running(2), 180, "worker1 to register the graph and start 2 tasks", 0.5)
     w2 = workers.start("worker2", *args, "--scheduler-url", urls(s2, s1), env=env)
     started.append(w2)
-    poll(running(4), 180, "worker2 to register the graph and start 2 tasks", 0.5)
+    wait_for(running(4), 180, "worker2 to register the graph and start 2 tasks", 0.5)
     (root / "gate").touch()
 
     servers = [s1, s2]

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "SchedulerProcess",
     "StubServer",
     "alive",
+    "append_line",
     "child_env",
     "free_port",
     "gone_within",
@@ -38,6 +39,7 @@ __all__ = [
     "kill_tree",
     "marked",
     "put",
+    "serve_app",
     "wait_file",
     "wait_for",
 ]
@@ -89,8 +91,11 @@ class StubServer:
         self.server.server_close()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy; AssertionError after ``timeout``."""
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05
+) -> Any:
+    """Poll ``predicate`` every ``interval`` seconds (longer for a look that costs the
+    servers something) until it returns something truthy; AssertionError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -98,7 +103,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -263,6 +268,40 @@ def put(path: str | os.PathLike[str], text: str) -> None:
     with open(tmp, "w", encoding="utf-8") as out:
         out.write(text)
     os.replace(tmp, path)
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append ``line`` and a newline to ``path`` with one ``O_APPEND`` write, so lines that
+    several processes append never mix (what a task writes to say it ran)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def serve_app(build: Callable[[int], Any], host: str = "127.0.0.1") -> Iterator[int]:
+    """Serve the ASGI app ``build(port)`` (an app that knows its own port, for the server's
+    Host check) with the real uvicorn on a free port of ``host``, in a thread, lifespan
+    included; yield the port, and stop it afterwards."""
+    import uvicorn
+
+    from ..server.main import bind_listener
+
+    listener = bind_listener(host, 0)
+    port = int(listener.getsockname()[1])
+    config = uvicorn.Config(build(port), log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 30, "uvicorn to start")
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        listener.close()
 
 
 def wait_file(path: str | os.PathLike[str], timeout: float) -> bool:
