@@ -31,13 +31,22 @@ TERMINAL = {
     "conveyor_task_timed_out",
     "conveyor_task_process_died",
 }
-# The worker's observer hooks (each receives an event): neither the lifecycle pair, which take
-# config / flush_timeout, nor the central server's hooks.
+# The worker's observer hooks of a task's life (each receives an event): neither the lifecycle
+# pair, which take config / flush_timeout, nor the attempt's own hooks (which answer or run where
+# the attempt runs: tests/test_attempt_plugins.py), nor the notifier dispatch's (no notifier
+# here: tests/test_notify_dispatch.py), nor the central server's hooks.
+NOT_TASK_OBSERVERS = {
+    "conveyor_configure",
+    "conveyor_unconfigure",
+    "conveyor_attempt_environment",
+    "conveyor_attempt_begin",
+    "conveyor_attempt_end",
+    "conveyor_notification_sent",
+}
 WORKER_OBSERVERS = [
     name
     for name in hook_names()
-    if name not in {"conveyor_configure", "conveyor_unconfigure"}
-    and not name.startswith("conveyor_scheduler_")
+    if name not in NOT_TASK_OBSERVERS and not name.startswith("conveyor_scheduler_")
 ]
 # Only process executors (not installed yet) can time out or lose their process.
 NOT_FIRED_BY_INLINE_OR_THREAD = {"conveyor_task_timed_out", "conveyor_task_process_died"}

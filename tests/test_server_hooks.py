@@ -270,7 +270,7 @@ def test_server_plugin_sees_committed_changes_in_order(tmp_path: Path, marker: s
 
 
 def test_plugin_routes_are_served_behind_the_guard(tmp_path: Path, marker: str):
-    """A plugin's /api/ route needs the token (401 without), and both its routes get the
+    """A plugin's routes need the token (401 without), whatever their path, and get the
     guard's security headers and Host check."""
     server = Server(tmp_path, marker, ["hookrec"])
     server.start()
@@ -281,6 +281,8 @@ def test_plugin_routes_are_served_behind_the_guard(tmp_path: Path, marker: str):
     assert refused.status == 401
     hello = server.request("GET", "/plugin/hello")
     assert hello.status == 200 and hello.body == b"hello from a plugin"
+    anonymous = server.request("GET", "/plugin/hello", headers={"Authorization": None})
+    assert anonymous.status == 401
     assert hello.headers.get("x-content-type-options") == "nosniff"
     assert "content-security-policy" in hello.headers
     foreign = server.request("GET", "/plugin/hello", headers={"Host": "evil.example"})

@@ -21,6 +21,10 @@ Backend sections (``[executors.<name>]``, ``[notifiers.<name>]``, ``[state_store
 are kept raw and read-only in :attr:`Config.backends`: only the selected backend knows their
 schema, and validates them with :func:`validate_backend_settings` (or
 :meth:`Config.backend_settings`). A section for a backend that is not selected is not an error.
+A hook plugin's table is the top-level section named like its ``conveyor.plugins`` entry point
+(``[prometheus]``), kept raw in :attr:`Config.plugin_tables` and validated by the plugin with
+:meth:`Config.plugin_settings`; a top-level name that no installed plugin has is an unknown
+section, as before.
 
 Every error is a :class:`~conveyor.errors.ConfigError` whose message is one line: where
 (``file``, ``file:line:column``, ``$VARIABLE`` or ``overrides``), what (``section.key`` and the
@@ -287,6 +291,8 @@ class _Draft:
     counter: int = 0
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     task_sources: dict[str, str] = field(default_factory=dict)  # family -> where it was set
+    plugin_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plugin_sources: dict[str, str] = field(default_factory=dict)  # plugin -> where it was set
 
     @classmethod
     def defaults(cls, fallback: str) -> _Draft:
@@ -313,9 +319,34 @@ def _apply(draft: _Draft, path: tuple[str, ...], value: Any, source: str) -> Non
         _apply_backend(draft, section, rest, value, source)
     elif section == "tasks":
         _apply_tasks(draft, rest, value, source)
+    elif section in _plugin_names():
+        _apply_plugin_table(draft, section, rest, value, source)
     else:
-        known = sorted({*SCHEMA, *BACKEND_GROUPS, "tasks"})
+        known = sorted({*SCHEMA, *BACKEND_GROUPS, "tasks", *_plugin_names()})
         raise _unknown("section", section, known, source, section)
+
+
+def _plugin_names() -> frozenset[str]:
+    """The names of the installed ``conveyor.plugins`` entry points (not loaded), which may
+    have a table of their own; looked up only for a section conveyor does not know."""
+    from importlib.metadata import entry_points
+
+    return frozenset(ep.name for ep in entry_points(group=PLUGIN_GROUP)) - {"tasks"}
+
+
+PLUGIN_GROUP = "conveyor.plugins"
+
+
+def _apply_plugin_table(
+    draft: _Draft, name: str, rest: tuple[str, ...], value: Any, source: str
+) -> None:
+    """``[<plugin>]``: a hook plugin's own settings, kept raw (the plugin validates them)."""
+    target = draft.plugin_tables.setdefault(name, {})
+    if rest:
+        _deep_set(target, rest, thaw(value))
+    else:
+        _deep_merge(target, _table(name, value, source))
+    draft.plugin_sources[name] = source
 
 
 def _apply_tasks(draft: _Draft, rest: tuple[str, ...], value: Any, source: str) -> None:
@@ -531,6 +562,8 @@ def _finish(
         source=source,
         tasks=_freeze(draft.tasks),
         task_sources=MappingProxyType(dict(draft.task_sources)),
+        plugin_tables=_freeze(draft.plugin_tables),
+        plugin_sources=MappingProxyType(dict(draft.plugin_sources)),
     )
 
 
@@ -545,6 +578,8 @@ def _draft_of(config: Config) -> _Draft:
     draft.backends = thaw(config.backends)
     draft.tasks = thaw(config.tasks)
     draft.task_sources = dict(config.task_sources)
+    draft.plugin_tables = thaw(config.plugin_tables)
+    draft.plugin_sources = dict(config.plugin_sources)
     return draft
 
 
@@ -622,6 +657,13 @@ class Config:
     """``[tasks."module.Family"]`` (or the bare family): parameter defaults, as written."""
     task_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Where each family's defaults were set (the file, or a ``CONVEYOR_TASKS__...`` variable)."""
+    plugin_tables: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """``[<plugin>]``: the raw table of each installed hook plugin that has one, by the name of
+    its ``conveyor.plugins`` entry point (``[prometheus]``); see :meth:`plugin_settings`."""
+    plugin_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Where each plugin table was last set (the file, or a ``CONVEYOR_<PLUGIN>__…`` variable)."""
 
     def with_overrides(self, **overrides: Any) -> Config:
         """A copy with ``build()`` / CLI overrides applied, validated like file values.
@@ -649,6 +691,15 @@ class Config:
         """The selected backend's table validated against its schema, defaults filled in."""
         raw = self.backends.get(group, {}).get(name, {})
         return validate_backend_settings(group, name, raw, schema, self.source or "")
+
+    def plugin_settings(self, name: str, schema: Mapping[str, Field]) -> dict[str, Any]:
+        """The hook plugin ``name``'s table (``[<name>]``, named like its ``conveyor.plugins``
+        entry point) checked against ``schema``, defaults filled in; ConfigError naming the
+        file or variable for an unknown key or a bad value (a plugin raises it from
+        ``conveyor_configure``, which makes the worker or server exit 2)."""
+        raw = self.plugin_tables.get(name, {})
+        where = self.plugin_sources.get(name) or self.source or ""
+        return validate_backend_settings(name, "", raw, schema, where)
 
     def _layered(self, entries: Iterable[_Entry]) -> Config:
         draft = _draft_of(self)
@@ -807,4 +858,5 @@ def _document(config: Config) -> dict[str, Any]:
             document[group] = config.backends[group]
     if config.tasks:
         document["tasks"] = config.tasks
+    document.update(config.plugin_tables)
     return document

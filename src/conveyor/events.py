@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "AttemptContext",
     "CompleteChecked",
     "DependenciesDiscovered",
     "Event",
+    "NotificationSent",
     "Params",
     "ProcessDied",
     "TaskBroken",
@@ -191,6 +193,9 @@ class TaskFailed(Event):
     attempt (0 only in an event built outside a worker)."""
     executor: str = ""
     """The name of the executor that ran the attempt, as in its ``TaskStarted``."""
+    interrupted: bool = False
+    """The attempt was stopped by an interruption of its worker (a signal, a drain), not by
+    an error of its own (``exception_type`` is then ``"Interrupted"``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +227,38 @@ class ProcessDied(Event):
     """The name of the executor that ran the attempt, as in its ``TaskStarted``."""
     duration: float = 0.0
     """The attempt's wall time in seconds, up to when its end was noticed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotificationSent(Event):
+    """The notifier dispatch tried to deliver a notification (task fields: the event's)."""
+
+    hook: ClassVar[str] = "conveyor_notification_sent"
+    notifier: str
+    """The notifier's name (``email``, ``slack``, …)."""
+    kind: str
+    """The notification's :class:`~conveyor.protocol.NotifyKind` (``failed``, …)."""
+    result: str
+    """``"sent"``; ``"failed"`` (this try failed, it is tried again later); or ``"dropped"``
+    (given up after its retries, or pushed out of the full queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptContext:
+    """An attempt as the hooks that run where it runs see it (``conveyor_attempt_begin`` /
+    ``conveyor_attempt_end``): in the attempt's own process, or on the worker's thread that
+    runs it under the in-process executors."""
+
+    task_id: str
+    family: str
+    attempt: int
+    """The worker's attempt number (``TaskStarted.attempt``)."""
+    env: Mapping[str, str]
+    """What the worker's ``conveyor_attempt_environment`` implementations returned for it:
+    already in ``os.environ`` in an attempt's own process, only here under ``inline`` and
+    ``thread`` (which must not change the worker's environment)."""
+    in_worker: bool
+    """True under the in-process executors (the worker's own process and plugins)."""
 
 
 ALL_EVENTS: tuple[type[Event], ...] = (
@@ -260,6 +297,10 @@ class SchedulerTaskChanged(Event):
     """Why it moved: a :class:`conveyor.scheduler.policy.Cause` value (``"handed out"``, …)."""
     attempt: int = 0
     """The task's latest attempt id (its fencing token; 0 before its first hand-out)."""
+    waited: float | None = None
+    """With a hand-out (``new_status`` ``"RUNNING"``): the seconds the task waited ready
+    (``PENDING`` with every dependency done) before it was handed out; None otherwise, and for
+    a task that was ready before this server loaded it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,17 +348,34 @@ class SchedulerUiAction(Event):
     """The UI session's name, or ``"open"`` when the server has no token."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerRequest(Event):
+    """The central server answered an HTTP request (task fields empty)."""
+
+    hook: ClassVar[str] = "conveyor_scheduler_request"
+    route: str
+    """The path of the route that served it, as declared (``/api/v1/get_work``,
+    ``/ui/api/tasks/{task_id}``); ``"other"`` for a path no route serves."""
+    method: str
+    code: int
+    """The status code answered (the guard's own refusals included)."""
+    duration: float
+    """Seconds from the request's arrival to the end of its answer."""
+
+
 SERVER_EVENTS: tuple[type[Event], ...] = (
     SchedulerTaskChanged,
     SchedulerWorkerSeen,
     SchedulerWorkerLost,
     SchedulerReportRefused,
     SchedulerUiAction,
+    SchedulerRequest,
 )
 """The central server's events, delivered by its own plugin manager."""
 
 __all__ += [
     "SchedulerReportRefused",
+    "SchedulerRequest",
     "SchedulerTaskChanged",
     "SchedulerUiAction",
     "SchedulerWorkerLost",

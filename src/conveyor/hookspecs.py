@@ -7,7 +7,8 @@ child processes are forwarded first. The central server's (``conveyor_scheduler_
 of this module) run in the server's process, after the change they report was committed. The
 exceptions: the lifecycle hooks ``conveyor_configure``/``conveyor_unconfigure`` take a
 configuration and a timeout, ``conveyor_worker_summary`` returns the summary text (or None), and
-``conveyor_scheduler_routes`` returns routes.
+``conveyor_scheduler_routes`` returns routes, ``conveyor_attempt_environment`` returns
+variables, and ``conveyor_attempt_begin``/``conveyor_attempt_end`` run where the attempt runs.
 conveyor calls each implementation separately: one that raises is logged with its plugin's name
 and does not stop the other implementations, the task or the worker.
 
@@ -40,6 +41,8 @@ conveyor's own features are plugins of these hooks, registered first and by name
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import pluggy
 
@@ -194,6 +197,60 @@ def conveyor_task_started(event: ev.TaskStarted) -> None:
 
 
 @hookspec
+def conveyor_attempt_environment(event: ev.TaskStarted) -> Mapping[str, str] | None:
+    """Environment variables to give the attempt that just started, or None.
+
+    Not an observer: called on the worker's loop thread right after
+    ``conveyor_task_started`` (same ``event``) and before the executor is handed the attempt,
+    only when some plugin implements it. The mappings every implementation returns are merged
+    (a later plugin's value wins) into :attr:`conveyor.protocol.AttemptSpec.env`: the attempt's
+    process (``fork``, ``subprocess``, the Dask plugin's ``python -m conveyor.attempt``, …)
+    starts with them in ``os.environ``, and so does what the task starts. The in-process
+    executors (``inline``, ``thread``) leave the worker's environment alone: there they reach
+    the ``conveyor_attempt_begin`` implementations only, in ``AttemptContext.env``. (The
+    OpenTelemetry plugin hands each attempt its span's ``TRACEPARENT`` this way.) Names and
+    values must be strings; one that raises is logged and the attempt starts without its
+    variables.
+    """
+
+
+@hookspec
+def conveyor_attempt_begin(attempt: ev.AttemptContext) -> None:
+    """An attempt is about to load its task and call ``run()``, *where it runs*.
+
+    Unlike every other worker hook, this one and ``conveyor_attempt_end`` run where the
+    attempt runs: in the attempt's own process under the process executors (the plugins whose
+    class implements either hook are loaded there, by their ``conveyor.plugins`` entry-point
+    name or ``[plugins] local`` path, without ``conveyor_configure``), or on the worker's
+    thread that runs it under ``inline`` and ``thread``, where ``attempt.in_worker`` is True.
+    The environment of ``conveyor_attempt_environment`` is already in place. A plugin may set
+    up what task code inside ``run()`` uses (a tracing context, a client); one that raises is
+    logged and the attempt still runs.
+    """
+
+
+@hookspec
+def conveyor_attempt_end(attempt: ev.AttemptContext, outcome: str) -> None:
+    """The attempt that ``conveyor_attempt_begin`` announced has ended, where it ran.
+
+    ``outcome`` is how it ended there (``succeeded``, ``failed``, ``needs_deps``). Called
+    before the worker is told, so a plugin can flush what the attempt produced (within a
+    short bound: the attempt's timeout still runs); not called when the attempt's process is
+    killed (time-out, signal) or dies.
+    """
+
+
+@hookspec
+def conveyor_notification_sent(event: ev.NotificationSent) -> None:
+    """The notifier dispatch tried to deliver a notification: ``result`` says how it went.
+
+    Fires on the dispatch's sender thread (not the worker's loop thread), once per try of each
+    notifier: ``"sent"``, ``"failed"`` (tried again later) or ``"dropped"`` (given up after
+    its retries, or pushed out of the full queue, once per enabled notifier).
+    """
+
+
+@hookspec
 def conveyor_task_status_message(event: ev.TaskStatusMessage) -> None:
     """``self.set_status_message(text)`` was called inside ``run()``; ``message`` is the text."""
 
@@ -298,13 +355,28 @@ def conveyor_scheduler_ui_action(event: ev.SchedulerUiAction) -> None:
 
 
 @hookspec
-def conveyor_scheduler_routes() -> list[object] | None:
+def conveyor_scheduler_request(event: ev.SchedulerRequest) -> None:
+    """The central server answered an HTTP request: its route, method, status code and time.
+
+    Fires on the server's event loop, right after the answer is sent (also for the guard's
+    own refusals), only when some plugin implements it; keep it cheap (count, observe) and
+    never block in it. ``route`` is the route's declared path, never the raw one, so it is
+    fit for a metric label.
+    """
+
+
+@hookspec
+def conveyor_scheduler_routes(server: object) -> list[object] | None:
     """HTTP routes (``starlette.routing.Route`` objects) to serve from the central server.
 
-    Not an observer: called once, when the server starts, with no argument; every
-    implementation's list is mounted (a ``None`` return counts as none). The routes run behind
-    the server's guard, so they get its Host/Origin checks, security headers, body limit and,
-    on paths under ``/api/``, its bearer token when one is set. A route whose path a built-in
+    Not an observer: called once, when the server starts, with ``server``, a read-only
+    :class:`~conveyor.server.view.SchedulerView` of it (tasks per state, live workers, its
+    role) that the routes may read when they are called (typed ``object`` here, since the
+    core installs without the server; an implementation may omit the argument); every
+    implementation's list is mounted (a ``None`` return counts as none). The routes run
+    behind the server's guard, so they get its Host/Origin checks, security headers, body
+    limit and its bearer token when one is set (on every plugin route, whatever its path: a
+    Prometheus ``bearer_token`` scrape of ``/metrics`` works). A route whose path a built-in
     route (or another plugin's) already serves, an item that is not a ``Route``, or an
     implementation that raises stops the start: one ``conveyor: error:`` line naming the
     plugin, exit code 2. Endpoints run on the server's event loop: one that blocks must run

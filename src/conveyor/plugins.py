@@ -32,15 +32,17 @@ from . import hookspecs
 from .config import Config, PluginSettings
 from .core.summary import WorkerSummary
 from .errors import ConfigError, PluginError
-from .events import Event
+from .events import AttemptContext, Event
 
 __all__ = [
     "BUILTIN_PLUGINS",
     "START_REFUSALS",
+    "AttemptHooks",
     "HookRelay",
     "LifecycleRelay",
     "LoadFailure",
     "PluginSource",
+    "attempt_hooks",
     "blocked_names",
     "load_builtin_plugins",
     "load_hook_plugins",
@@ -59,12 +61,14 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("conveyor.summary", "conveyor.worker.builtin_plugins:SummaryPlugin.for_config"),
     ("conveyor.notify", "conveyor.notifiers.dispatch:NotifyPlugin.for_config"),
 )
-"""conveyor's own plugins of a worker, registered first and by name, like a third party's:
-``(name, "module:factory")``. The factory is called with the worker's Config and returns the
-plugin, or None when it has nothing to do for that configuration (it is then not registered,
-which keeps the per-task cost of an unused plugin at nothing). They are named by import path,
-as entry points are, so the worker imports none of them (the notifier dispatch especially: an
-import-linter contract keeps ``conveyor.worker`` away from ``conveyor.notifiers``)."""
+"""conveyor's own plugins of a worker, registered first and by name, like a third party's: ``(name,
+"module:factory")``. The factory is called with the worker's Config and the relay it will be
+registered in (to fire hooks of its own: the notifier dispatch's
+``conveyor_notification_sent``), and returns the plugin, or None when it has nothing to do for
+that configuration (it is then not registered, which keeps the per-task cost of an unused plugin
+at nothing). They are named by import path, as entry points are, so the worker imports none of
+them (the notifier dispatch especially: an import-linter contract keeps ``conveyor.worker`` away
+from ``conveyor.notifiers``)."""
 
 START_REFUSALS: tuple[type[Exception], ...] = (ConfigError, PluginError)
 """What a worker's ``conveyor_configure`` implementation raises to refuse the start (a
@@ -201,6 +205,36 @@ class HookRelay:
                 )
         return ""
 
+    def attempt_environment(self, event: Event) -> tuple[dict[str, str], tuple[str, ...]]:
+        """Ask every ``conveyor_attempt_environment`` implementation for ``event`` (a
+        TaskStarted): the variables they returned, merged (a later plugin's value wins), and
+        the names of the plugins that answered (not None), in order; those take part in the
+        attempt's ``conveyor_attempt_begin``/``end``. One that raises or answers something
+        other than a str-to-str mapping is logged and left out."""
+        env: dict[str, str] = {}
+        names: list[str] = []
+        for impl in reversed(self.pm.hook.conveyor_attempt_environment.get_hookimpls()):
+            try:
+                answer = impl.function(event) if impl.argnames else impl.function()
+                if answer is None:
+                    continue
+                if not isinstance(answer, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in answer.items()
+                ):
+                    raise TypeError(f"returned {type(answer).__name__}, not a Mapping[str, str]")
+            except Exception:
+                log.error(
+                    "hook implementation raised",
+                    plugin=impl.plugin_name,
+                    hook=_ENVIRONMENT,
+                    task_id=event.task_id,
+                    error=traceback.format_exc(),
+                )
+                continue
+            env.update(answer)
+            names.append(impl.plugin_name)
+        return env, tuple(names)
+
     def _collect(self, hook: str) -> tuple[_Impl, ...]:
         caller = getattr(self.pm.hook, hook)
         impls = tuple(
@@ -211,6 +245,87 @@ class HookRelay:
         return impls
 
 
+_ENVIRONMENT = "conveyor_attempt_environment"
+_BEGIN = "conveyor_attempt_begin"
+_END = "conveyor_attempt_end"
+
+
+class AttemptHooks:
+    """The ``conveyor_attempt_begin``/``conveyor_attempt_end`` implementations of some
+    plugins, called where an attempt runs, each guarded on its own."""
+
+    def __init__(self, relay: HookRelay, names: Iterable[str], in_worker: bool) -> None:
+        """Call the implementations of the plugins ``names`` registered in ``relay`` (the
+        worker's own, for its in-process executors: ``in_worker``)."""
+        self.in_worker = in_worker
+        wanted = set(names)
+        self._begin = [i for i in _impls(relay, _BEGIN) if i.plugin_name in wanted]
+        self._end = [i for i in _impls(relay, _END) if i.plugin_name in wanted]
+
+    def __bool__(self) -> bool:
+        """Whether there is anything to call."""
+        return bool(self._begin or self._end)
+
+    def begin(self, attempt: AttemptContext) -> None:
+        """``conveyor_attempt_begin(attempt)``."""
+        _call_guarded(self._begin, _BEGIN, {"attempt": attempt}, attempt.task_id)
+
+    def end(self, attempt: AttemptContext, outcome: str) -> None:
+        """``conveyor_attempt_end(attempt, outcome)``."""
+        kwargs = {"attempt": attempt, "outcome": outcome}
+        _call_guarded(self._end, _END, kwargs, attempt.task_id)
+
+
+def _impls(relay: HookRelay, hook: str) -> list[Any]:
+    return list(reversed(getattr(relay.pm.hook, hook).get_hookimpls()))
+
+
+def _call_guarded(impls: Iterable[Any], hook: str, kwargs: Mapping[str, object], task: str) -> None:
+    for impl in impls:
+        try:
+            impl.function(*[kwargs[arg] for arg in impl.argnames])
+        except Exception:
+            log.error(
+                "hook implementation raised",
+                plugin=impl.plugin_name,
+                hook=hook,
+                task_id=task,
+                error=traceback.format_exc(),
+            )
+
+
+_attempt_hooks: dict[tuple[str, ...], AttemptHooks] = {}
+
+
+def attempt_hooks(names: tuple[str, ...]) -> AttemptHooks | None:
+    """The attempt hooks of the ``conveyor.plugins`` entry points ``names``, loaded here (in
+    an attempt's own process: ``AttemptSpec.plugins``), once per process; None for none. A
+    name that is not an installed entry point, or fails to load, is logged and left out:
+    only installed plugins are ever imported this way."""
+    if not names:
+        return None
+    hooks = _attempt_hooks.get(names)
+    if hooks is None:
+        relay = HookRelay()
+        installed = {name for name, _dist, _version in entry_point_names(GROUP)}
+        failures: list[LoadFailure] = []
+        loaded: list[PluginSource] = []
+        blocked = {name for name in names if name not in installed}
+        for name in blocked:
+            log.warning("attempt plugin is not an installed entry point; skipped", plugin=name)
+        wanted = {name for name in names if name in installed}
+        _load_entry_points(set(installed) - wanted, loaded, failures)
+        for failure in failures:
+            log.warning("attempt plugin failed to load; skipped", plugin=failure.name)
+        for source in loaded:
+            try:
+                relay.register(source.plugin, source.name)
+            except PluginError as exc:
+                log.warning("attempt plugin could not be registered", error=str(exc))
+        hooks = _attempt_hooks[names] = AttemptHooks(relay, names, in_worker=False)
+    return hooks or None
+
+
 def blocked_names(settings: PluginSettings, environ: Mapping[str, str]) -> set[str]:
     """Plugin names blocked by ``[plugins] disable`` and ``CONVEYOR_DISABLE_PLUGINS``."""
     from_env = environ.get("CONVEYOR_DISABLE_PLUGINS", "")
@@ -218,7 +333,7 @@ def blocked_names(settings: PluginSettings, environ: Mapping[str, str]) -> set[s
 
 
 def load_builtin_plugins(
-    config: Config, environ: Mapping[str, str] | None = None
+    config: Config, environ: Mapping[str, str] | None = None, relay: HookRelay | None = None
 ) -> list[PluginSource]:
     """conveyor's own plugins (:data:`BUILTIN_PLUGINS`) for ``config``, those blocked by
     ``[plugins] disable`` / ``CONVEYOR_DISABLE_PLUGINS`` and those whose factory returns None
@@ -232,7 +347,7 @@ def load_builtin_plugins(
         factory: Any = importlib.import_module(module_name)
         for attr in attrs.split("."):
             factory = getattr(factory, attr)
-        plugin = factory(config)
+        plugin = factory(config, relay or HookRelay())
         if plugin is not None:
             loaded.append(PluginSource(name, plugin, "conveyor"))
     return loaded

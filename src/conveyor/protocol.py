@@ -1264,7 +1264,8 @@ class AttemptSpec:
     ``task_defaults`` / ``task_default_sources`` / ``task_id_style``: the worker's ``[tasks.*]``
     tables and ``[worker] task_id_style`` in force, for the tasks made there. ``loader``: the
     :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that rebuilds the
-    task and its ``deps`` there, the task class's ``task_loader``.
+    task and its ``deps`` there, the task class's ``task_loader``. ``env`` and ``plugins``:
+    what the worker's plugins add to the attempt where it runs (see the fields).
     """
 
     module: str = field(metadata=_NAMED)
@@ -1282,6 +1283,12 @@ class AttemptSpec:
     log_level: str = "info"
     log_format: str = "json"
     loader: str = field(default="conveyor", metadata={"text": IDENTIFIER})
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables added to the environment of the attempt's process before its task is rebuilt
+    (what the worker's ``conveyor_attempt_environment`` plugins answered: ``TRACEPARENT``…)."""
+    plugins: tuple[str, ...] = ()
+    """The ``conveyor.plugins`` entry points (names) whose ``conveyor_attempt_begin`` /
+    ``conveyor_attempt_end`` run in the attempt's process; only installed ones are loaded."""
 
 
 class AttemptStage(enum.StrEnum):

@@ -326,7 +326,7 @@ def validate_backend_settings(
     messages as the rest of the file; missing keys get their defaults (a ``required`` key
     without a value is an error). Lists come back as tuples.
     """
-    prefix = f"{section}.{name}"
+    prefix = f"{section}.{name}" if name else section  # (a hook plugin's table: [<section>])
     for key in raw:
         if key not in schema:
             raise _unknown("key", key, schema, source, f"{prefix}.{key}")

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from ..errors import TaskDefinitionError
+from ..events import AttemptContext
 from ..protocol import NoteKind
 from ..task import (
     DynamicRequirements,
@@ -79,9 +80,18 @@ def run_attempt(
 
     tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
     outcome: Outcome | None = None
+    hooks = request.hooks
+    context = None
+    if hooks is not None:
+        context = AttemptContext(
+            task_id, task.task_family, request.attempt, request.env, hooks.in_worker
+        )
+        hooks.begin(context)
     try:
         with reporting(task, report):
             outcome = _attempt(task, request, started, suspend, on_run)
+        if hooks is not None and context is not None:
+            hooks.end(context, str(outcome.kind))
         return outcome
     finally:
         if request.resume is not None and (outcome is None or outcome.suspended is None):

@@ -23,6 +23,7 @@ from ..protocol import AttemptOutcome, NoteKind
 from ..tasklike import TaskLike
 
 if TYPE_CHECKING:
+    from ..plugins import AttemptHooks
     from ..settings import Field
 
 __all__ = [
@@ -79,6 +80,13 @@ class AttemptRequest:
     """The task's requirements when the worker already has them (saves calling requires()
     again); None means the executor calls ``requires()`` (:func:`conveyor.task.requirements`)."""
     resume: Suspended | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables for the attempt's process (``conveyor_attempt_environment``'s answers)."""
+    plugins: tuple[str, ...] = ()
+    """The plugins that take part in the attempt where it runs (their entry-point names)."""
+    hooks: AttemptHooks | None = None
+    """Those plugins' attempt hooks, as registered in the worker: the in-process executors
+    call them on the thread that runs the attempt (a process executor loads its own)."""
 
 
 @dataclass(slots=True)

@@ -131,6 +131,8 @@ def attempt_spec(request: AttemptRequest, context: ExecutorContext | None = None
         log_level=context.log_level,
         log_format=context.log_format,
         loader=loader,  # (what task_policy().loader says)
+        env=dict(request.env),
+        plugins=request.plugins,
     )
 
 
@@ -156,6 +158,7 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     attempt with the reason (``load_error``).
     """
     task_id = spec.task_id
+    os.environ.update(spec.env)  # (before the task's module runs: it may read them)
     use_task_defaults(spec.task_defaults, spec.task_default_sources, spec.task_id_style)
     deps: tuple[TaskLike, ...] | None = None
     try:
@@ -177,6 +180,11 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
         return
     PipeSink(msg_fd)(Stage(AttemptStage.LOADED))  # start-up is over: dependencies next
     request = AttemptRequest(task, task_id, spec.attempt, 0.0, spec.check_complete, deps)
+    request.env, request.plugins = spec.env, spec.plugins
+    if spec.plugins:  # loaded here (this is another process), and only when there are some
+        from ..plugins import attempt_hooks
+
+        request.hooks = attempt_hooks(spec.plugins)
     run_in_child(request, msg_fd)
 
 

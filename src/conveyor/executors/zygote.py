@@ -386,6 +386,10 @@ class _Server:
                 load_task_class(attempt.module, attempt.family)
             else:  # another framework's task: its loader finds the class in the attempt
                 importlib.import_module(attempt.module)
+            if attempt.plugins:  # and its plugins' attempt hooks, loaded once here too
+                from ..plugins import attempt_hooks
+
+                attempt_hooks(attempt.plugins)
         except BaseException as exc:  # SystemExit at import included: the server stays up
             self._refuse(fds, exc)
             return

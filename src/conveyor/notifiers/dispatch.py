@@ -44,6 +44,7 @@ from .messages import MAX_HELD_EVENTS, Held, aggregate, compose
 
 if TYPE_CHECKING:
     from ..config import Config
+    from ..plugins import HookRelay
 
 __all__ = ["FAILURE_LOG_INTERVAL", "Dispatcher", "NotifyPlugin", "build_dispatcher"]
 
@@ -87,6 +88,10 @@ class _Delivery:
     attempt: int = field(default=0, compare=False)
 
 
+_SENT, _FAILED, _DROPPED = "sent", "failed", "dropped"
+_BLANK = ev.Event()
+
+
 class Dispatcher:
     """Owns the enabled notifiers, the inbox and the sender thread of one worker."""
 
@@ -127,6 +132,10 @@ class Dispatcher:
         self._in_window = 0
         self._held: list[Held] = []
         self._dropped_logged = float("-inf")
+        self.on_result: Callable[[str, str, str, Message | None], None] | None = None
+        """Told ``(notifier, kind, result, message)`` after each try of a delivery (result
+        ``sent``, ``failed`` or ``dropped``), on the sender thread (or the worker's, for a
+        notification pushed out of the full queue)."""
 
     # --- the worker's side ----------------------------------------------------------------
 
@@ -144,8 +153,10 @@ class Dispatcher:
             if self._deadline is not None:
                 return
             if len(self._inbox) >= self.queue_size:
-                self._inbox.popleft()
+                lost_kind, _lost = self._inbox.popleft()
                 self._count_drop()
+                for target in self.targets:
+                    self._result(target.name, lost_kind, _DROPPED, None)
             self._inbox.append((kind, event))
             if self._started:
                 self._start_thread()
@@ -272,6 +283,7 @@ class Dispatcher:
                 self._deliveries.remove(oldest)
                 heapq.heapify(self._deliveries)
                 self._count_drop()
+                self._result(oldest.target.name, oldest.message.kind, _DROPPED, oldest.message)
             heapq.heappush(self._deliveries, _Delivery(now, next(self._seq), message, target))
 
     def _deliver(self, delivery: _Delivery) -> None:
@@ -285,6 +297,7 @@ class Dispatcher:
             if owner is delivery and outcome and outcome[0] is None:
                 with self._cond:  # the send given up on did deliver it after all
                     self.delivered += 1
+                self._result(target.name, delivery.message.kind, _SENT, delivery.message)
                 return
         with self._cond:
             timeout = target.timeout
@@ -297,8 +310,10 @@ class Dispatcher:
         if error is None:
             with self._cond:
                 self.delivered += 1
+            self._result(target.name, delivery.message.kind, _SENT, delivery.message)
             return
         self._log_failure(target, error)
+        self._result(target.name, delivery.message.kind, _FAILED, delivery.message)
         if delivery.attempt >= target.retries:
             self._give_up(delivery)
             return
@@ -317,6 +332,7 @@ class Dispatcher:
 
     def _give_up(self, delivery: _Delivery) -> None:
         target = delivery.target
+        self._result(target.name, delivery.message.kind, _DROPPED, delivery.message)
         now = self.clock()
         with self._cond:
             self.given_up += 1
@@ -374,6 +390,14 @@ class Dispatcher:
             error=_scrub(_describe(error), target.secrets)[:500],
             failures=target.failures,
         )
+
+    def _result(self, notifier: str, kind: str, result: str, message: Message | None) -> None:
+        """Tell :attr:`on_result` (a failure there is logged, never the dispatch's)."""
+        if self.on_result is not None:
+            try:
+                self.on_result(notifier, kind, result, message)
+            except Exception as exc:
+                log.error("notification result observer failed", error=_describe(exc))
 
     def _count_drop(self) -> None:
         self.dropped += 1
@@ -442,11 +466,20 @@ class NotifyPlugin:
         self.dispatcher = dispatcher
         self.on = frozenset(on)
 
+    relay: HookRelay | None = None
+    """The worker's relay, through which each delivery's result is told
+    (``conveyor_notification_sent``)."""
+
     @classmethod
-    def for_config(cls, config: Config) -> NotifyPlugin | None:
-        """The plugin for a worker with this configuration: None when ``[notifiers] enabled``
-        is empty (nothing to dispatch; the plugin then costs nothing per event)."""
-        return cls() if config.notifiers.enabled else None
+    def for_config(cls, config: Config, relay: HookRelay | None = None) -> NotifyPlugin | None:
+        """The plugin for a worker with this configuration, which tells ``relay``'s plugins
+        how each delivery went: None when ``[notifiers] enabled`` is empty (nothing to
+        dispatch; the plugin then costs nothing per event)."""
+        if not config.notifiers.enabled:
+            return None
+        plugin = cls()
+        plugin.relay = relay
+        return plugin
 
     @hookimpl
     def conveyor_configure(self, config: Config) -> None:
@@ -455,6 +488,27 @@ class NotifyPlugin:
         if self.dispatcher is None:
             self.dispatcher = build_dispatcher(config)
             self.on = frozenset(config.notifiers.on)
+        if self.dispatcher is not None and self.relay is not None:
+            self.dispatcher.on_result = self._tell
+
+    def _tell(self, notifier: str, kind: str, result: str, message: Message | None) -> None:
+        """Fire ``conveyor_notification_sent`` (on the sender thread), if a plugin wants it."""
+        relay = self.relay
+        if relay is not None and relay.wants(ev.NotificationSent.hook):
+            event = message.events[0] if message is not None and message.events else _BLANK
+            relay.fire(
+                ev.NotificationSent(
+                    task_id=event.task_id,
+                    family=event.family,
+                    module=event.module,
+                    worker_id=event.worker_id,
+                    timestamp=time.time(),
+                    host=event.host,
+                    notifier=notifier,
+                    kind=kind,
+                    result=result,
+                )
+            )
 
     @hookimpl
     def conveyor_worker_started(self, event: ev.WorkerStarted) -> None:

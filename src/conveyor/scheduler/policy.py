@@ -271,6 +271,9 @@ class TaskRecord:
     """The attempt whose report was last applied (a report sent again is not applied twice)."""
     attempts: list[Attempt] | None = None
     """The latest :data:`ATTEMPT_HISTORY` hand-outs, oldest first (allocated on the first)."""
+    ready_at: float = 0.0
+    """When it last became ready (``PENDING``, every dependency done): :attr:`clock` time, or
+    0 while it is not (see :meth:`SchedulerCore.waited`)."""
 
 
 _Entry = tuple[int, int, str]
@@ -540,6 +543,8 @@ class SchedulerCore:
         self._offer(rec)
         if self.on_move is not None:
             self.on_move(rec.task_id, StatusMove(old, status, cause))
+        if status != PENDING:
+            rec.ready_at = 0.0  # (after the move's observer, which reads how long it waited)
 
     def _offer(self, rec: TaskRecord, only: str | None = None) -> None:
         """Push ``rec`` onto the heaps of the workers that may run it, if it is ready.
@@ -550,6 +555,8 @@ class SchedulerCore:
         """
         if rec.status != PENDING or rec.unmet > 0 or not rec.runners:
             return
+        if not rec.ready_at:
+            rec.ready_at = self.clock()
         entry = (-rec.priority, rec.seq, rec.task_id)
         if only is None:
             targets: Iterable[str] = rec.runners
@@ -1171,6 +1178,11 @@ class SchedulerCore:
         with self._lock:
             self._wake(self.clock())
             return [_describe(rec) for rec in self._tasks.values() if rec.registered]
+
+    def waited(self, rec: TaskRecord) -> float | None:
+        """How long ``rec`` has been ready (seconds), or None if it is not (or became ready
+        before this process knew it); read by a move's observer on a hand-out."""
+        return max(0.0, self.clock() - rec.ready_at) if rec.ready_at else None
 
     def worker_list(self) -> list[dict[str, Any]]:
         """Every known worker: when it was last seen, its host (from a default worker id,

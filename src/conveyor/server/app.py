@@ -46,7 +46,7 @@ from ..protocol import ROUTES, FieldError, TaskList, decode, encode
 from ..scheduler.persist import from_row, to_row
 from ..scheduler.policy import SchedulerCore, TaskRecord
 from .guard import Guard
-from .hooks import REPORT_REFUSED, ServerHooks
+from .hooks import REPORT_REFUSED, REQUEST, ServerHooks
 from .hosts import OwnAddress
 from .leadership import LEADER, STANDBY, Campaign
 from .luigi_rpc import luigi_routes
@@ -61,6 +61,7 @@ from .stores import (
     Unstored,
     Workers,
 )
+from .view import SchedulerView
 from .webui import ui_routes
 
 __all__ = [
@@ -539,7 +540,12 @@ def create_app(
         *ui_routes(service, token=token),
         *(luigi_routes(service) if luigi_rpc else ()),
     ]
-    routes += service.hooks.routes(routes)  # (PluginError, exit 2, for one that collides)
+    # (PluginError, exit 2, for one that collides); the guard asks the token on each
+    contributed = service.hooks.routes(routes, SchedulerView(service))
+    guard.protected = tuple(r.path_regex for r in contributed if isinstance(r, Route))
+    routes += contributed
+    if service.hooks.wants(REQUEST):
+        guard.on_request = service.hooks.request
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)

@@ -5,8 +5,9 @@ Every check but the last reads the headers alone, before any byte of the body; i
 1. ``Host`` must name this server, else 421 (DNS rebinding; see :mod:`.hosts`);
 2. an ``Origin``, when there is one, must be the server's own, else 403 (another site's page);
 3. ``OPTIONS`` (a CORS preflight) is answered 204 with nothing that approves another origin;
-4. ``/api/`` routes need ``Authorization: Bearer <token>`` when a token is set, else 401,
-   compared with :func:`hmac.compare_digest`;
+4. ``/api/`` routes, and the routes plugins contribute (:attr:`Guard.protected`: ``/metrics``…),
+   need ``Authorization: Bearer <token>`` when a token is set, else 401, compared with
+   :func:`hmac.compare_digest`;
 5. every ``POST`` (the API's, and the web UI's sign-in and actions) must be
    ``Content-Type: application/json`` (parameters such as ``charset`` allowed), else 415: a
    page can send a form or ``text/plain`` body to another site without asking first, but not
@@ -27,6 +28,9 @@ other sites' form posts). With ``luigi_rpc`` off they answer 404 saying how to t
 Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
 Whatever the app raises ends here too: logged with its traceback, and answered (if nothing
 was sent yet) with a JSON 500 that carries none.
+When :attr:`Guard.on_request` is set (a plugin implements ``conveyor_scheduler_request``), it
+is told each request's route (as declared, or :data:`UNMATCHED` / :data:`REFUSED`), method,
+status and duration once the answer is sent.
 Every answer, the guard's own and the app's, carries :data:`SECURITY_HEADERS` (a strict
 Content-Security-Policy, ``nosniff``, no framing, no referrer).
 Whatever the guard answers itself closes the connection, and so does any answer the app sends
@@ -41,7 +45,10 @@ import base64
 import binascii
 import hmac
 import json
+import re
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -71,6 +78,11 @@ Refusal = tuple[int, str, dict[str, str]]
 log = structlog.get_logger("conveyor.server")
 
 _CLOSE = (b"connection", b"close")
+_PASSED = "conveyor.passed"  # (in the scope: the guard handed the request to the app)
+UNMATCHED = "(unmatched)"
+"""The route name of a request whose path no route serves (a 404)."""
+REFUSED = "(refused)"
+"""The route name of a request the guard answered itself (401, 403, 413, 415, 421, …)."""
 _JSON = b"application/json"
 _FORM = b"application/x-www-form-urlencoded"
 _LUIGI_OFF = (
@@ -107,9 +119,37 @@ class Guard:
         self.max = max_request_bytes
         self.address = address
         self.api_requests = 0  # served at /health, for operators and benchmarks
+        self.protected: tuple[re.Pattern[str], ...] = ()
+        """Paths besides ``/api/`` that need the token (the plugins' routes)."""
+        self.on_request: Callable[[str, str, int, float], None] | None = None
+        """Told ``(route, method, status, seconds)`` after each answer (None: nobody)."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        """Refuse what the checks refuse; pass the rest on, its body size limited."""
+        """Refuse what the checks refuse; pass the rest on, its body size limited; tell
+        :attr:`on_request` how each request went."""
+        if scope["type"] != "http" or self.on_request is None:
+            await self._guard(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self._guard(scope, receive, observed_send)
+        finally:
+            route = scope.get("route")
+            if route is not None:
+                name = str(getattr(route, "path", "") or UNMATCHED)
+            else:  # a path no route serves, or the guard's own answer
+                name = UNMATCHED if scope.get(_PASSED) else REFUSED
+            self.on_request(name, scope["method"], status, time.perf_counter() - started)
+
+    async def _guard(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -117,6 +157,8 @@ class Guard:
         api = scope["path"].startswith("/api/")
         if api:
             self.api_requests += 1
+        elif self.protected and any(p.match(scope["path"]) for p in self.protected):
+            api = True  # (a plugin's route: the token too)
         refusal = self._foreign(headers)
         if refusal is None and scope["method"] == "OPTIONS":
             await _send(send, 204, b"", {"allow": "GET, POST, OPTIONS"})
@@ -230,6 +272,7 @@ class Guard:
         seen = 0
         too_large = False
         started = False
+        scope[_PASSED] = True
 
         async def limited_receive() -> Message:
             nonlocal seen, too_large, unread

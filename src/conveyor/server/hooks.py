@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,13 +31,14 @@ from ..events import (
     Event,
     Params,
     SchedulerReportRefused,
+    SchedulerRequest,
     SchedulerTaskChanged,
     SchedulerUiAction,
     SchedulerWorkerLost,
     SchedulerWorkerSeen,
 )
 from ..plugins import LifecycleRelay, load_hook_plugins
-from ..scheduler.policy import SchedulerCore, StatusMove
+from ..scheduler.policy import Cause, SchedulerCore, StatusMove
 
 __all__ = ["ServerHooks", "check_routes", "load_server_hooks"]
 
@@ -45,6 +47,7 @@ WORKER_SEEN = SchedulerWorkerSeen.hook
 WORKER_LOST = SchedulerWorkerLost.hook
 REPORT_REFUSED = SchedulerReportRefused.hook
 UI_ACTION = SchedulerUiAction.hook
+REQUEST = SchedulerRequest.hook
 ROUTES = "conveyor_scheduler_routes"
 
 
@@ -106,6 +109,7 @@ class ServerHooks:
                 new_status=str(move.target),
                 cause=move.cause.value,
                 attempt=rec.attempt,
+                waited=core.waited(rec) if move.cause is Cause.HANDED_OUT else None,
             )
         )
 
@@ -186,16 +190,27 @@ class ServerHooks:
                 )
             )
 
-    def routes(self, builtin: Iterable[BaseRoute]) -> list[BaseRoute]:
+    def request(self, route: str, method: str, code: int, duration: float) -> None:
+        """Deliver a request event at once (on the event loop: nothing is committed by it,
+        so it does not wait in the outbox)."""
+        self.relay.fire(
+            SchedulerRequest(
+                timestamp=time.time(), route=route, method=method, code=code, duration=duration
+            )
+        )
+
+    def routes(self, builtin: Iterable[BaseRoute], server: object = None) -> list[BaseRoute]:
         """Every plugin's routes, checked against ``builtin`` and each other (PluginError,
-        naming the plugin, for a route that is not one or whose path is already served)."""
+        naming the plugin, for a route that is not one or whose path is already served);
+        ``server`` (a :class:`~.view.SchedulerView`) is passed to the implementations that
+        take it."""
         taken = [r for r in builtin if isinstance(r, Route)]
         owners: dict[int, str] = {}
         out: list[BaseRoute] = []
         for impl in reversed(getattr(self.relay.pm.hook, ROUTES).get_hookimpls()):
             name = impl.plugin_name
             try:
-                contributed = impl.function()
+                contributed = impl.function(server) if impl.argnames else impl.function()
             except Exception as exc:
                 raise PluginError(
                     f"plugin {name!r}: {ROUTES}() raised {type(exc).__name__}: {exc}",

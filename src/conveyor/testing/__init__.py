@@ -121,12 +121,18 @@ def _make_recorder(name: str) -> Any:
 
 
 def _observer_hooks() -> list[str]:
-    """The hooks whose spec receives one ``event`` (``conveyor_scheduler_routes`` does not)."""
+    """The hooks whose spec receives one ``event`` (``conveyor_scheduler_routes`` does not),
+    but for ``conveyor_attempt_environment``, which answers (with the attempt's started event),
+    and the server's per-request ``conveyor_scheduler_request``, which would drown the rest."""
     return [
         name
         for name in hook_names()
         if tuple(inspect.signature(getattr(hookspecs, name)).parameters) == ("event",)
+        and name not in _NOT_RECORDED
     ]
+
+
+_NOT_RECORDED = {"conveyor_attempt_environment", "conveyor_scheduler_request"}
 
 
 for _name in _observer_hooks():

@@ -200,14 +200,14 @@ class SchedulerProcess:
         headers: Mapping[str, str | None] | None = None,
     ) -> Reply:
         """One request on a fresh connection: a ``body`` that is not bytes or str is sent as
-        JSON, declared so; the bearer token goes to ``/api/`` routes when the server has one;
-        ``headers`` come last, and one given as None is left out."""
+        JSON, declared so; the bearer token goes to every path but the web UI's (``/ui``…) when
+        the server has one; ``headers`` come last, and one given as None is left out."""
         sent: dict[str, str | None] = {}
         data: bytes | str | None = None
         if body is not None:
             data = body if isinstance(body, bytes | str) else json.dumps(body)
             sent["Content-Type"] = "application/json"
-        if self.token and path.startswith("/api/"):
+        if self.token and not path.startswith("/ui"):
             sent["Authorization"] = f"Bearer {self.token}"
         sent.update(headers or {})
         return http_request(self.port, method, path, data, sent)

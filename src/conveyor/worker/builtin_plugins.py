@@ -130,13 +130,13 @@ class FailureLogPlugin(_LogPlugin):
         self._log(event, exitcode=event.exitcode, signal=event.signal)
 
 
-def transition_log(config: Config) -> TransitionLogPlugin | None:
+def transition_log(config: Config, relay: object = None) -> TransitionLogPlugin | None:
     """The ``conveyor.transition-log`` plugin, or None when info lines are filtered out."""
     plugin = TransitionLogPlugin()
     return plugin if plugin.enabled else None
 
 
-def failure_log(config: Config) -> FailureLogPlugin | None:
+def failure_log(config: Config, relay: object = None) -> FailureLogPlugin | None:
     """The ``conveyor.failure-log`` plugin, or None when error lines are filtered out."""
     plugin = FailureLogPlugin()
     return plugin if plugin.enabled else None
@@ -153,7 +153,7 @@ class SummaryPlugin:
     name = "conveyor.summary"
 
     @classmethod
-    def for_config(cls, config: Config) -> SummaryPlugin:
+    def for_config(cls, config: Config, relay: object = None) -> SummaryPlugin:
         """The plugin (every worker has a summary; the configuration changes nothing)."""
         return cls()
 

@@ -15,7 +15,7 @@ import queue
 import random
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -49,7 +49,9 @@ from ..executors.deadline import DeadlinePolicy
 from ..loaders import only_importing, task_loader
 from ..parameters import allow_task_modules, task_modules_named
 from ..plugins import (
+    LOCAL,
     START_REFUSALS,
+    AttemptHooks,
     LifecycleRelay,
     load_builtin_plugins,
     load_hook_plugins,
@@ -94,6 +96,8 @@ __all__ = ["Worker"]
 log = structlog.get_logger("conveyor.worker")
 _ids = itertools.count(1)
 _WAKE = object()
+ATTEMPT_ENVIRONMENT = "conveyor_attempt_environment"
+_NO_ENV: Mapping[str, str] = {}
 
 
 class Worker:
@@ -199,8 +203,9 @@ class Worker:
 
     def _register_plugins(self, extra: Sequence[object]) -> None:
         # conveyor's own first (the summary, the logs, the notifier dispatch), then the others
-        builtin = load_builtin_plugins(self.config)
+        builtin = load_builtin_plugins(self.config, relay=self.hooks)
         loaded, _failures = load_hook_plugins(self.config.plugins)
+        self._entry_point_plugins = frozenset(s.name for s in loaded if s.distribution != LOCAL)
         for source in (*builtin, *loaded):
             self.hooks.register(source.plugin, source.name)
         for index, plugin in enumerate(extra):
@@ -510,6 +515,7 @@ class Worker:
         self._running[node.task_id] = node
         node.executor = executor.name
         self._transit(node, Trigger.STARTED, executor=node.executor, attempt=node.attempts)
+        env, plugins, hooks = self._attempt_plugins(node)
         graph = self._graph
         known = tuple([graph[d].task for d in node.deps if d in graph])  # (a list: faster)
         request = AttemptRequest(
@@ -520,6 +526,9 @@ class Worker:
             self.settings.check_complete_on_run,
             known if len(known) == len(node.deps) else None,
             resume := self._resumable(node, executor),
+            env,
+            plugins,
+            hooks,
         )
         if self._interrupted:  # ... or while this attempt was being set up (its start hooks)
             if resume is not None:
@@ -540,6 +549,24 @@ class Worker:
                 for kind, value in node.notes.items():
                     self._transport.call(Annotate(node.task_id, NoteKind(kind), value))
         executor.start(request, self._post)
+
+    def _attempt_plugins(
+        self, node: Node
+    ) -> tuple[Mapping[str, str], tuple[str, ...], AttemptHooks | None]:
+        """What the ``conveyor_attempt_environment`` plugins give the attempt of ``node`` just
+        started: its variables, the entry-point plugins to load where it runs, and (for the
+        in-process executors) the worker's own attempt hooks of the plugins that answered."""
+        if not self.hooks.wants(ATTEMPT_ENVIRONMENT):
+            return _NO_ENV, (), None
+        started = self._transit.event(
+            node, ev.TaskStarted, executor=node.executor, attempt=node.attempts
+        )
+        env, answered = self.hooks.attempt_environment(started)
+        if not answered:
+            return env or _NO_ENV, (), None
+        hooks = AttemptHooks(self.hooks, answered, in_worker=True)
+        loadable = tuple(name for name in answered if name in self._entry_point_plugins)
+        return env, loadable, hooks or None
 
     def _resumable(self, node: Node, executor: Executor) -> Suspended | None:
         """The paused run() of ``node`` if ``executor`` is the one that paused it, else None
@@ -868,7 +895,10 @@ def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str,
         return {"timeout": outcome.timeout}
     if trigger is Trigger.PROCESS_DIED:
         return {"exitcode": outcome.exitcode, "signal": outcome.signal}
-    return {"error": error, "exception_type": outcome.exception_type}
+    fields: dict[str, Any] = {"error": error, "exception_type": outcome.exception_type}
+    if outcome.interrupted:
+        fields["interrupted"] = True
+    return fields
 
 
 _PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"

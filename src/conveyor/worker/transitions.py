@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from ..clock import Clock
 from ..core.states import EVENT_OF, TRANSITIONS, TaskState, Trigger, advance
+from ..events import Event
 from ..plugins import HookRelay
 from .graph import Node
+
+E = TypeVar("E", bound=Event)
 
 __all__ = ["Transitions"]
 
@@ -38,18 +41,20 @@ class Transitions:
         hooks = self.hooks
         if not hooks.wants(event_cls.hook):
             return
+        hooks.fire(self.event(node, event_cls, **fields))
+
+    def event(self, node: Node, event_cls: type[E], **fields: Any) -> E:
+        """The ``event_cls`` event of ``node`` in its current state, with ``fields``."""
         task = node.task
-        hooks.fire(
-            event_cls(
-                task_id=node.task_id,
-                family=task.task_family,
-                module=task.task_module,
-                params=node.params,
-                worker_id=self.worker_id,
-                timestamp=self.clock.time(),
-                state=_STATE_NAMES[state],
-                owner_email=(node.policy or node.task_policy()).owners,  # (read once per node)
-                host=self.host,
-                **fields,
-            )
+        return event_cls(
+            task_id=node.task_id,
+            family=task.task_family,
+            module=task.task_module,
+            params=node.params,
+            worker_id=self.worker_id,
+            timestamp=self.clock.time(),
+            state=_STATE_NAMES[node.state],
+            owner_email=(node.policy or node.task_policy()).owners,  # (read once per node)
+            host=self.host,
+            **fields,
         )
