@@ -301,6 +301,13 @@ class SchedulerTaskChanged(Event):
     """With a hand-out (``new_status`` ``"RUNNING"``): the seconds the task waited ready
     (``PENDING`` with every dependency done) before it was handed out; None otherwise, and for
     a task that was ready before this server loaded it."""
+    outcome: str = ""
+    """With a move out of ``RUNNING`` that ended an attempt: how it ended, an
+    :class:`~conveyor.protocol.AttemptEnd` value (``succeeded``, ``failed``, ``timed_out``,
+    ``process_died``, ``interrupted``); "" for every other move (a hand-out taken back, or
+    ``run()`` yielding dependencies, ends no attempt)."""
+    duration: float | None = None
+    """With ``outcome``: the attempt's wall time as the server saw it (hand-out to report)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,7 +38,7 @@ from ..events import (
     SchedulerWorkerSeen,
 )
 from ..plugins import LifecycleRelay, load_hook_plugins
-from ..scheduler.policy import Cause, SchedulerCore, StatusMove
+from ..scheduler.policy import RUNNING, Cause, SchedulerCore, StatusMove
 
 __all__ = ["ServerHooks", "check_routes", "load_server_hooks"]
 
@@ -94,8 +94,13 @@ class ServerHooks:
         if rec is None:  # (cannot happen: a move is of a known record)
             return
         worker = rec.worker or ""
-        if not worker and rec.attempts and rec.attempts[-1].attempt == rec.attempt:
-            worker = rec.attempts[-1].worker  # the attempt that just ended
+        outcome, duration = "", None
+        if rec.attempts and rec.attempts[-1].attempt == rec.attempt:
+            latest = rec.attempts[-1]
+            if not worker:
+                worker = latest.worker  # the attempt that just ended
+            if move.source == RUNNING and latest.outcome is not None and latest.ended is not None:
+                outcome, duration = str(latest.outcome), max(0.0, latest.ended - latest.started)
         self._pending.append(
             SchedulerTaskChanged(
                 task_id=task_id,
@@ -110,6 +115,8 @@ class ServerHooks:
                 cause=move.cause.value,
                 attempt=rec.attempt,
                 waited=core.waited(rec) if move.cause is Cause.HANDED_OUT else None,
+                outcome=outcome,
+                duration=duration,
             )
         )
 
