@@ -362,7 +362,8 @@ class SchedulerRequest(Event):
     hook: ClassVar[str] = "conveyor_scheduler_request"
     route: str
     """The path of the route that served it, as declared (``/api/v1/get_work``,
-    ``/ui/api/tasks/{task_id}``); ``"other"`` for a path no route serves."""
+    ``/ui/api/tasks/{task_id}``); ``"(unmatched)"`` for a path no route serves (404), and
+    ``"(refused)"`` for a request the server's guard answered itself (401, 403, 413, …)."""
     method: str
     code: int
     """The status code answered (the guard's own refusals included)."""

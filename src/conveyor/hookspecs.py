@@ -87,6 +87,7 @@ def conveyor_configure(config: Config) -> None:
     undoes the rest of its set-up (its executor is closed). A plugin that refuses cleans up
     what its own ``conveyor_configure`` started: it is not unconfigured. For a plugin
     registered late, the refusal is raised from ``register`` and the plugin is unregistered.
+    The central server refuses the same way: ``conveyor scheduler`` exits 2 with the message.
     """
 
 
@@ -219,9 +220,11 @@ def conveyor_attempt_begin(attempt: ev.AttemptContext) -> None:
     """An attempt is about to load its task and call ``run()``, *where it runs*.
 
     Unlike every other worker hook, this one and ``conveyor_attempt_end`` run where the
-    attempt runs: in the attempt's own process under the process executors (the plugins whose
-    class implements either hook are loaded there, by their ``conveyor.plugins`` entry-point
-    name or ``[plugins] local`` path, without ``conveyor_configure``), or on the worker's
+    attempt runs, for the plugins that answered ``conveyor_attempt_environment`` for it: in
+    the attempt's own process under the process executors (such a plugin is loaded there by
+    its ``conveyor.plugins`` entry-point name, without ``conveyor_configure``; a ``[plugins]
+    local`` module or a ``Worker(plugins=...)`` object takes part only under the in-process
+    executors), or on the worker's
     thread that runs it under ``inline`` and ``thread``, where ``attempt.in_worker`` is True.
     The environment of ``conveyor_attempt_environment`` is already in place. A plugin may set
     up what task code inside ``run()`` uses (a tracing context, a client); one that raises is

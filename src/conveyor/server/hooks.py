@@ -37,7 +37,7 @@ from ..events import (
     SchedulerWorkerLost,
     SchedulerWorkerSeen,
 )
-from ..plugins import LifecycleRelay, load_hook_plugins
+from ..plugins import START_REFUSALS, LifecycleRelay, load_hook_plugins
 from ..scheduler.policy import RUNNING, Cause, SchedulerCore, StatusMove
 
 __all__ = ["ServerHooks", "check_routes", "load_server_hooks"]
@@ -56,7 +56,7 @@ def load_server_hooks(
 ) -> ServerHooks:
     """The server's plugins, loaded by the worker's rules from ``settings`` (its ``[plugins]``);
     PluginError (exit 2) for a ``local`` entry that fails or a required plugin missing."""
-    relay = LifecycleRelay()
+    relay = LifecycleRelay(START_REFUSALS)  # (a plugin's ConfigError: exit 2, as a worker's)
     sources, _failures = load_hook_plugins(settings, environ)
     for source in sources:
         relay.register(source.plugin, source.name)

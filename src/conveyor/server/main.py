@@ -88,7 +88,11 @@ def build_service(config: Config, holder: str = "") -> Any:
         )
     else:
         service.leader = service.public_url
-    hooks.relay.configure(config)  # (once the state is loaded: ready to serve)
+    try:  # (once the state is loaded: ready to serve)
+        hooks.relay.configure(config)  # a plugin refusing its settings stops the start, exit 2
+    except BaseException:
+        store.close()
+        raise
     return service
 
 

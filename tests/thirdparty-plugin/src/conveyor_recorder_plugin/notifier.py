@@ -50,3 +50,22 @@ class JsonLinesNotifier:
             }
             with open(self.path, "a", encoding="utf-8") as out:
                 out.write(json.dumps(record, default=str) + "\n")
+
+
+class RefusingNotifier:
+    """``[notifiers.refuses]``: every send fails (RetryAfter(0), so retries come at once);
+    ``max_retries`` is the dispatch's own key."""
+
+    settings_schema: ClassVar[Mapping[str, Field]] = {
+        "max_retries": Field("int", 0, ge=0),
+        "timeout": Field("seconds", 5.0, gt=0),
+    }
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        """Nothing to keep."""
+        self.tries = 0
+
+    def send(self, message: Message) -> None:
+        """Refuse."""
+        self.tries += 1
+        raise RetryAfter(0)
