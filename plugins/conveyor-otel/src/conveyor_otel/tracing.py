@@ -1,0 +1,234 @@
+"""The OpenTelemetry side of the plugin: providers, context hand-over, bounded flushes.
+
+Only imported once tracing is on (the plugin module imports it lazily), so an inert worker
+never loads ``opentelemetry``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+__all__ = [
+    "ProcessLocalBatch",
+    "Provider",
+    "bounded",
+    "context_from",
+    "ensure_provider",
+    "headers_of",
+    "set_error",
+]
+
+log = structlog.get_logger("conveyor.otel")
+TRACER_NAME = "conveyor_otel"
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class ProcessLocalBatch(SpanProcessor):
+    """A BatchSpanProcessor per process: a process forked from one that exported spans (the
+    worker, a fork server started late) starts a batch and an exporter of its own on its first
+    span, instead of sharing the parent's queue, thread and HTTP connections."""
+
+    def __init__(self, make_exporter: Callable[[], SpanExporter]) -> None:
+        """``make_exporter`` builds the exporter of each process's batch."""
+        self._make_exporter = make_exporter
+        self._pid = 0
+        self._batch: BatchSpanProcessor | None = None
+        self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
+
+    def _current(self, create: bool) -> BatchSpanProcessor | None:
+        pid = os.getpid()
+        batch = self._batch
+        if batch is not None and self._pid == pid:
+            return batch
+        if not create:
+            return None
+        if self._lock_pid != pid:  # (a lock held across a fork stays held in the child)
+            self._lock, self._lock_pid = threading.Lock(), pid
+        with self._lock:
+            if self._batch is None or self._pid != pid:
+                self._batch, self._pid = BatchSpanProcessor(self._make_exporter()), pid
+            return self._batch
+
+    def on_start(self, span: Any, parent_context: Context | None = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue the ended span in this process's batch (started on the first one)."""
+        batch = self._current(create=True)
+        if batch is not None:
+            batch.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export what this process's batch holds (the SDK ignores the timeout: see
+        :func:`bounded`)."""
+        batch = self._current(create=False)
+        return batch.force_flush(timeout_millis) if batch is not None else True
+
+    def shutdown(self) -> None:
+        """Stop this process's batch (its thread); a later span starts a new one."""
+        batch = self._current(create=False)
+        if batch is not None:
+            self._batch = None
+            batch.shutdown()  # type: ignore[no-untyped-call]
+
+
+class Provider:
+    """The tracer provider a process uses, and whether this plugin made it."""
+
+    def __init__(self, provider: TracerProvider, processor: ProcessLocalBatch | None) -> None:
+        """``processor`` is this plugin's own (None for an embedding application's provider)."""
+        self.provider = provider
+        self.processor = processor
+
+    @property
+    def owned(self) -> bool:
+        """Whether this plugin created the provider."""
+        return self.processor is not None
+
+    def tracer(self) -> trace.Tracer:
+        """The plugin's tracer."""
+        from . import __version__
+
+        return self.provider.get_tracer(TRACER_NAME, __version__)
+
+    def flush(self, timeout: float) -> bool:
+        """Export what is buffered, giving up after ``timeout`` seconds (False then)."""
+        return bounded(lambda: self.provider.force_flush(), timeout, "flush")
+
+    def close(self, timeout: float) -> bool:
+        """Flush, then stop this plugin's own batch, within ``timeout`` seconds in all; an
+        application's provider is only flushed (it shuts it down itself)."""
+        processor = self.processor
+
+        def close() -> None:
+            self.provider.force_flush()
+            if processor is not None:
+                processor.shutdown()
+
+        return bounded(close, timeout, "shutdown")
+
+
+def ensure_provider() -> Provider:
+    """The global SDK TracerProvider if the process has one (an embedding application's, or
+    this plugin's from an earlier worker); else a new one, exporting through a
+    BatchSpanProcessor (``OTEL_BSP_*``) and the exporter ``OTEL_TRACES_EXPORTER`` names (OTLP/HTTP,
+    configured by ``OTEL_EXPORTER_OTLP_*``, unless it says ``console``), made the global one so
+    that task code using opentelemetry-api in this process reaches it."""
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        processor = getattr(current, "_conveyor_otel_processor", None)
+        return Provider(current, processor if isinstance(processor, ProcessLocalBatch) else None)
+    resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME") or "conveyor"})
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    processor = ProcessLocalBatch(_exporter)
+    provider.add_span_processor(processor)
+    provider._conveyor_otel_processor = processor  # type: ignore[attr-defined]
+    trace.set_tracer_provider(provider)
+    if trace.get_tracer_provider() is not provider:  # another thread set one meanwhile
+        provider.shutdown()
+        return ensure_provider()
+    return Provider(provider, processor)
+
+
+def _exporter() -> SpanExporter:
+    """The exporter ``OTEL_TRACES_EXPORTER`` asks for: ``console``, else OTLP/HTTP."""
+    names = [n.strip().lower() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
+    if "console" in names:
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if any(name not in ("", "otlp", "none") for name in names):
+        log.warning("OTEL_TRACES_EXPORTER names an exporter this plugin lacks; using otlp")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+def bounded(work: Callable[[], object], timeout: float, what: str) -> bool:
+    """Run ``work`` on a daemon thread and wait at most ``timeout`` seconds for it: the SDK's
+    flush and shutdown do not honour their timeouts while an export hangs. False if it did not
+    finish in time or raised (logged)."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"conveyor-otel-{what}", daemon=True).start()
+    if not done.wait(max(timeout, 0.0)):
+        log.warning(f"tracing {what} did not finish in time; spans may be lost", timeout=timeout)
+        return False
+    if failed:
+        log.warning(f"tracing {what} failed", error=repr(failed[0]))
+        return False
+    return True
+
+
+def context_from(carrier: Mapping[str, str]) -> Context | None:
+    """The context in ``TRACEPARENT`` / ``TRACESTATE`` of ``carrier`` (an environment), or
+    None when there is no valid one."""
+    parent = carrier.get("TRACEPARENT")
+    if not parent:
+        return None
+    headers = {"traceparent": parent}
+    if carrier.get("TRACESTATE"):
+        headers["tracestate"] = carrier["TRACESTATE"]
+    extracted = _PROPAGATOR.extract(headers)
+    if not trace.get_current_span(extracted).get_span_context().is_valid:
+        log.warning("TRACEPARENT is not a valid trace context; ignored", traceparent=parent)
+        return None
+    return extracted
+
+
+def headers_of(span: Span) -> dict[str, str]:
+    """``TRACEPARENT`` (and ``TRACESTATE`` if any) naming ``span``, for an attempt's process."""
+    headers: dict[str, str] = {}
+    _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span))
+    env = {"TRACEPARENT": headers["traceparent"]}
+    if headers.get("tracestate"):
+        env["TRACESTATE"] = headers["tracestate"]
+    return env
+
+
+def current_context() -> Context:
+    """The calling thread's current context (an embedding application's active span)."""
+    return otel_context.get_current()
+
+
+def attach(ctx: Context) -> object:
+    """Make ``ctx`` current on this thread; the token to :func:`detach` it with."""
+    return otel_context.attach(ctx)
+
+
+def detach(token: object) -> None:
+    """Undo :func:`attach`."""
+    otel_context.detach(token)  # type: ignore[arg-type]
+
+
+def set_error(span: Span, description: str) -> None:
+    """Mark ``span`` ERROR with ``description`` (an exception type)."""
+    span.set_status(Status(StatusCode.ERROR, description))
+
+
+def span_context(span: Span) -> Context:
+    """A context whose current span is ``span``."""
+    return trace.set_span_in_context(span)
