@@ -9,7 +9,8 @@ Shapes: ``chain`` (each task needs the previous one), ``fanin`` (N leaves into o
 ``layered`` (layers of 100 tasks, each needing 3 tasks of the layer below), ``dynamic`` (a root
 whose run() yields N leaves), ``batches`` (a root whose run() yields N leaves 10 at a time).
 Each measurement runs in a fresh subprocess so peak memory is the
-run's own. Example::
+run's own. ``--observability`` turns the Prometheus and OpenTelemetry plugins on (see
+benchmarks/observability.py), to measure what they cost per task. Example::
 
     python benchmarks/bench_graph.py --shape chain fanin --n 5000 20000
 """
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import conveyor
@@ -171,6 +173,12 @@ def main() -> None:
     parser.add_argument(
         "--warm", action="store_true", help="build a small graph first (imports warmed up)"
     )
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="with the Prometheus (textfile) and OpenTelemetry (OTLP to a loopback sink) "
+        "plugins on (see benchmarks/observability.py)",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -183,9 +191,17 @@ def main() -> None:
         )
         print(json.dumps(result))
         return
+    sink = None
+    if args.observability:
+        from observability import SpanSink, observability_env
+
+        sink = SpanSink()
     for shape in args.shape:
         for n in args.n:
             env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            if sink is not None:
+                del env["CONVEYOR_DISABLE_PLUGIN_AUTOLOAD"]
+                env.update(observability_env(Path(tempfile.mkdtemp(prefix="conveyor-obs-")), sink))
             if args.executor in ("fork", "subprocess", "dask"):
                 env["CONVEYOR_BENCH_DIR"] = tempfile.mkdtemp(prefix="conveyor-bench-")
             cmd = [
@@ -203,7 +219,12 @@ def main() -> None:
                 *(["--warm"] if args.warm else []),
             ]
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-            print(out.stdout.strip(), flush=True)
+            line = out.stdout.strip()
+            if sink is not None:  # (what the plugins sent, to show they were on)
+                line = json.dumps(
+                    {**json.loads(line), "observability": True, "span_exports": sink.exports}
+                )
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

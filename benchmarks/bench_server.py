@@ -14,6 +14,7 @@ time, HTTP requests per task (counted by the server), and the server's peak RSS.
 
     python benchmarks/bench_server.py --n 10000
     python benchmarks/bench_server.py --n 10000 --store both
+    python benchmarks/bench_server.py --n 10000 --observability   # metrics and traces on
 
 ``--failover-trials K`` (postgres only) measures fail-over instead: two schedulers share the
 store; K times, the leader is killed (``kill -9``) while a client keeps asking the other for
@@ -136,9 +137,16 @@ def postgres_config(work: Path, dsn: str, lease: float, name: str = "server.toml
 
 
 def run_graph(
-    n: int, workers_per_process: int, store: str, cluster: Any, durability: str = "crash"
+    n: int,
+    workers_per_process: int,
+    store: str,
+    cluster: Any,
+    durability: str = "crash",
+    sink: Any = None,
 ) -> dict[str, Any]:
-    """One run of the fan-in against a fresh server with ``store``; its JSON figures."""
+    """One run of the fan-in against a fresh server with ``store``; its JSON figures. With a
+    ``sink`` (benchmarks/observability.py), the observability plugins are on, server and
+    workers alike, and their spans go there."""
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-server-"))
     (work / "bench_server_tasks.py").write_text(TASKS)
     env = {
@@ -147,6 +155,13 @@ def run_graph(
         "PYTHONPATH": str(work),
         "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
+    worker_envs = [env, env]
+    if sink is not None:
+        from observability import observability_env
+
+        del env["CONVEYOR_DISABLE_PLUGIN_AUTOLOAD"]
+        worker_envs = [{**env, **observability_env(work, sink, f"worker{i}")} for i in (1, 2)]
+        env.update(observability_env(work, sink, "server"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     conveyor = [sys.executable, "-m", "conveyor"]
@@ -182,7 +197,8 @@ def run_graph(
             "inline" if workers_per_process == 1 else "fork",
         ]
         workers = [
-            subprocess.Popen(run, env=env, cwd=work, stdout=subprocess.DEVNULL) for _ in range(2)
+            subprocess.Popen(run, env=worker_env, cwd=work, stdout=subprocess.DEVNULL)
+            for worker_env in worker_envs
         ]
         peak = 0
         while any(w.poll() is None for w in workers):
@@ -192,6 +208,10 @@ def run_graph(
         codes = [w.returncode for w in workers]
         with urllib.request.urlopen(url + "/health") as answer:
             requests = json.load(answer)["api_requests"]
+        scraped = 0
+        if sink is not None:  # (the server's /metrics, to show the plugin was on)
+            with urllib.request.urlopen(url + "/metrics") as answer:
+                scraped = len(answer.read())
         with urllib.request.urlopen(url + "/api/v1/tasks") as answer:
             tasks = json.load(answer)["tasks"]
     finally:
@@ -209,6 +229,8 @@ def run_graph(
         "per_task_ms": round(wall / n * 1000, 3),
         "requests_per_task": round((requests - 1) / n, 2),
         "server_peak_rss_mib": round(peak / 2**20, 1),
+        **({"observability": True, "metrics_bytes": scraped} if sink is not None else {}),
+        **({"span_exports": sink.exports} if sink is not None else {}),
     }
 
 
@@ -291,6 +313,12 @@ def main() -> None:
         " 'crash' (a killed process, not a power cut: PostgreSQL fsync off, SQLite's default"
         " synchronous normal)",
     )
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="with the Prometheus and OpenTelemetry plugins on, in the server and the workers "
+        "(see benchmarks/observability.py)",
+    )
     args = parser.parse_args()
     # (a SIGTERM ends the run through its finally blocks: no server nor database is left behind)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -306,8 +334,15 @@ def main() -> None:
         if args.failover_trials:
             print(json.dumps(failover(args.failover_trials, args.lease, cluster)))
             return
+        sink = None
+        if args.observability:
+            from observability import SpanSink
+
+            sink = SpanSink()
         for store in stores:
-            figures = run_graph(args.n, args.workers_per_process, store, cluster, args.durability)
+            figures = run_graph(
+                args.n, args.workers_per_process, store, cluster, args.durability, sink
+            )
             print(json.dumps(figures))
     finally:
         if cluster is not None:
