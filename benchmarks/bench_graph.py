@@ -218,11 +218,16 @@ def main() -> None:
                 str(args.workers),
                 *(["--warm"] if args.warm else []),
             ]
+            before = sink.exports if sink is not None else 0
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
             line = out.stdout.strip()
             if sink is not None:  # (what the plugins sent, to show they were on)
                 line = json.dumps(
-                    {**json.loads(line), "observability": True, "span_exports": sink.exports}
+                    {
+                        **json.loads(line),
+                        "observability": True,
+                        "span_exports": sink.exports - before,
+                    }
                 )
             print(line, flush=True)
 

@@ -156,6 +156,7 @@ def run_graph(
         "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     worker_envs = [env, env]
+    exports_before = sink.exports if sink is not None else 0
     if sink is not None:
         from observability import observability_env
 
@@ -230,7 +231,7 @@ def run_graph(
         "requests_per_task": round((requests - 1) / n, 2),
         "server_peak_rss_mib": round(peak / 2**20, 1),
         **({"observability": True, "metrics_bytes": scraped} if sink is not None else {}),
-        **({"span_exports": sink.exports} if sink is not None else {}),
+        **({"span_exports": sink.exports - exports_before} if sink is not None else {}),
     }
 
 

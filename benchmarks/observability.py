@@ -27,12 +27,15 @@ class SpanSink:
         sink = self
         self.exports = 0
         self.bytes = 0
+        lock = threading.Lock()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                sink.bytes += len(self.rfile.read(length))
-                sink.exports += 1
+                received = len(self.rfile.read(length))
+                with lock:
+                    sink.bytes += received
+                    sink.exports += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -53,7 +56,8 @@ class SpanSink:
 
 def observability_env(work: Path, sink: SpanSink, name: str = "worker") -> dict[str, str]:
     """Variables that turn both plugins on (the textfile ``<work>/<name>.prom``, spans to
-    ``sink``) and every other auto-loaded plugin off."""
+    ``sink``) and every other auto-loaded plugin off; for ``name`` "server", no textfile (a
+    server's metrics are its ``/metrics``)."""
     others = sorted(
         {ep.name for ep in entry_points(group="conveyor.plugins")} - set(OBSERVABILITY_PLUGINS)
     )
@@ -65,10 +69,17 @@ def observability_env(work: Path, sink: SpanSink, name: str = "worker") -> dict[
             "--observability needs the plugins " + ", ".join(sorted(missing)) + ": pip install "
             "./plugins/conveyor-prometheus ./plugins/conveyor-otel"
         )
+    textfile = (
+        {}
+        if name == "server"
+        else {
+            "CONVEYOR_PROMETHEUS__TEXTFILE": str(work / f"{name}.prom"),
+            "CONVEYOR_PROMETHEUS__INTERVAL": "5",
+        }
+    )
     return {
         "CONVEYOR_DISABLE_PLUGINS": ",".join(others),
-        "CONVEYOR_PROMETHEUS__TEXTFILE": str(work / f"{name}.prom"),
-        "CONVEYOR_PROMETHEUS__INTERVAL": "5",
+        **textfile,
         "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
         "OTEL_SERVICE_NAME": "conveyor-bench",
     }

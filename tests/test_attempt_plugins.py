@@ -31,6 +31,8 @@ from conveyor.events import AttemptContext, TaskStarted, TaskSucceeded
 from conveyor.testing import RecordingPlugin
 from seam_support import PROBE, PROBE_SKIP, probe_records, worker_config
 
+END_SLEEP = "CONVEYOR_TEST_ATTEMPT_PROBE_END_SLEEP"
+
 pytestmark = pytest.mark.timeout(120)
 
 WAIT = 60.0  # seconds a `python -m conveyor.attempt` run may take on a loaded machine
@@ -65,6 +67,12 @@ class Probed(conveyor.Task):
 
 class Quiet(Probed):
     '''A family the probe is told to skip (it answers None for it).'''
+
+
+class Timed(Probed):
+    '''A quick task with a short timeout (for a plugin whose end is slow).'''
+
+    worker_timeout = 3
 """
 
 
@@ -352,6 +360,18 @@ class NotAMapping:
         return ["PROBE_LIST=1"]
 
 
+class BadName:
+    """Answers a variable no environment can hold (a name with ``=``): under a process
+    executor, setting it would have killed the attempt's process."""
+
+    name = "env-bad-name"
+
+    @conveyor.hookimpl
+    def conveyor_attempt_environment(self, event: TaskStarted) -> Mapping[str, str]:
+        """``A=B`` as a name."""
+        return {"PROBE_A=B": "x"}
+
+
 @pytest.mark.parametrize("executor", ["fork", "inline"])
 def test_a_bad_environment_answer_is_logged_and_the_attempt_runs(
     executor: str, mod: Any, probe: Path, tmp_path: Path
@@ -360,7 +380,7 @@ def test_a_bad_environment_answer_is_logged_and_the_attempt_runs(
     logged with its plugin's name; the attempt runs with the others' variables (and the
     probe, which answered, still takes part)."""
     task = mod.Probed(root=str(tmp_path))
-    plugins: list[Any] = [Raises(), NotStrings(), NotAMapping()]
+    plugins: list[Any] = [Raises(), NotStrings(), NotAMapping(), BadName()]
     config = _config(tmp_path, executor)
     with (
         structlog.testing.capture_logs() as logs,
@@ -380,3 +400,43 @@ def test_a_bad_environment_answer_is_logged_and_the_attempt_runs(
     assert set(begin["env"]) == {"PROBE_ATTEMPT", "PROBE_WORKER_PID"} == set(end["env"])
     expected = begin["env"] if executor == "fork" else {}
     assert _seen(task)["environ"] == expected
+
+
+def test_a_spec_whose_variables_cannot_be_set_fails_the_attempt_with_the_reason(
+    mod: Any, tmp_path: Path
+) -> None:
+    """An AttemptSpec (from another worker, or an old one) naming a variable the environment
+    cannot hold fails its attempt with a message naming it: not a dead process, no traceback."""
+    task = mod.Probed(root=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "conveyor.attempt"],
+        input=_spec(task, env={"A=B": "x"}),
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(e for e in sys.path if e)},
+        timeout=WAIT,
+        check=False,
+    )
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[-1]["message"] == "failed", proc.stderr.decode()
+    assert "'A=B'" in lines[-1]["error"]
+    assert "Traceback" not in proc.stderr.decode()
+    assert not os.path.exists(task.output().path)
+
+
+def test_the_end_hook_counts_against_neither_the_timeout_nor_the_duration(
+    mod: Any, probe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In an attempt's own process the plugins' end (a tracing plugin flushing to a slow
+    collector) runs after the outcome is sent: an attempt whose end takes longer than its
+    timeout still succeeds, and its duration is run()'s."""
+    monkeypatch.setenv(END_SLEEP, "4")
+    rec = RecordingPlugin()
+    task = mod.Timed(root=str(tmp_path))  # worker_timeout = 3
+    with conveyor.Worker(config=_config(tmp_path, "fork"), plugins=[rec]) as worker:
+        assert worker.add(task)
+        assert worker.run() is True
+    [succeeded] = rec.events("task_succeeded", task.task_id)
+    assert succeeded.duration < 3
+    assert rec.events("task_timed_out", task.task_id) == []
+    records = probe_records(probe, task.task_id)
+    assert [(r["hook"], r["outcome"]) for r in records] == [("begin", ""), ("end", "succeeded")]

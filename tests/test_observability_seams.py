@@ -204,27 +204,35 @@ def _run_two_tasks(server: SeamServer) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_each_answered_request_is_an_event_with_its_declared_route(server: SeamServer) -> None:
-    """get_work answered 200, a request refused for want of the token ``(refused)`` 401, and a
-    path no route serves ``(unmatched)`` 404: each one event with method, code and a
-    duration >= 0, the route as declared."""
+    """get_work answered 200, a request refused for want of the token ``(refused)`` 401, a
+    path no route serves ``(unmatched)`` 404, a CORS preflight ``(preflight)`` 204, a UI route
+    with a path parameter as declared, and a method outside the usual ones as ``OTHER``: each
+    one event with method, code and a duration >= 0."""
     assert server.post("get_work", {"worker_id": W1}).status == 200
     refused = server.post("get_work", {"worker_id": W1}, Authorization=None)
     assert refused.status == 401
     assert server.request("GET", "/no/such/path").status == 404
+    assert server.request("OPTIONS", "/api/v1/get_work").status == 204
+    assert server.request("GET", "/ui/no-such-file.css").status == 404
+    assert server.request("BREW", "/api/v1/tasks").status == 405
     wanted = [
         ("/api/v1/get_work", "POST", 200),
         ("(refused)", "POST", 401),
         ("(unmatched)", "GET", 404),
+        ("(preflight)", "OPTIONS", 204),
+        ("/ui/{name:str}", "GET", 404),
+        ("/api/v1/tasks", "OTHER", 405),
     ]
 
-    def seen() -> list[dict[str, Any]]:
-        return [
-            e for e in _events(server, "request") if (e["route"], e["method"], e["code"]) in wanted
-        ]
+    def key(e: dict[str, Any]) -> tuple[str, str, int]:
+        return e["route"], e["method"], e["code"]
 
-    wait_for(lambda: len(seen()) >= len(wanted), 30, "the three request events")
+    def seen() -> list[dict[str, Any]]:
+        return [e for e in _events(server, "request") if key(e) in wanted]
+
+    wait_for(lambda: len(seen()) >= len(wanted), 30, "the request events")
     events = seen()
-    assert [(e["route"], e["method"], e["code"]) for e in events] == wanted
+    assert [key(e) for e in events] == wanted
     assert all(isinstance(e["duration"], float) and e["duration"] >= 0 for e in events)
     assert all(e["task_id"] == "" for e in events)
 

@@ -362,9 +362,11 @@ class SchedulerRequest(Event):
     hook: ClassVar[str] = "conveyor_scheduler_request"
     route: str
     """The path of the route that served it, as declared (``/api/v1/get_work``,
-    ``/ui/api/tasks/{task_id}``); ``"(unmatched)"`` for a path no route serves (404), and
-    ``"(refused)"`` for a request the server's guard answered itself (401, 403, 413, …)."""
+    ``/ui/{name:str}``); ``"(unmatched)"`` for a path no route serves (404),
+    ``"(refused)"`` for a request the server's guard refused itself (401, 403, 413, …) and
+    ``"(preflight)"`` for an ``OPTIONS`` request, which it answers itself."""
     method: str
+    """``GET``, ``POST``, … as sent; ``OTHER`` for a method outside the usual seven."""
     code: int
     """The status code answered (the guard's own refusals included)."""
     duration: float

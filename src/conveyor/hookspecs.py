@@ -236,10 +236,13 @@ def conveyor_attempt_begin(attempt: ev.AttemptContext) -> None:
 def conveyor_attempt_end(attempt: ev.AttemptContext, outcome: str) -> None:
     """The attempt that ``conveyor_attempt_begin`` announced has ended, where it ran.
 
-    ``outcome`` is how it ended there (``succeeded``, ``failed``, ``needs_deps``). Called
-    before the worker is told, so a plugin can flush what the attempt produced (within a
-    short bound: the attempt's timeout still runs); not called when the attempt's process is
-    killed (time-out, signal) or dies.
+    ``outcome`` is how it ended there (``succeeded``, ``failed``, ``needs_deps``, or
+    ``interrupted`` when an interruption stopped it). In an attempt's own process it is called
+    after the outcome is sent and before the process exits (the worker hears the outcome when
+    it exits): a plugin can flush what the attempt produced there without it counting against
+    the attempt's timeout or duration, within ``[worker] kill_grace``, after which the process
+    is killed. Under ``inline`` and ``thread`` it is called before the outcome is reported.
+    Not called when the attempt's process is killed (time-out, signal) or dies.
     """
 
 

@@ -222,6 +222,9 @@ class HookRelay:
                     isinstance(k, str) and isinstance(v, str) for k, v in answer.items()
                 ):
                     raise TypeError(f"returned {type(answer).__name__}, not a Mapping[str, str]")
+                bad = [k for k, v in answer.items() if not _env_name_ok(k) or "\0" in v]
+                if bad:
+                    raise ValueError(f"returned variables an environment cannot hold: {bad!r}")
             except Exception:
                 log.error(
                     "hook implementation raised",
@@ -246,6 +249,13 @@ class HookRelay:
 
 
 _ENVIRONMENT = "conveyor_attempt_environment"
+
+
+def _env_name_ok(name: str) -> bool:
+    """Whether ``name`` can name an environment variable (not empty, no ``=``, no NUL)."""
+    return bool(name) and "=" not in name and "\0" not in name
+
+
 _BEGIN = "conveyor_attempt_begin"
 _END = "conveyor_attempt_end"
 
@@ -258,6 +268,8 @@ class AttemptHooks:
         """Call the implementations of the plugins ``names`` registered in ``relay`` (the
         worker's own, for its in-process executors: ``in_worker``)."""
         self.in_worker = in_worker
+        self.context: AttemptContext | None = None
+        """The attempt :meth:`begin` was last called for (one attempt per instance)."""
         wanted = set(names)
         self._begin = [i for i in _impls(relay, _BEGIN) if i.plugin_name in wanted]
         self._end = [i for i in _impls(relay, _END) if i.plugin_name in wanted]
@@ -268,6 +280,7 @@ class AttemptHooks:
 
     def begin(self, attempt: AttemptContext) -> None:
         """``conveyor_attempt_begin(attempt)``."""
+        self.context = attempt
         _call_guarded(self._begin, _BEGIN, {"attempt": attempt}, attempt.task_id)
 
     def end(self, attempt: AttemptContext, outcome: str) -> None:

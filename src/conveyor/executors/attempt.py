@@ -45,7 +45,7 @@ from .base import (
 
 _NOT_RESUMED = object()  # _drive(): the generator has not yielded yet
 
-__all__ = ["run_attempt"]
+__all__ = ["end_attempt", "run_attempt"]
 
 
 class _Failure(Exception):
@@ -62,6 +62,7 @@ def run_attempt(
     sink: Sink,
     suspend: bool = False,
     on_run: Callable[[], None] | None = None,
+    end_hooks: bool = True,
 ) -> Outcome:
     """Run one attempt of ``request.task`` here and return its outcome.
 
@@ -69,7 +70,9 @@ def run_attempt(
     dependencies is kept paused in the outcome instead of being closed, and an attempt whose
     request carries a suspended generator resumes it. ``on_run`` is called once the
     dependencies are checked, just before ``run()`` is called or resumed (an attempt's process
-    tells its supervisor then).
+    tells its supervisor then). The plugins' ``conveyor_attempt_begin`` (``request.hooks``)
+    runs first, and their ``conveyor_attempt_end`` before returning — unless ``end_hooks`` is
+    False: an attempt's process calls it after sending the outcome (:func:`end_attempt`).
     """
     task = request.task
     task_id = request.task_id
@@ -90,13 +93,24 @@ def run_attempt(
     try:
         with reporting(task, report):
             outcome = _attempt(task, request, started, suspend, on_run)
-        if hooks is not None and context is not None:
-            hooks.end(context, str(outcome.kind))
         return outcome
     finally:
+        if context is not None and (end_hooks or outcome is None):
+            end_attempt(request, outcome)
         if request.resume is not None and (outcome is None or outcome.suspended is None):
             request.resume.close()  # not paused again: finish it now, not at garbage collection
         structlog.contextvars.reset_contextvars(**tokens)
+
+
+def end_attempt(request: AttemptRequest, outcome: Outcome | None) -> None:
+    """Call the plugins' ``conveyor_attempt_end`` for the attempt :func:`run_attempt` began
+    (``outcome`` None: it was stopped by an interruption, reported ``interrupted``)."""
+    hooks = request.hooks
+    if hooks is not None and hooks.context is not None:
+        hooks.end(hooks.context, str(outcome.kind) if outcome is not None else INTERRUPTED)
+
+
+INTERRUPTED = "interrupted"
 
 
 def _attempt(

@@ -19,7 +19,7 @@ from ..loaders import task_loader
 from ..protocol import AttemptSpec
 from ..task import is_task_like, task_defaults_in_use, task_loader_of, use_task_defaults
 from ..tasklike import TaskLike, TaskLoader
-from .attempt import run_attempt
+from .attempt import end_attempt, run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome
 from .channel import AttemptStage, PipeSink, Stage, task_ref
 
@@ -93,7 +93,12 @@ def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
     gc.freeze()  # the child's collections then leave the worker's objects (and pages) alone
     sink = PipeSink(msg_fd)
     # the supervisor learns when run() starts: a timeout before it is explained differently
-    sink(run_attempt(request, sink, on_run=lambda: sink(Stage(AttemptStage.RUNNING))))
+    started = lambda: sink(Stage(AttemptStage.RUNNING))  # noqa: E731
+    outcome = run_attempt(request, sink, on_run=started, end_hooks=False)
+    sink(outcome)
+    # the plugins' end (flushing what the attempt made) comes after the outcome is sent: it
+    # counts against neither the attempt's timeout nor its duration, only [worker] kill_grace
+    end_attempt(request, outcome)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -158,10 +163,10 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
     attempt with the reason (``load_error``).
     """
     task_id = spec.task_id
-    os.environ.update(spec.env)  # (before the task's module runs: it may read them)
     use_task_defaults(spec.task_defaults, spec.task_default_sources, spec.task_id_style)
     deps: tuple[TaskLike, ...] | None = None
     try:
+        _set_environment(spec.env)  # (before the task's module runs: it may read them)
         loader = task_loader(spec.loader)
         task = _load(loader, spec.module, spec.family, spec.params)
         if spec.deps is not None:
@@ -186,6 +191,18 @@ def rebuild_and_run(spec: AttemptSpec, msg_fd: int) -> None:
 
         request.hooks = attempt_hooks(spec.plugins)
     run_in_child(request, msg_fd)
+
+
+def _set_environment(env: Mapping[str, str]) -> None:
+    """Put ``env`` (``AttemptSpec.env``) in this process's environment; ConveyorError naming
+    a variable the environment cannot hold (the attempt then fails with it, no traceback)."""
+    for name, value in env.items():
+        try:
+            os.environ[name] = value
+        except (ValueError, OSError, TypeError) as exc:
+            raise ConveyorError(
+                f"the attempt's environment variable {name!r} cannot be set: {exc}"
+            ) from None
 
 
 def _load(loader: TaskLoader, module: str, family: str, params: Mapping[str, str]) -> TaskLike:

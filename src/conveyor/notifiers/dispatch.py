@@ -132,6 +132,7 @@ class Dispatcher:
         self._in_window = 0
         self._held: list[Held] = []
         self._dropped_logged = float("-inf")
+        self._results: deque[tuple[str, str, str, Message | None]] = deque()
         self.on_result: Callable[[str, str, str, Message | None], None] | None = None
         """Told ``(notifier, kind, result, message)`` after each try of a delivery (result
         ``sent``, ``failed`` or ``dropped``), on the sender thread (or the worker's, for a
@@ -161,6 +162,8 @@ class Dispatcher:
             if self._started:
                 self._start_thread()
             self._cond.notify()
+        if self._results:
+            self._tell_results()
 
     def close(self, flush_timeout: float) -> None:
         """Deliver what is queued (held aggregates included) within ``flush_timeout`` seconds
@@ -176,6 +179,7 @@ class Dispatcher:
             thread.join(max(0.0, flush_timeout) + 1.0)
             if thread.is_alive():  # cannot happen unless the clock misleads: still, say so
                 self._report_leftovers(in_flight=1)
+                self._tell_results()
         self._log_total_dropped()
 
     def _log_total_dropped(self) -> None:
@@ -212,9 +216,11 @@ class Dispatcher:
                 else:
                     assert isinstance(step, _Delivery)
                     self._deliver(step)
+                self._tell_results()
             except Exception as exc:  # the sender must survive its own bugs too
                 log.error("notification dispatch failed", error=_describe(exc))
         self._report_leftovers()
+        self._tell_results()
 
     def _next(self) -> object:
         """Wait (holding the condition) for work: ``_WORK`` when the inbox has notifications,
@@ -392,10 +398,20 @@ class Dispatcher:
         )
 
     def _result(self, notifier: str, kind: str, result: str, message: Message | None) -> None:
-        """Tell :attr:`on_result` (a failure there is logged, never the dispatch's)."""
+        """Note a result for :attr:`on_result` (told by :meth:`_tell_results`, which the
+        callers run once they hold no lock: an observer never stalls ``notify()``)."""
         if self.on_result is not None:
+            self._results.append((notifier, kind, result, message))
+
+    def _tell_results(self) -> None:
+        """Tell :attr:`on_result` the noted results, in order (call holding no lock; a
+        failure there is logged, never the dispatch's)."""
+        observer = self.on_result
+        while observer is not None and self._results:
             try:
-                self.on_result(notifier, kind, result, message)
+                observer(*self._results.popleft())
+            except IndexError:  # (another thread took the last one)
+                return
             except Exception as exc:
                 log.error("notification result observer failed", error=_describe(exc))
 
@@ -409,6 +425,9 @@ class Dispatcher:
     def _report_leftovers(self, in_flight: int = 0) -> None:
         with self._cond:
             left = len(self._deliveries) + len(self._inbox) + len(self._held) + in_flight
+            for delivery in self._deliveries:  # (queued for a notifier: dropped there)
+                message = delivery.message
+                self._result(delivery.target.name, message.kind, _DROPPED, message)
             self._deliveries.clear()
             self._inbox.clear()
             self._held = []

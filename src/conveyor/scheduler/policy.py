@@ -272,11 +272,13 @@ class TaskRecord:
     attempts: list[Attempt] | None = None
     """The latest :data:`ATTEMPT_HISTORY` hand-outs, oldest first (allocated on the first)."""
     ready_at: float = 0.0
-    """When it last became ready (``PENDING``, every dependency done): :attr:`clock` time, or
-    0 while it is not (see :meth:`SchedulerCore.waited`)."""
+    """When it last became ready (``PENDING``, every dependency done, a worker to run it):
+    :attr:`clock` time; 0 while it is not, and -1 when it was ready before the state was
+    loaded (see :meth:`SchedulerCore.waited`)."""
 
 
 _Entry = tuple[int, int, str]
+_READY_BEFORE = -1.0  # TaskRecord.ready_at of a task already ready when the state was loaded
 _CONVEYOR_ONLY = (DEFAULT_LOADER,)
 
 
@@ -464,6 +466,7 @@ class SchedulerCore:
                 dep.dependents.add(rec.task_id)
                 if dep.status != DONE:
                     rec.unmet += 1
+                    rec.ready_at = 0.0  # (not ready any more: it waits again from scratch)
             return added
         new = tuple(dict.fromkeys(deps))
         if new == tuple(rec.deps):
@@ -480,6 +483,8 @@ class SchedulerCore:
             if dep.status != DONE:
                 unmet += 1
         rec.unmet = unmet
+        if unmet:
+            rec.ready_at = 0.0
         return new
 
     def _raise_priority(
@@ -532,7 +537,9 @@ class SchedulerCore:
                 history.pop()
         if old == DONE:
             for dep_id in rec.dependents:
-                self._tasks[dep_id].unmet += 1
+                dependent = self._tasks[dep_id]
+                dependent.unmet += 1
+                dependent.ready_at = 0.0
         elif status == DONE:
             for dep_id in rec.dependents:
                 dependent = self._tasks[dep_id]
@@ -554,6 +561,9 @@ class SchedulerCore:
         is no longer ready is dropped.
         """
         if rec.status != PENDING or rec.unmet > 0 or not rec.runners:
+            if rec.status == PENDING:
+                rec.ready_at = 0.0  # (pending, not ready: a wait starts when it is; one that
+                # leaves PENDING is reset after its move's observer has read it)
             return
         if not rec.ready_at:
             rec.ready_at = self.clock()
@@ -771,6 +781,7 @@ class SchedulerCore:
             for rec in list(self._tasks.values()):
                 self._rebuild(rec)
             for rec in self._tasks.values():
+                rec.ready_at = _READY_BEFORE  # (how long it has waited is not stored)
                 self._offer(rec)
 
     def reload(self, records: Iterable[TaskRecord], workers: Iterable[tuple[str, bool]]) -> None:
@@ -1182,7 +1193,7 @@ class SchedulerCore:
     def waited(self, rec: TaskRecord) -> float | None:
         """How long ``rec`` has been ready (seconds), or None if it is not (or became ready
         before this process knew it); read by a move's observer on a hand-out."""
-        return max(0.0, self.clock() - rec.ready_at) if rec.ready_at else None
+        return max(0.0, self.clock() - rec.ready_at) if rec.ready_at > 0 else None
 
     def worker_list(self) -> list[dict[str, Any]]:
         """Every known worker: when it was last seen, its host (from a default worker id,

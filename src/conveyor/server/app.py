@@ -546,6 +546,10 @@ def create_app(
     routes += contributed
     if service.hooks.wants(REQUEST):
         guard.on_request = service.hooks.request
+        # (an endpoint serving several routes, or none, is named by Starlette's own scope)
+        served = [r for r in routes if isinstance(r, Route)]
+        endpoints = [r.endpoint for r in served]
+        guard.route_names = {r.endpoint: r.path for r in served if endpoints.count(r.endpoint) == 1}
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 500)

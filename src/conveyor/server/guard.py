@@ -82,7 +82,11 @@ _PASSED = "conveyor.passed"  # (in the scope: the guard handed the request to th
 UNMATCHED = "(unmatched)"
 """The route name of a request whose path no route serves (a 404)."""
 REFUSED = "(refused)"
-"""The route name of a request the guard answered itself (401, 403, 413, 415, 421, …)."""
+"""The route name of a request the guard refused itself (401, 403, 404, 413, 415, 421)."""
+PREFLIGHT = "(preflight)"
+"""The route name of an ``OPTIONS`` request, which the guard answers itself (204)."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods named as they are; any other counts as ``OTHER`` (bounded for metric labels)."""
 _JSON = b"application/json"
 _FORM = b"application/x-www-form-urlencoded"
 _LUIGI_OFF = (
@@ -123,6 +127,9 @@ class Guard:
         """Paths besides ``/api/`` that need the token (the plugins' routes)."""
         self.on_request: Callable[[str, str, int, float], None] | None = None
         """Told ``(route, method, status, seconds)`` after each answer (None: nobody)."""
+        self.route_names: dict[Any, str] = {}
+        """Each route's endpoint → its declared path (the route that served a request, in
+        every Starlette version: the router puts the endpoint in the request's scope)."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         """Refuse what the checks refuse; pass the rest on, its body size limited; tell
@@ -131,7 +138,7 @@ class Guard:
             await self._guard(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500
+        status = 0
 
         async def observed_send(message: Message) -> None:
             nonlocal status
@@ -142,12 +149,26 @@ class Guard:
         try:
             await self._guard(scope, receive, observed_send)
         finally:
-            route = scope.get("route")
-            if route is not None:
-                name = str(getattr(route, "path", "") or UNMATCHED)
-            else:  # a path no route serves, or the guard's own answer
-                name = UNMATCHED if scope.get(_PASSED) else REFUSED
-            self.on_request(name, scope["method"], status, time.perf_counter() - started)
+            if status:  # (nothing answered: the client went away first; not a request served)
+                method = scope["method"]
+                self.on_request(
+                    self._route_name(scope),
+                    method if method in _METHODS else "OTHER",
+                    status,
+                    time.perf_counter() - started,
+                )
+
+    def _route_name(self, scope: Scope) -> str:
+        """The declared path of the route that served ``scope``, else what answered it."""
+        name = self.route_names.get(scope.get("endpoint"))
+        if name is not None:
+            return name
+        path = getattr(scope.get("route"), "path", None)  # (newer Starlette names the route)
+        if isinstance(path, str) and path:
+            return path
+        if scope.get(_PASSED):
+            return UNMATCHED
+        return PREFLIGHT if scope["method"] == "OPTIONS" else REFUSED
 
     async def _guard(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

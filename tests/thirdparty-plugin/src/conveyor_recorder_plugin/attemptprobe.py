@@ -6,6 +6,7 @@ then ``conveyor_attempt_environment`` answers ``PROBE_ATTEMPT`` (``<task_id>:<at
 line each to ``<directory>/probe.jsonl``: where they ran (pid, thread), what they were given,
 and the value of ``PROBE_ATTEMPT`` in ``os.environ`` there. A task whose family is listed in
 ``CONVEYOR_TEST_ATTEMPT_PROBE_SKIP`` (comma-separated) gets None: the plugin takes no part.
+``CONVEYOR_TEST_ATTEMPT_PROBE_END_SLEEP`` makes its end take that long in an attempt's process.
 
 Its own table ``[attemptprobe]`` (``label``, ``api_token``, ``flush_within``) is validated in
 ``conveyor_configure`` with ``Config.plugin_settings``; an absent table is all defaults.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -28,6 +30,7 @@ NAME = "attemptprobe"
 """The plugin's entry-point name (and the name of its table)."""
 PROBE = "CONVEYOR_TEST_ATTEMPT_PROBE"
 SKIP = "CONVEYOR_TEST_ATTEMPT_PROBE_SKIP"
+END_SLEEP = "CONVEYOR_TEST_ATTEMPT_PROBE_END_SLEEP"
 RECORDS = "probe.jsonl"
 
 
@@ -68,8 +71,12 @@ class AttemptProbePlugin:
 
     @conveyor.hookimpl
     def conveyor_attempt_end(self, attempt: AttemptContext, outcome: str) -> None:
-        """Record where and how the attempt ended."""
+        """Record where and how the attempt ended (then, in an attempt's own process, take
+        ``CONVEYOR_TEST_ATTEMPT_PROBE_END_SLEEP`` seconds, like a slow flush)."""
         _record("end", attempt, outcome)
+        pause = float(os.environ.get(END_SLEEP) or 0)
+        if pause and not attempt.in_worker:
+            time.sleep(pause)
 
 
 def _record(hook: str, attempt: AttemptContext, outcome: str) -> None:
