@@ -81,6 +81,27 @@ class Dyn(Base):
         self.done()
 
 
+class Quick(Base):
+    """Makes a span and succeeds at once, with a short time-out."""
+
+    worker_timeout = 3
+
+    def run(self):
+        with self.inside():
+            pass
+        self.done()
+
+
+class Ctx(Base):
+    """Writes its TRACEPARENT and the trace and span ids current in run()."""
+
+    def run(self):
+        current = trace.get_current_span().get_span_context()
+        with self.output().open("w") as out:
+            out.write(os.environ.get("TRACEPARENT", "-") + " ")
+            out.write(f"{current.trace_id:032x} {current.span_id:016x} {current.is_valid}")
+
+
 class Ok(Base):
     """Good, Bad (and Dies, Slow with ``hard``): the graph of one run."""
 

@@ -3,6 +3,7 @@ receiver on loopback, and the tests check the span tree it received (SPEC §12).
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import uuid
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conveyor.protocol import AttemptEnd, AttemptOutcome
 
 from otel_support import clean_env, conveyor_run, tracing_env, write_tasks
 from otlp_receiver import (
@@ -86,7 +88,7 @@ def test_span_tree_attributes_and_statuses(
     good = _one(spans, "conveyor.task Good")
     assert _without_id(good) == {
         **_task_attributes(good, "Good", executor, worker_id),
-        "conveyor.outcome": "succeeded",
+        "conveyor.outcome": AttemptEnd.SUCCEEDED.value,
         "conveyor.param.root": str(tmp_path),
         "conveyor.param.colour": "blue",
     }
@@ -94,16 +96,16 @@ def test_span_tree_attributes_and_statuses(
     bad = _one(spans, "conveyor.task Bad")
     assert _without_id(bad) == {
         **_task_attributes(bad, "Bad", executor, worker_id),
-        "conveyor.outcome": "failed",
+        "conveyor.outcome": AttemptEnd.FAILED.value,
         "conveyor.param.root": str(tmp_path),
     }
     assert (bad.status_code, bad.status_message) == (STATUS_ERROR, "ValueError")
     for family, error in hard.items():
         span = _one(spans, f"conveyor.task {family}")
-        outcome = "process_died" if error == "ProcessDied" else "timed_out"
+        outcome = AttemptEnd.PROCESS_DIED if error == "ProcessDied" else AttemptEnd.TIMED_OUT
         assert _without_id(span) == {
             **_task_attributes(span, family, executor, worker_id),
-            "conveyor.outcome": outcome,
+            "conveyor.outcome": outcome.value,
             "conveyor.param.root": str(tmp_path),
         }
         assert (span.status_code, span.status_message) == (STATUS_ERROR, error)
@@ -134,7 +136,7 @@ def test_dask_attempt_nests_task_spans(tmp_path: Path, receiver: OtlpReceiver) -
     good = _one(spans, "conveyor.task Good")
     assert good.parent_id == run.span_id
     assert good.attributes["conveyor.executor"] == "dask"
-    assert good.attributes["conveyor.outcome"] == "succeeded"
+    assert good.attributes["conveyor.outcome"] == AttemptEnd.SUCCEEDED.value
     assert [s.name for s in children(spans, good)] == ["inside Good"]
     assert {span.trace_id for span in spans} == {run.trace_id}
 
@@ -191,14 +193,19 @@ def test_secret_named_parameters_never_become_attributes(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("extra", "toml"),
-    [({"OTEL_SDK_DISABLED": "true"}, ""), ({}, "[otel]\nenabled = false\n")],
-    ids=["sdk-disabled", "enabled-false"],
+    [
+        ({"OTEL_SDK_DISABLED": "true"}, ""),
+        ({}, "[otel]\nenabled = false\n"),
+        ({"OTEL_TRACES_EXPORTER": "none"}, ""),
+    ],
+    ids=["sdk-disabled", "enabled-false", "exporter-none"],
 )
 def test_turned_off_sends_nothing(
     tmp_path: Path, receiver: OtlpReceiver, extra: dict[str, str], toml: str
 ) -> None:
-    """An endpoint is set, but OTEL_SDK_DISABLED or ``[otel] enabled = false`` turns the
-    plugin off: the receiver hears nothing."""
+    """An endpoint is set, but OTEL_SDK_DISABLED, ``[otel] enabled = false`` or (``enabled``
+    left out) ``OTEL_TRACES_EXPORTER=none`` turns the plugin off: the receiver hears
+    nothing."""
     module = write_tasks(tmp_path, "otel_off")
     (tmp_path / "worker.toml").write_text(toml, encoding="utf-8")
     env = tracing_env(tmp_path, receiver.endpoint, **extra)
@@ -287,8 +294,8 @@ def test_a_bad_otel_table_is_a_one_line_error(tmp_path: Path) -> None:
 def test_an_attempt_that_yields_dependencies_ends_its_span_unset(
     tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
-    """run() yields an incomplete dependency: that attempt's span ends with the outcome
-    ``needs_dependencies`` and no status; the next attempt has its own span."""
+    """run() yields an incomplete dependency: that attempt's span ends with the core's
+    outcome ``needs_deps`` and no status; the next attempt has its own span."""
     module = write_tasks(tmp_path, "otel_dynamic")
     args = [f"{module}.Dyn", "--root", str(tmp_path), "--executor", "fork"]
     proc = conveyor_run(tmp_path, tracing_env(tmp_path, receiver.endpoint), *args)
@@ -300,8 +307,8 @@ def test_an_attempt_that_yields_dependencies_ends_its_span_unset(
         key=lambda s: int(s.attributes["conveyor.attempt"]),
     )
     assert [(s.attributes["conveyor.outcome"], s.status_code) for s in dyn] == [
-        ("needs_dependencies", STATUS_UNSET),
-        ("succeeded", STATUS_UNSET),
+        (AttemptOutcome.NEEDS_DEPS.value, STATUS_UNSET),
+        (AttemptEnd.SUCCEEDED.value, STATUS_UNSET),
     ]
     assert [s.attributes["conveyor.attempt"] for s in dyn] == [1, 2]
     for attempt in dyn:  # each attempt's run() made its span under its own attempt's span
@@ -394,3 +401,178 @@ def test_a_forked_process_exports_through_a_batch_of_its_own(
     assert proc.stdout.split() == ["0", "True"]
     assert receiver.requests == 2
     assert sorted(span.name for span in receiver.snapshot()) == ["child", "parent"]
+
+
+@pytest.mark.timeout(120)
+def test_exporter_none_with_enabled_true_makes_spans_but_sends_nothing(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """``[otel] enabled = true`` and ``OTEL_TRACES_EXPORTER=none`` (an endpoint set too):
+    nothing reaches the receiver, yet the fork attempt gets a TRACEPARENT and run() has a
+    valid current span in that trace (the attempt's context still nests)."""
+    module = write_tasks(tmp_path, "otel_none")
+    (tmp_path / "worker.toml").write_text("[otel]\nenabled = true\n", encoding="utf-8")
+    env = tracing_env(tmp_path, receiver.endpoint, OTEL_TRACES_EXPORTER="none")
+    args = [f"{module}.Ctx", "--root", str(tmp_path), "--executor", "fork"]
+    proc = conveyor_run(tmp_path, env, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    traceparent, trace_id, span_id, valid = (tmp_path / "Ctx.out").read_text().split()
+    assert valid == "True"
+    version, parent_trace, parent_span, _flags = traceparent.split("-")
+    assert (version, parent_trace) == ("00", trace_id)
+    assert parent_span == span_id  # run()'s current span is the attempt's
+    assert receiver.requests == 0 and receiver.snapshot() == []
+
+
+NON_SDK_SCRIPT = """
+import logging
+import conveyor
+from opentelemetry import trace
+from {module} import Good
+
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("opentelemetry").addHandler(handler)
+
+if {kind!r} == "noop":
+    provider = trace.NoOpTracerProvider()
+    exporter = None
+else:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    inner = TracerProvider()
+    inner.add_span_processor(SimpleSpanProcessor(exporter))
+
+    class Vendor(trace.TracerProvider):  # an API provider that is not the SDK's
+        flushes = 0
+
+        def get_tracer(self, *args, **kwargs):
+            return inner.get_tracer(*args, **kwargs)
+
+        def force_flush(self, timeout_millis=30000):
+            Vendor.flushes += 1
+            return True
+
+    provider = Vendor()
+trace.set_tracer_provider(provider)
+with conveyor.Worker(config="worker.toml") as worker:
+    worker.add(Good(root={root!r}))
+    ok = worker.run()
+spans = {{s.name: s for s in exporter.get_finished_spans()}} if exporter else {{}}
+nested = not spans or (
+    spans["conveyor.task Good"].parent.span_id == spans["conveyor.run"].context.span_id
+    and spans["inside Good"].parent.span_id == spans["conveyor.task Good"].context.span_id
+)
+overriding = sum("Overriding" in message for message in messages)
+print(ok, trace.get_tracer_provider() is provider, overriding, sorted(spans), nested,
+      getattr(provider, "flushes", 0) > 0)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("kind", "executor"), [("noop", "fork"), ("vendor", "thread")])
+def test_an_applications_non_sdk_provider_is_used_without_recursion(
+    tmp_path: Path, kind: str, executor: str
+) -> None:
+    """An application that set a provider that is not the SDK's (a NoOpTracerProvider, a
+    vendor's) before the worker, ``[otel] enabled = true``: the plugin uses it, never tries to
+    replace it (no "Overriding" warning, no recursion), flushes it only if it can, and the run
+    succeeds without a tracing warning."""
+    module = write_tasks(tmp_path, f"otel_nonsdk_{kind}")
+    (tmp_path / "worker.toml").write_text(
+        f'[worker]\nexecutor = "{executor}"\n\n[otel]\nenabled = true\n', encoding="utf-8"
+    )
+    script = NON_SDK_SCRIPT.format(module=module, root=str(tmp_path), kind=kind)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if kind == "noop":
+        expected = "True True 0 [] True False"
+    else:
+        names = ["conveyor.run", "conveyor.task Good", "inside Good"]
+        expected = f"True True 0 {names} True True"
+    assert proc.stdout.strip().splitlines()[-1] == expected, proc.stderr[-3000:]
+    assert "tracing could not" not in proc.stderr
+    assert "hook implementation raised" not in proc.stderr
+
+
+PRELOAD_SCRIPT = """
+import sys
+import threading
+
+from conveyor.plugins import attempt_hooks
+
+threads = threading.active_count()
+hooks = attempt_hooks(("otel",))  # what a fork server does before its first fork
+modules = ("conveyor_otel.tracing", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+provider = "-"
+if "opentelemetry.trace" in sys.modules:
+    provider = type(sys.modules["opentelemetry.trace"].get_tracer_provider()).__name__
+print(hooks is not None, *(name in sys.modules for name in modules),
+      threading.active_count() - threads, provider)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+            "True True True 0 ProxyTracerProvider",
+        ),
+        ({"CONVEYOR_OTEL__ENABLED": "true"}, "True True True 0 ProxyTracerProvider"),
+        (
+            {"CONVEYOR_OTEL__ENABLED": "true", "OTEL_TRACES_EXPORTER": "none"},
+            "True True False 0 ProxyTracerProvider",
+        ),
+        ({}, "True False False 0 -"),
+    ],
+    ids=["endpoint", "enabled-variable", "exporter-none", "inert"],
+)
+def test_loading_the_attempt_hooks_preloads_tracing_only_when_wanted(
+    tmp_path: Path, extra: dict[str, str], expected: str
+) -> None:
+    """Loading the plugin's attempt hooks (as a fork server does, once, with the worker's
+    environment) imports the tracing module and its exporter when the environment asks for
+    tracing, so each forked attempt finds them loaded; it starts no thread and sets no
+    provider, and imports nothing OpenTelemetry when the environment does not ask."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELOAD_SCRIPT],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == expected
+
+
+@pytest.mark.timeout(120)
+def test_a_collector_that_is_down_does_not_time_an_attempt_out(tmp_path: Path) -> None:
+    """The collector's port refuses connections and the worker's kill grace is the default:
+    a fork task with ``worker_timeout = 3`` that makes a span and returns at once succeeds
+    (its process exports after the outcome is sent, within at most 4 s)."""
+    module = write_tasks(tmp_path, "otel_down")
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        env = clean_env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+        args = [f"{module}.Quick", "--root", str(tmp_path), "--executor", "fork"]
+        proc = conveyor_run(tmp_path, env, *args, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "Quick.out").exists()

@@ -1195,6 +1195,11 @@ class SchedulerCore:
         before this process knew it); read by a move's observer on a hand-out."""
         return max(0.0, self.clock() - rec.ready_at) if rec.ready_at > 0 else None
 
+    def worker_count(self) -> int:
+        """How many workers are known (heard from, not declared gone)."""
+        with self._lock:
+            return len(self._workers)
+
     def worker_list(self) -> list[dict[str, Any]]:
         """Every known worker: when it was last seen, its host (from a default worker id,
         ``host-pid-n``; "" otherwise) and the tasks it runs."""

@@ -49,4 +49,4 @@ class SchedulerView:
         which keeps no list of workers)."""
         if not self.is_leader():
             return 0
-        return len(self._service.core.worker_list())
+        return self._service.core.worker_count()

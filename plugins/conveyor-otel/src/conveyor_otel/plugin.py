@@ -16,6 +16,7 @@ import conveyor
 import structlog
 from conveyor import events as ev
 from conveyor.config import Config
+from conveyor.protocol import AttemptEnd, AttemptOutcome
 from conveyor.secrets import is_secret_name, redact_text
 from conveyor.settings import Field
 
@@ -34,7 +35,7 @@ SCHEMA: dict[str, Field] = {
         "bool",
         doc="true: trace even without OTEL_* variables; false: never trace; left out: trace "
         "when OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or "
-        "OTEL_TRACES_EXPORTER (not none) is set",
+        "OTEL_TRACES_EXPORTER is set, unless OTEL_TRACES_EXPORTER is none",
     ),
     "flush_timeout": Field(
         "seconds", 5.0, ge=0, doc="seconds the worker's exit may wait for its spans' export"
@@ -42,20 +43,22 @@ SCHEMA: dict[str, Field] = {
 }
 """The ``[otel]`` table of worker.toml (``CONVEYOR_OTEL__<KEY>`` variables)."""
 
-ATTEMPT_FLUSH_CAP = 5.0
-"""The most an attempt's own process waits for its spans' export at the attempt's end."""
-
-_OUTCOME_INTERRUPTED = "interrupted"
+ATTEMPT_FLUSH_CAP = 4.0
+"""The most (and the default) an attempt's own process waits for its spans' export at the
+attempt's end: less than the worker's default ``kill_grace`` (5 s), which the process has
+after its outcome was sent."""
 
 
 def tracing_wanted(environ: Mapping[str, str], enabled: bool | None) -> bool:
     """Whether to trace: never with ``OTEL_SDK_DISABLED=true``; else as ``[otel] enabled``
     says, or (left out: ``enabled`` None) when an OTLP endpoint or a traces exporter other
-    than ``none`` is named in ``environ``."""
+    than ``none`` is named in ``environ`` and ``OTEL_TRACES_EXPORTER`` is not ``none``."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if enabled is not None:
         return enabled
+    if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
     if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get(
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
     ):
@@ -72,14 +75,27 @@ def attempt_flush_timeout(environ: Mapping[str, str]) -> float:
         value = float(environ.get("CONVEYOR_OTEL__FLUSH_TIMEOUT", ATTEMPT_FLUSH_CAP))
     except ValueError:
         value = ATTEMPT_FLUSH_CAP
+    if value != value:  # NaN
+        value = ATTEMPT_FLUSH_CAP
     return min(max(value, 0.0), ATTEMPT_FLUSH_CAP)
+
+
+def enabled_in(environ: Mapping[str, str]) -> bool | None:
+    """``CONVEYOR_OTEL__ENABLED`` of ``environ``: True, False, or None (unset or not a
+    boolean; the worker's configuration reports a bad value)."""
+    value = environ.get("CONVEYOR_OTEL__ENABLED", "").strip().lower()
+    return {"true": True, "false": False}.get(value)
 
 
 class OtelPlugin:
     """Traces a worker's runs and attempts with OpenTelemetry (the ``otel`` entry point)."""
 
     def __init__(self) -> None:
-        """An unconfigured plugin: inert until ``conveyor_configure`` finds tracing wanted."""
+        """An unconfigured plugin: inert until ``conveyor_configure`` finds tracing wanted.
+
+        When the environment alone asks for tracing, the OpenTelemetry modules are imported
+        here (only imported: no thread, no provider), so that a fork server, which loads this
+        plugin once, hands them to every attempt process it forks."""
         self._active = False
         self._flush_timeout = SCHEMA["flush_timeout"].default
         self._provider: Provider | None = None
@@ -90,6 +106,13 @@ class OtelPlugin:
         self._attempts: dict[tuple[str, int], Span] = {}
         self._tokens: dict[tuple[str, int, int], object] = {}
         self._lock = threading.Lock()
+        if tracing_wanted(os.environ, enabled_in(os.environ)):
+            try:
+                from . import tracing
+
+                tracing.preload()
+            except Exception as exc:  # reported again, and handled, where tracing starts
+                log.debug("tracing could not be preloaded", error=repr(exc))
 
     # --- the worker's lifecycle -------------------------------------------------------------
 
@@ -203,29 +226,29 @@ class OtelPlugin:
             return None
         from . import tracing
 
-        return tracing.headers_of(span)
+        return tracing.headers_of(span) or None
 
     @conveyor.hookimpl
     def conveyor_task_succeeded(self, event: ev.TaskSucceeded) -> None:
         """End the attempt's span: succeeded."""
-        self._finish(event.task_id, event.attempt, "succeeded", None)
+        self._finish(event.task_id, event.attempt, AttemptEnd.SUCCEEDED, None)
 
     @conveyor.hookimpl
     def conveyor_task_failed(self, event: ev.TaskFailed) -> None:
         """End the attempt's span: ERROR with the exception type (``interrupted`` when the
         worker stopped it)."""
-        outcome = _OUTCOME_INTERRUPTED if event.interrupted else "failed"
+        outcome = AttemptEnd.INTERRUPTED if event.interrupted else AttemptEnd.FAILED
         self._finish(event.task_id, event.attempt, outcome, event.exception_type or "Exception")
 
     @conveyor.hookimpl
     def conveyor_task_timed_out(self, event: ev.TaskTimedOut) -> None:
         """End the attempt's span: ERROR ``TimedOut``."""
-        self._finish(event.task_id, event.attempt, "timed_out", "TimedOut")
+        self._finish(event.task_id, event.attempt, AttemptEnd.TIMED_OUT, "TimedOut")
 
     @conveyor.hookimpl
     def conveyor_task_process_died(self, event: ev.ProcessDied) -> None:
         """End the attempt's span: ERROR ``ProcessDied``."""
-        self._finish(event.task_id, event.attempt, "process_died", "ProcessDied")
+        self._finish(event.task_id, event.attempt, AttemptEnd.PROCESS_DIED, "ProcessDied")
 
     @conveyor.hookimpl
     def conveyor_task_dependencies_discovered(self, event: ev.DependenciesDiscovered) -> None:
@@ -234,15 +257,17 @@ class OtelPlugin:
             with self._lock:
                 keys = [key for key in self._attempts if key[0] == event.task_id]
             for task_id, attempt in keys:
-                self._finish(task_id, attempt, "needs_dependencies", None)
+                self._finish(task_id, attempt, AttemptOutcome.NEEDS_DEPS, None)
 
-    def _finish(self, task_id: str, attempt: int, outcome: str, error: str | None) -> None:
+    def _finish(
+        self, task_id: str, attempt: int, outcome: AttemptEnd | AttemptOutcome, error: str | None
+    ) -> None:
         with self._lock:
             span = self._attempts.pop((task_id, attempt), None)
         if span is None:
             return
         try:
-            span.set_attribute("conveyor.outcome", outcome)
+            span.set_attribute("conveyor.outcome", outcome.value)
             if error is not None:
                 from . import tracing
 

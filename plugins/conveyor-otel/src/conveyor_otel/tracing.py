@@ -27,7 +27,9 @@ __all__ = [
     "bounded",
     "context_from",
     "ensure_provider",
+    "exporter_name",
     "headers_of",
+    "preload",
     "set_error",
 ]
 
@@ -89,15 +91,15 @@ class ProcessLocalBatch(SpanProcessor):
 class Provider:
     """The tracer provider a process uses, and whether this plugin made it."""
 
-    def __init__(self, provider: TracerProvider, processor: ProcessLocalBatch | None) -> None:
-        """``processor`` is this plugin's own (None for an embedding application's provider)."""
+    def __init__(
+        self, provider: trace.TracerProvider, processor: ProcessLocalBatch | None, owned: bool
+    ) -> None:
+        """``processor`` is this plugin's batch (None when nothing is exported: an
+        application's provider, or ``OTEL_TRACES_EXPORTER=none``); ``owned`` whether this
+        plugin created ``provider``."""
         self.provider = provider
         self.processor = processor
-
-    @property
-    def owned(self) -> bool:
-        """Whether this plugin created the provider."""
-        return self.processor is not None
+        self.owned = owned
 
     def tracer(self) -> trace.Tracer:
         """The plugin's tracer."""
@@ -106,52 +108,88 @@ class Provider:
         return self.provider.get_tracer(TRACER_NAME, __version__)
 
     def flush(self, timeout: float) -> bool:
-        """Export what is buffered, giving up after ``timeout`` seconds (False then)."""
-        return bounded(lambda: self.provider.force_flush(), timeout, "flush")
+        """Export what is buffered, giving up after ``timeout`` seconds (False then); a
+        provider without ``force_flush`` (an application's non-SDK one) has nothing to do."""
+        force_flush = getattr(self.provider, "force_flush", None)
+        if not callable(force_flush):
+            return True
+        return bounded(force_flush, timeout, "flush")
 
     def close(self, timeout: float) -> bool:
         """Flush, then stop this plugin's own batch, within ``timeout`` seconds in all; an
         application's provider is only flushed (it shuts it down itself)."""
         processor = self.processor
+        force_flush = getattr(self.provider, "force_flush", None)
 
         def close() -> None:
-            self.provider.force_flush()
-            if processor is not None:
+            if callable(force_flush):
+                force_flush()
+            if processor is not None and self.owned:
                 processor.shutdown()
 
         return bounded(close, timeout, "shutdown")
 
 
 def ensure_provider() -> Provider:
-    """The global SDK TracerProvider if the process has one (an embedding application's, or
-    this plugin's from an earlier worker); else a new one, exporting through a
-    BatchSpanProcessor (``OTEL_BSP_*``) and the exporter ``OTEL_TRACES_EXPORTER`` names (OTLP/HTTP,
-    configured by ``OTEL_EXPORTER_OTLP_*``, unless it says ``console``), made the global one so
-    that task code using opentelemetry-api in this process reaches it."""
+    """The process's global tracer provider if it has one other than the API's default proxy
+    (an embedding application's, SDK or not, or this plugin's from an earlier worker); else a
+    new SDK one, made the global one (tried once) so that task code using opentelemetry-api in
+    this process reaches it, exporting through a BatchSpanProcessor (``OTEL_BSP_*``) and the
+    exporter ``OTEL_TRACES_EXPORTER`` names (OTLP/HTTP, configured by
+    ``OTEL_EXPORTER_OTLP_*``; ``console`` prints; ``none`` exports nothing, spans are still
+    made)."""
     current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        processor = getattr(current, "_conveyor_otel_processor", None)
-        return Provider(current, processor if isinstance(processor, ProcessLocalBatch) else None)
+    if not isinstance(current, trace.ProxyTracerProvider):
+        return _adopt(current)
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME") or "conveyor"})
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    processor = ProcessLocalBatch(_exporter)
-    provider.add_span_processor(processor)
+    processor = None if exporter_name() == "none" else ProcessLocalBatch(_exporter)
+    if processor is not None:
+        provider.add_span_processor(processor)
     provider._conveyor_otel_processor = processor  # type: ignore[attr-defined]
-    trace.set_tracer_provider(provider)
-    if trace.get_tracer_provider() is not provider:  # another thread set one meanwhile
+    trace.set_tracer_provider(provider)  # (refused, with a warning, if one was set meanwhile)
+    current = trace.get_tracer_provider()
+    if current is not provider:  # another thread set one meanwhile: that one is used
         provider.shutdown()
-        return ensure_provider()
-    return Provider(provider, processor)
+        return _adopt(current)
+    return Provider(provider, processor, owned=True)
+
+
+def _adopt(current: trace.TracerProvider) -> Provider:
+    """The already set global ``current``: this plugin's own (made by an earlier worker of
+    the process, or inherited over a fork) or the application's."""
+    if hasattr(current, "_conveyor_otel_processor"):
+        processor = getattr(current, "_conveyor_otel_processor", None)
+        return Provider(
+            current, processor if isinstance(processor, ProcessLocalBatch) else None, owned=True
+        )
+    return Provider(current, None, owned=False)
+
+
+def exporter_name() -> str:
+    """``OTEL_TRACES_EXPORTER`` as this plugin reads it: ``none`` (no exporter: the whole
+    value says ``none``, as for the SDK), ``console`` if it is named, else ``otlp``."""
+    value = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if value == "none":
+        return "none"
+    return "console" if "console" in [name.strip() for name in value.split(",")] else "otlp"
+
+
+def preload() -> None:
+    """Import the exporter :func:`exporter_name` names (only import: no thread, no
+    provider), so that processes forked from this one find it loaded."""
+    if exporter_name() == "otlp":  # (console's exporter is in the SDK, loaded already)
+        import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
 
 
 def _exporter() -> SpanExporter:
     """The exporter ``OTEL_TRACES_EXPORTER`` asks for: ``console``, else OTLP/HTTP."""
-    names = [n.strip().lower() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
-    if "console" in names:
+    if exporter_name() == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter()
-    if any(name not in ("", "otlp", "none") for name in names):
+    names = os.environ.get("OTEL_TRACES_EXPORTER", "").lower().split(",")
+    if any(name.strip() not in ("", "otlp", "none") for name in names):
         log.warning("OTEL_TRACES_EXPORTER names an exporter this plugin lacks; using otlp")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -200,9 +238,12 @@ def context_from(carrier: Mapping[str, str]) -> Context | None:
 
 
 def headers_of(span: Span) -> dict[str, str]:
-    """``TRACEPARENT`` (and ``TRACESTATE`` if any) naming ``span``, for an attempt's process."""
+    """``TRACEPARENT`` (and ``TRACESTATE`` if any) naming ``span``, for an attempt's process;
+    empty when ``span`` has no valid context."""
     headers: dict[str, str] = {}
     _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span))
+    if "traceparent" not in headers:  # a non-recording span (an application's no-op provider)
+        return {}
     env = {"TRACEPARENT": headers["traceparent"]}
     if headers.get("tracestate"):
         env["TRACESTATE"] = headers["tracestate"]
