@@ -110,6 +110,26 @@ class Gated(_Base):
         self.finish()
 
 
+class Forks(_Base):
+    """Forks a child of its own (in the worker's process under ``inline``), which writes its
+    pid to ``child`` in ``root`` and waits (bounded) for ``gate``, as the task does."""
+
+    def run(self):
+        gate = os.path.join(self.root, "gate")
+        os.makedirs(self.root, exist_ok=True)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                put(os.path.join(self.root, "child"), str(os.getpid()))
+                wait_file(gate, 50)
+            finally:
+                os._exit(0)
+        if not wait_file(gate, 50):
+            raise RuntimeError("the gate never opened")
+        os.waitpid(pid, 0)
+        self.finish()
+
+
 class FirstFamily(_Base):
     def run(self):
         self.finish()

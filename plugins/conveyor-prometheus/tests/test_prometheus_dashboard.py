@@ -76,3 +76,26 @@ def test_every_query_names_only_exported_metrics() -> None:
     }
     assert families <= exported
     assert used == families
+
+
+def test_the_job_variable_picks_one_job_of_any_conveyor_series() -> None:
+    """The ``job`` variable is single-select without "All" (the server and the workers count
+    the same attempts: both at once would count each twice), filled from the jobs of every
+    ``conveyor_*`` series (a server-only or a worker-only job is offered too), and every
+    panel query filters on it."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    job = {v["name"]: v for v in dashboard["templating"]["list"]}["job"]
+    assert job["type"] == "query"
+    assert job["datasource"]["uid"] == "${datasource}"
+    assert job["multi"] is False and job["includeAll"] is False
+    assert "allValue" not in job
+    query = 'label_values({__name__=~"conveyor_.*"}, job)'
+    assert job["query"]["query"] == query and job["definition"] == query
+    for panel in panels(dashboard):
+        for target in panel["targets"]:
+            for name in METRIC.findall(target["expr"]):
+                # every metric selector of the query filters on the chosen job
+                assert re.search(rf'\b{name}\{{[^}}]*job=~"\$job"', target["expr"]), (
+                    panel["title"],
+                    target["expr"],
+                )

@@ -4,6 +4,7 @@ a standby's share of a sum over servers."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,37 @@ def test_without_a_token_metrics_are_open(workdir: Path, marker: str) -> None:
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
     assert openmetrics.body.rstrip().endswith(b"# EOF")
     assert server.request("POST", "/metrics", body={}).status == 405
+
+
+def test_a_worker_table_in_the_server_file_binds_and_writes_nothing(
+    workdir: Path, marker: str
+) -> None:
+    """A server whose file has a worker's ``[prometheus]`` port (one another process listens
+    on) and textfile starts, serves /metrics, never binds the port and leaves the existing
+    textfile byte-identical (a worker's final counts are not wiped)."""
+    textfile = workdir / "worker.prom"
+    counts = b'# a worker\'s final counts\nconveyor_task_attempts_total{family="A"} 7.0\n'
+    textfile.write_bytes(counts)
+    before = textfile.stat()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        table = f'[prometheus]\nport = {port}\ntextfile = "{textfile}"\ninterval = 0.01\n'
+        server = Server(workdir, marker, extra=table)
+        server.start()
+        samples = parse(server.metrics())
+        assert value(samples, "conveyor_scheduler_is_leader") == 1.0
+        proc = conveyor_run(
+            workdir, "Succeeds", marker, "--root", str(workdir / "out"), server=server
+        )
+        code, out, err = finish(proc)
+        assert code == 0, (out + err)[-3000:]
+        after = parse(server.metrics())
+        assert value(after, "conveyor_workers") == 1.0
+    assert textfile.read_bytes() == counts
+    assert textfile.stat().st_mtime_ns == before.st_mtime_ns
+    assert sorted(p.name for p in workdir.iterdir() if p.name.endswith(".prom")) == ["worker.prom"]
 
 
 @pytest.mark.timeout(180)

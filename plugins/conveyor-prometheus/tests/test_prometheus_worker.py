@@ -1,6 +1,7 @@
 """A worker's exports, with real ``conveyor run`` processes (and, to look inside, in-process
 ``Worker`` objects): the ``[prometheus] port`` endpoint scraped while a task runs, the textfile
 rewritten atomically, families folded past ``max_families``, configuration refused with exit 2,
+a port in use logged (the run goes on), no child of the worker holding the endpoint's socket,
 and nothing at all when the plugin is installed but not configured."""
 
 from __future__ import annotations
@@ -168,8 +169,10 @@ def test_a_bad_table_refuses_the_start(workdir: Path, marker: str, table: str, k
     assert not (workdir / "out").exists()
 
 
-def test_a_port_in_use_refuses_the_start_naming_it(workdir: Path, marker: str) -> None:
-    """A port something else listens on: exit 2, one line naming host:port."""
+def test_a_port_in_use_is_logged_and_the_run_goes_on(workdir: Path, marker: str) -> None:
+    """A port something else listens on: an error naming host:port is logged, the endpoint is
+    off, the textfile is still written and the run succeeds (exit 0)."""
+    textfile = workdir / "worker.prom"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -179,13 +182,116 @@ def test_a_port_in_use_refuses_the_start_naming_it(workdir: Path, marker: str) -
             "Succeeds",
             marker,
             "--root", str(workdir / "out"),
-            config=f"[prometheus]\nport = {port}\n",
+            config=f'[prometheus]\nport = {port}\ntextfile = "{textfile}"\n',
         )  # fmt: skip
         code, out, err = finish(proc)
-    assert code == 2, out + err
-    (line,) = error_lines(err)
+    assert code == 0, out + err
+    assert (workdir / "out" / "Succeeds-0.out").exists()
+    assert error_lines(err) == [], err
+    (line,) = [line for line in err.splitlines() if "cannot listen on" in line]
     assert f"cannot listen on 127.0.0.1:{port}" in line, line
+    assert "the metrics endpoint is off" in line and '"level": "error"' in line, line
     assert "Traceback" not in err
+    samples = parse(textfile.read_text(encoding="utf-8"))
+    assert by_label(samples, "conveyor_task_attempts_total", "family", "outcome") == {
+        ("Succeeds", "succeeded"): 1.0
+    }
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+@pytest.mark.parametrize(
+    ("executor", "worker"),
+    [
+        ("fork", ""),  # the fork executor's server, made with the worker
+        ("inline", "[worker]\ntimeout = 120\n"),  # a timed task's, made when run() begins
+    ],
+)
+def test_no_child_of_the_worker_holds_the_endpoint(
+    workdir: Path, marker: str, executor: str, worker: str
+) -> None:
+    """The worker listens on the port; neither its fork server nor the forked attempt holds
+    that socket, so killing the worker with SIGKILL frees the port at once."""
+    port = free_port()
+    root = workdir / "out"
+    proc = conveyor_run(
+        workdir,
+        "Gated",
+        marker,
+        "--root", str(root), "--executor", executor,
+        config=f"{worker}[prometheus]\nport = {port}\n",
+    )  # fmt: skip
+    wait_for((root / "started").exists, 60, "the gated task to start")
+    scrape(port)  # (the endpoint is up)
+    attempt = int((root / "started").read_text(encoding="utf-8"))
+    listening = listening_inodes(port)
+    assert listening and listening <= socket_inodes(proc.pid), (listening, proc.pid)
+    holders = [attempt, parent_of(attempt)]
+    assert proc.pid not in holders  # (the attempt ran in a fork server's child)
+    for pid in holders:
+        assert not listening & socket_inodes(pid), (pid, listening)
+    proc.kill()
+    finish(proc)
+    assert listening_inodes(port) == set()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_a_child_a_task_forks_does_not_hold_the_endpoint(workdir: Path, marker: str) -> None:
+    """A task run in the worker's own process (``inline``) forks a child while the endpoint
+    serves: the child closed its copy of the listening socket at fork."""
+    port = free_port()
+    root = workdir / "out"
+    proc = conveyor_run(
+        workdir,
+        "Forks",
+        marker,
+        "--root", str(root), "--executor", "inline",
+        config=f"[prometheus]\nport = {port}\n",
+    )  # fmt: skip
+    wait_for((root / "child").exists, 60, "the task's child to start")
+    child = int((root / "child").read_text(encoding="utf-8"))
+    listening = listening_inodes(port)
+    assert listening and listening <= socket_inodes(proc.pid), (listening, proc.pid)
+    assert parent_of(child) == proc.pid
+    assert not listening & socket_inodes(child), (child, listening)
+    assert "conveyor_task_attempts_total" in scrape(port)  # (the worker still serves)
+    put(root / "gate", "open")
+    code, out, err = finish(proc)
+    assert code == 0, (out + err)[-3000:]
+
+
+def listening_inodes(port: int) -> set[str]:
+    """The inodes of the TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table, encoding="ascii") as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    found.add(inode)
+    return found
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` has open."""
+    found: set[str] = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:[") : -1])
+    return found
+
+
+def parent_of(pid: int) -> int:
+    """The parent process id of ``pid``."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
 def _plugin(worker: conveyor.Worker) -> object:

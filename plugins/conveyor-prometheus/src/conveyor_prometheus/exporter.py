@@ -1,30 +1,39 @@
 """A worker's two ways out for its metrics: an HTTP endpoint and a node-exporter textfile.
 
-:class:`WorkerExporter` binds the endpoint's socket when it is built (so a port that cannot
-be bound refuses the worker's start, exit 2, naming ``host:port``) and starts its threads only
-in :meth:`~WorkerExporter.start` (from ``conveyor_worker_started``, after the process
-executors have forked their servers). The textfile is rewritten every ``interval`` seconds
-and once more by :meth:`~WorkerExporter.stop`, always atomically:
-:func:`prometheus_client.write_to_textfile` writes a temporary file next to it and renames it
-over the old one, so a reader (node-exporter) sees the old file or the new one, never half.
+A :class:`WorkerExporter` is built from ``conveyor_worker_started`` (only a worker fires it,
+after its process executors have forked their servers), so neither the central server nor
+a fork server ever holds the endpoint's socket. Building it binds the socket; a port that
+cannot be bound is logged as an error naming ``host:port`` and the endpoint is off (the run
+goes on: metrics never stop a pipeline). A child forked from the worker later (a task's own
+``fork``, a fork server made during a run) closes its copy of the socket at once, so the
+port is free as soon as the worker is gone.
+
+The textfile is rewritten every ``interval`` seconds and once more by
+:meth:`~WorkerExporter.stop`, always atomically: :func:`prometheus_client.write_to_textfile`
+writes a temporary file next to it and renames it over the old one, so a reader
+(node-exporter) sees the old file or the new one, never half.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
+import weakref
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from conveyor.errors import ConfigError
 from prometheus_client import CollectorRegistry, make_wsgi_app, write_to_textfile
 
 __all__ = ["WorkerExporter"]
 
 log = logging.getLogger("conveyor_prometheus")
+
+_LIVE: weakref.WeakSet[WorkerExporter] = weakref.WeakSet()
+"""The exporters of this process, whose sockets a forked child closes."""
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -52,10 +61,9 @@ class WorkerExporter:
         port: int,
         textfile: str,
         interval: float,
-        source: str = "",
     ) -> None:
-        """Check the textfile's directory and bind the endpoint's socket now; ConfigError
-        (naming ``source``, the configuration file) if either cannot work."""
+        """Bind the endpoint's socket now (a port that cannot be bound is logged, naming
+        ``host:port``, and the endpoint is off); nothing runs until :meth:`start`."""
         self._registry = registry
         self._textfile = os.path.abspath(textfile) if textfile else ""
         self._interval = interval
@@ -64,12 +72,8 @@ class WorkerExporter:
         self._started = False
         self._stopped = False
         self._threads: list[threading.Thread] = []
-        if self._textfile and not os.path.isdir(os.path.dirname(self._textfile)):
-            message = f"prometheus.textfile: the directory of {textfile!r} does not exist"
-            raise _refusal(message, "prometheus.textfile", source)
-        self._httpd: _Server | None = None
-        if port:
-            self._httpd = _bind(registry, host, port, source)
+        self._httpd: _Server | None = _bind(registry, host, port) if port else None
+        _LIVE.add(self)
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -99,6 +103,7 @@ class WorkerExporter:
                 return
             self._stopped = True
             started = self._started
+        _LIVE.discard(self)
         self._stopping.set()
         if self._httpd is not None:
             if started:
@@ -108,6 +113,15 @@ class WorkerExporter:
             thread.join(max(flush_timeout, 0.0))
         if self._textfile:
             self._write()
+
+    def _forked(self) -> None:
+        """In a child forked from the worker: close the copy of the endpoint's socket and
+        never write the textfile (the worker's threads are not in the child)."""
+        self._stopped = True
+        self._textfile = ""
+        if self._httpd is not None:
+            self._httpd.socket.close()
+            self._httpd = None
 
     def _rewrite(self) -> None:
         while not self._stopping.wait(self._interval):
@@ -120,9 +134,9 @@ class WorkerExporter:
             log.error("cannot write the Prometheus textfile %s: %s", self._textfile, exc)
 
 
-def _bind(registry: CollectorRegistry, host: str, port: int, source: str) -> _Server:
-    """An HTTP server for ``registry`` bound (not yet serving) on ``host:port``."""
-    where = f"{host}:{port}"
+def _bind(registry: CollectorRegistry, host: str, port: int) -> _Server | None:
+    """An HTTP server for ``registry`` bound (not yet serving) on ``host:port``, or None
+    (logged as an error) when it cannot be."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]
@@ -133,18 +147,28 @@ def _bind(registry: CollectorRegistry, host: str, port: int, source: str) -> _Se
         server = Server((str(address[0]), port), _QuietHandler)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        message = (
-            f"prometheus.port: cannot listen on {where}: {reason} (set [prometheus] port to a "
-            "free port, or 0 for no endpoint)"
+        log.error(
+            "prometheus.port: cannot listen on %s:%s: %s; the metrics endpoint is off (set "
+            "[prometheus] port to a free port, or 0 for no endpoint)",
+            host,
+            port,
+            reason,
         )
-        raise _refusal(message, "prometheus.port", source) from None
+        return None
     server.set_app(make_wsgi_app(registry))
     return server
 
 
-def _refusal(message: str, key: str, source: str) -> ConfigError:
-    """A ConfigError read like conveyor's own: the file first, then the key."""
-    return ConfigError(f"{source}: {message}" if source else message, key=key, source=source)
+def _close_in_child() -> None:
+    """``os.register_at_fork`` hook: a child of the worker holds no endpoint's socket."""
+    for exporter in list(_LIVE):
+        with contextlib.suppress(Exception):  # (nothing may stop a fork's child from running)
+            exporter._forked()
+    _LIVE.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 def _thread(name: str, target: Any) -> threading.Thread:

@@ -1,20 +1,26 @@
 """The ``prometheus`` hook plugin: one object per worker and per central server.
 
 On a worker it does nothing at all (no registry, no thread, no socket) unless its
-``[prometheus]`` table sets ``port`` or ``textfile``. On the central server it always serves
-``GET /metrics`` (behind the server's token when one is set) and counts what the server sees;
-there only ``max_families`` is read. Each object has a registry of its own, never
-prometheus_client's global one.
+``[prometheus]`` table sets ``port`` or ``textfile``; then the metrics, the endpoint's socket
+and the threads are made when the worker first runs (``conveyor_worker_started``). On the
+central server it always serves ``GET /metrics`` (behind the server's token when one is set)
+and counts what the server sees; there the table is checked but only ``max_families`` is
+used (the server never binds a worker's port nor writes its textfile). Each object has a
+registry of its own, never prometheus_client's global one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import conveyor
+from conveyor.errors import ConfigError
 from conveyor.settings import Field
 
 if TYPE_CHECKING:
@@ -67,6 +73,18 @@ SCHEMA: Mapping[str, Field] = {
 }
 """The ``[prometheus]`` table."""
 
+log = logging.getLogger("conveyor_prometheus")
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """What a worker's ``[prometheus]`` table asks it to export."""
+
+    host: str
+    port: int
+    textfile: str
+    interval: float
+
 
 class PrometheusPlugin:
     """Prometheus metrics of one conveyor worker or central server (see the module)."""
@@ -75,7 +93,8 @@ class PrometheusPlugin:
         """Nothing is set up until ``conveyor_configure`` says what is wanted."""
         self._lock = threading.Lock()
         self._max_families = DEFAULT_MAX_FAMILIES
-        self._tasks: WorkerMetrics | None = None  # a worker's, when it exports
+        self._wanted: _Wanted | None = None  # a worker's exports, until it first runs
+        self._tasks: WorkerMetrics | None = None  # a worker's, once it exports
         self._exporter: WorkerExporter | None = None
         self._server: ServerMetrics | None = None
 
@@ -83,28 +102,27 @@ class PrometheusPlugin:
 
     @conveyor.hookimpl
     def conveyor_configure(self, config: Config) -> None:
-        """Read ``[prometheus]`` (ConfigError for a bad value: exit 2). On a worker with a
-        ``port`` or ``textfile``, create the metrics and bind the endpoint's socket now (a
-        port in use refuses the start); threads wait for ``conveyor_worker_started``."""
+        """Read and check ``[prometheus]`` (ConfigError for a bad value, or a textfile whose
+        directory does not exist: exit 2). Nothing is built, bound or started here: the
+        server fires this hook too, and a process executor forks after it."""
         settings = config.plugin_settings(NAME, SCHEMA)
         self._max_families = int(settings["max_families"])
-        if not settings["port"] and not settings["textfile"]:
-            return
-        from prometheus_client import CollectorRegistry
-
-        from .exporter import WorkerExporter
-        from .metrics import WorkerMetrics
-
-        tasks = WorkerMetrics(CollectorRegistry(auto_describe=True), self._max_families)
-        self._exporter = WorkerExporter(
-            tasks.registry,
-            host=str(settings["host"]),
-            port=int(settings["port"]),
-            textfile=str(settings["textfile"]),
-            interval=float(settings["interval"]),
-            source=config.plugin_sources.get(NAME) or config.source or "",
-        )
-        self._tasks = tasks
+        textfile = str(settings["textfile"])
+        if textfile and not os.path.isdir(os.path.dirname(os.path.abspath(textfile))):
+            source = config.plugin_sources.get(NAME) or config.source or ""
+            message = f"prometheus.textfile: the directory of {textfile!r} does not exist"
+            raise ConfigError(
+                f"{source}: {message}" if source else message,
+                key="prometheus.textfile",
+                source=source,
+            )
+        if settings["port"] or textfile:
+            self._wanted = _Wanted(
+                host=str(settings["host"]),
+                port=int(settings["port"]),
+                textfile=textfile,
+                interval=float(settings["interval"]),
+            )
 
     @conveyor.hookimpl(trylast=True)
     def conveyor_unconfigure(self, flush_timeout: float) -> None:
@@ -112,6 +130,7 @@ class PrometheusPlugin:
 
         Called after the other plugins' (``trylast``), so that the notifications conveyor's
         notifier dispatch delivers while it flushes are in the last textfile."""
+        self._wanted = None
         exporter, self._exporter = self._exporter, None
         if exporter is not None:
             exporter.stop(flush_timeout)
@@ -120,9 +139,31 @@ class PrometheusPlugin:
 
     @conveyor.hookimpl
     def conveyor_worker_started(self, event: WorkerStarted) -> None:
-        """Start serving and rewriting (once per worker, however often it runs)."""
-        if self._exporter is not None:
-            self._exporter.start()
+        """On the first run of a worker that exports: create its metrics, bind the endpoint
+        and start serving and rewriting. Only a worker fires this hook, after its fork servers
+        have started, so neither the server nor a fork server holds the socket. A port that
+        cannot be bound is logged and the endpoint is off; the run goes on."""
+        wanted, self._wanted = self._wanted, None  # (once per worker)
+        if wanted is None:
+            return
+        try:
+            from prometheus_client import CollectorRegistry
+
+            from .exporter import WorkerExporter
+            from .metrics import WorkerMetrics
+
+            tasks = WorkerMetrics(CollectorRegistry(auto_describe=True), self._max_families)
+            exporter = WorkerExporter(
+                tasks.registry,
+                host=wanted.host,
+                port=wanted.port,
+                textfile=wanted.textfile,
+                interval=wanted.interval,
+            )
+            self._tasks, self._exporter = tasks, exporter
+            exporter.start()
+        except Exception:  # (a metrics exporter never stops a pipeline)
+            log.exception("the Prometheus exporter could not start; the worker runs without it")
 
     @conveyor.hookimpl
     def conveyor_task_succeeded(self, event: TaskSucceeded) -> None:
@@ -179,9 +220,7 @@ class PrometheusPlugin:
         from starlette.responses import Response
         from starlette.routing import Route
 
-        if self._exporter is not None:  # (a worker's settings in the server's file: unused)
-            self._exporter.stop(0.0)
-            self._exporter, self._tasks = None, None
+        self._wanted = None  # (a worker's settings in the server's file: checked, never used)
         metrics = self._server_metrics()
         metrics.watch(cast("SchedulerView", server))
         registry = metrics.registry
