@@ -128,9 +128,16 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     kill_marked(MARKER, tmp_path.name)
 
 
+NEWER_PLUGINS = "otel,prometheus,attemptprobe"
+"""Installed plugins written against hooks the previous release does not have: in a real
+installation they come with this release (they require it), so its processes leave them out."""
+
+
 def older(env: dict[str, str], src: Path) -> dict[str, str]:
-    """``env`` for a process running the previous release: its source first on the path."""
-    return {**env, "PYTHONPATH": os.pathsep.join([str(src), env["PYTHONPATH"]])}
+    """``env`` for a process running the previous release: its source first on the path, the
+    plugins that need this release left out."""
+    path = os.pathsep.join([str(src), env["PYTHONPATH"]])
+    return {**env, "PYTHONPATH": path, "CONVEYOR_DISABLE_PLUGINS": NEWER_PLUGINS}
 
 
 def runs_code_from(env: dict[str, str]) -> str:

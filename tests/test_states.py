@@ -28,6 +28,12 @@ WORKER_HOOKS = {
     "conveyor_worker_summary",
     "conveyor_configure",
     "conveyor_unconfigure",
+    # an attempt's own hooks (called by the worker loop and where the attempt runs) and the
+    # notifier dispatch's: no transition of a task fires them
+    "conveyor_attempt_environment",
+    "conveyor_attempt_begin",
+    "conveyor_attempt_end",
+    "conveyor_notification_sent",
 }
 ALL_PAIRS = [(state, trigger) for state in TaskState for trigger in Trigger]
 ILLEGAL_PAIRS = [pair for pair in ALL_PAIRS if pair not in TRANSITIONS]
