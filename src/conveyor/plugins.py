@@ -222,7 +222,7 @@ class HookRelay:
                     isinstance(k, str) and isinstance(v, str) for k, v in answer.items()
                 ):
                     raise TypeError(f"returned {type(answer).__name__}, not a Mapping[str, str]")
-                bad = [k for k, v in answer.items() if not _env_name_ok(k) or "\0" in v]
+                bad = answer and [k for k, v in answer.items() if not _env_name_ok(k) or "\0" in v]
                 if bad:
                     raise ValueError(f"returned variables an environment cannot hold: {bad!r}")
             except Exception:
@@ -268,8 +268,6 @@ class AttemptHooks:
         """Call the implementations of the plugins ``names`` registered in ``relay`` (the
         worker's own, for its in-process executors: ``in_worker``)."""
         self.in_worker = in_worker
-        self.context: AttemptContext | None = None
-        """The attempt :meth:`begin` was last called for (one attempt per instance)."""
         wanted = set(names)
         self._begin = [i for i in _impls(relay, _BEGIN) if i.plugin_name in wanted]
         self._end = [i for i in _impls(relay, _END) if i.plugin_name in wanted]
@@ -280,7 +278,6 @@ class AttemptHooks:
 
     def begin(self, attempt: AttemptContext) -> None:
         """``conveyor_attempt_begin(attempt)``."""
-        self.context = attempt
         _call_guarded(self._begin, _BEGIN, {"attempt": attempt}, attempt.task_id)
 
     def end(self, attempt: AttemptContext, outcome: str) -> None:

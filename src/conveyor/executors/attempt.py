@@ -16,7 +16,7 @@ import structlog
 
 from ..errors import TaskDefinitionError
 from ..events import AttemptContext
-from ..protocol import NoteKind
+from ..protocol import AttemptEnd, NoteKind
 from ..task import (
     DynamicRequirements,
     Task,
@@ -86,7 +86,7 @@ def run_attempt(
     hooks = request.hooks
     context = None
     if hooks is not None:
-        context = AttemptContext(
+        context = request.context = AttemptContext(
             task_id, task.task_family, request.attempt, request.env, hooks.in_worker
         )
         hooks.begin(context)
@@ -105,12 +105,10 @@ def run_attempt(
 def end_attempt(request: AttemptRequest, outcome: Outcome | None) -> None:
     """Call the plugins' ``conveyor_attempt_end`` for the attempt :func:`run_attempt` began
     (``outcome`` None: it was stopped by an interruption, reported ``interrupted``)."""
-    hooks = request.hooks
-    if hooks is not None and hooks.context is not None:
-        hooks.end(hooks.context, str(outcome.kind) if outcome is not None else INTERRUPTED)
-
-
-INTERRUPTED = "interrupted"
+    hooks, context = request.hooks, request.context
+    if hooks is not None and context is not None:
+        ended = str(outcome.kind) if outcome is not None else AttemptEnd.INTERRUPTED.value
+        hooks.end(context, ended)
 
 
 def _attempt(

@@ -23,6 +23,7 @@ from ..protocol import AttemptOutcome, NoteKind
 from ..tasklike import TaskLike
 
 if TYPE_CHECKING:
+    from ..events import AttemptContext
     from ..plugins import AttemptHooks
     from ..settings import Field
 
@@ -87,6 +88,8 @@ class AttemptRequest:
     hooks: AttemptHooks | None = None
     """Those plugins' attempt hooks, as registered in the worker: the in-process executors
     call them on the thread that runs the attempt (a process executor loads its own)."""
+    context: AttemptContext | None = None
+    """The attempt as those hooks were told of it (set when ``begin`` is called)."""
 
 
 @dataclass(slots=True)

@@ -93,8 +93,11 @@ def run_in_child(request: AttemptRequest, msg_fd: int) -> None:
     gc.freeze()  # the child's collections then leave the worker's objects (and pages) alone
     sink = PipeSink(msg_fd)
     # the supervisor learns when run() starts: a timeout before it is explained differently
-    started = lambda: sink(Stage(AttemptStage.RUNNING))  # noqa: E731
-    outcome = run_attempt(request, sink, on_run=started, end_hooks=False)
+
+    def running() -> None:
+        sink(Stage(AttemptStage.RUNNING))
+
+    outcome = run_attempt(request, sink, on_run=running, end_hooks=False)
     sink(outcome)
     # the plugins' end (flushing what the attempt made) comes after the outcome is sent: it
     # counts against neither the attempt's timeout nor its duration, only [worker] kill_grace

@@ -206,6 +206,8 @@ class Worker:
         builtin = load_builtin_plugins(self.config, relay=self.hooks)
         loaded, _failures = load_hook_plugins(self.config.plugins)
         self._entry_point_plugins = frozenset(s.name for s in loaded if s.distribution != LOCAL)
+        self._attempt_hooks: dict[tuple[str, ...], tuple[AttemptHooks | None, tuple[str, ...]]]
+        self._attempt_hooks = {}
         for source in (*builtin, *loaded):
             self.hooks.register(source.plugin, source.name)
         for index, plugin in enumerate(extra):
@@ -514,8 +516,10 @@ class Worker:
         executor = self._executor_for(timeout)
         self._running[node.task_id] = node
         node.executor = executor.name
-        self._transit(node, Trigger.STARTED, executor=node.executor, attempt=node.attempts)
-        env, plugins, hooks = self._attempt_plugins(node)
+        started = self._transit(
+            node, Trigger.STARTED, executor=node.executor, attempt=node.attempts
+        )
+        env, plugins, hooks = self._attempt_plugins(node, started)
         graph = self._graph
         known = tuple([graph[d].task for d in node.deps if d in graph])  # (a list: faster)
         request = AttemptRequest(
@@ -551,22 +555,27 @@ class Worker:
         executor.start(request, self._post)
 
     def _attempt_plugins(
-        self, node: Node
+        self, node: Node, started: ev.Event | None
     ) -> tuple[Mapping[str, str], tuple[str, ...], AttemptHooks | None]:
         """What the ``conveyor_attempt_environment`` plugins give the attempt of ``node`` just
-        started: its variables, the entry-point plugins to load where it runs, and (for the
-        in-process executors) the worker's own attempt hooks of the plugins that answered."""
+        ``started`` (its TaskStarted event, if one was built): its variables, the entry-point
+        plugins to load where it runs, and (for the in-process executors) the worker's own
+        attempt hooks of the plugins that answered."""
         if not self.hooks.wants(ATTEMPT_ENVIRONMENT):
             return _NO_ENV, (), None
-        started = self._transit.event(
-            node, ev.TaskStarted, executor=node.executor, attempt=node.attempts
-        )
+        if started is None:
+            started = self._transit.event(
+                node, ev.TaskStarted, executor=node.executor, attempt=node.attempts
+            )
         env, answered = self.hooks.attempt_environment(started)
         if not answered:
             return env or _NO_ENV, (), None
-        hooks = AttemptHooks(self.hooks, answered, in_worker=True)
-        loadable = tuple(name for name in answered if name in self._entry_point_plugins)
-        return env, loadable, hooks or None
+        made = self._attempt_hooks.get(answered)
+        if made is None:  # (the same plugins answer attempt after attempt: made once)
+            hooks = AttemptHooks(self.hooks, answered, True)
+            loadable = tuple(name for name in answered if name in self._entry_point_plugins)
+            made = self._attempt_hooks[answered] = (hooks if hooks else None, loadable)
+        return env, made[1], made[0]
 
     def _resumable(self, node: Node, executor: Executor) -> Suspended | None:
         """The paused run() of ``node`` if ``executor`` is the one that paused it, else None

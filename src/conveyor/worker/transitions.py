@@ -30,9 +30,9 @@ class Transitions:
         self.clock = clock
         self.host = host
 
-    def __call__(self, node: Node, trigger: Trigger, **fields: Any) -> None:
+    def __call__(self, node: Node, trigger: Trigger, **fields: Any) -> Event | None:
         """Apply ``trigger`` to ``node`` (InvalidTransition if the table forbids it) and fire
-        its event with ``fields``."""
+        its event with ``fields``; the event, or None when nobody wanted it (not built)."""
         state = TRANSITIONS.get((node.state, trigger))
         if state is None:
             state = advance(node.state, trigger)  # raises InvalidTransition
@@ -40,8 +40,10 @@ class Transitions:
         event_cls = EVENT_OF[trigger]
         hooks = self.hooks
         if not hooks.wants(event_cls.hook):
-            return
-        hooks.fire(self.event(node, event_cls, **fields))
+            return None
+        event = self.event(node, event_cls, **fields)
+        hooks.fire(event)
+        return event
 
     def event(self, node: Node, event_cls: type[E], **fields: Any) -> E:
         """The ``event_cls`` event of ``node`` in its current state, with ``fields``."""

@@ -8,6 +8,7 @@ worker loads it.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA", "OtelPlugin", "attempt_flush_timeout", "tracing_wanted"]
 
 log = structlog.get_logger("conveyor.otel")
+_IN_PROCESS = frozenset({"inline", "thread"})
+"""The executors that run an attempt in the worker's own process: no TRACEPARENT to write."""
+_MAY_HIDE = re.compile(r"=|://")
+"""What a value needs before redact_text could hide anything in it (a URL, a key=value): most
+parameter values have neither, and skip its four regular expressions."""
 
 SCHEMA: dict[str, Field] = {
     "enabled": Field(
@@ -206,7 +212,9 @@ class OtelPlugin:
             }
             for name, value in event.params.items():
                 if not is_secret_name(name):  # (and credentials in a URL value hidden)
-                    attributes[f"conveyor.param.{name}"] = redact_text(value)
+                    attributes[f"conveyor.param.{name}"] = (
+                        redact_text(value) if _MAY_HIDE.search(value) else value
+                    )
             span = self._tracer.start_span(
                 f"conveyor.task {event.family}", context=self._run_context, attributes=attributes
             )
@@ -224,6 +232,8 @@ class OtelPlugin:
             span = self._attempts.get((event.task_id, event.attempt))
         if span is None:
             return None
+        if event.executor in _IN_PROCESS:  # (the attempt runs here: begin finds the span)
+            return {}
         from . import tracing
 
         return tracing.headers_of(span) or None
@@ -290,7 +300,14 @@ class OtelPlugin:
                     return
                 if self._provider is None:
                     self._provider = tracing.ensure_provider()
-            ctx = tracing.context_from(attempt.env)
+            ctx = None
+            if attempt.in_worker:  # the span itself is here: no need to read TRACEPARENT
+                with self._lock:
+                    span = self._attempts.get((attempt.task_id, attempt.attempt))
+                if span is not None:
+                    ctx = tracing.span_context(span)
+            else:
+                ctx = tracing.context_from(attempt.env)
             if ctx is not None:
                 token = tracing.attach(ctx)
                 self._tokens[(attempt.task_id, attempt.attempt, threading.get_ident())] = token

@@ -239,14 +239,14 @@ def context_from(carrier: Mapping[str, str]) -> Context | None:
 
 def headers_of(span: Span) -> dict[str, str]:
     """``TRACEPARENT`` (and ``TRACESTATE`` if any) naming ``span``, for an attempt's process;
-    empty when ``span`` has no valid context."""
-    headers: dict[str, str] = {}
-    _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span))
-    if "traceparent" not in headers:  # a non-recording span (an application's no-op provider)
+    empty when ``span`` has no valid context. Written directly in the W3C format (version 00)
+    the propagator writes, without building a context for it: this runs for every attempt."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:  # a non-recording span (an application's no-op provider)
         return {}
-    env = {"TRACEPARENT": headers["traceparent"]}
-    if headers.get("tracestate"):
-        env["TRACESTATE"] = headers["tracestate"]
+    env = {"TRACEPARENT": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"}
+    if ctx.trace_state:
+        env["TRACESTATE"] = ctx.trace_state.to_header()
     return env
 
 

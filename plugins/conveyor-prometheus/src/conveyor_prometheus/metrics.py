@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.protocol import TaskStatus
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -95,13 +95,22 @@ class TaskMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def attempt(self, family: str, outcome: str, duration: float | None) -> None:
         """Count one ended attempt (and observe its duration, when known)."""
-        label = self.families.label(family)
-        self.attempts.labels(label, outcome).inc()
+        children = self._children.get((family, outcome))
+        if children is None:  # (looked up once per family and outcome: this runs per attempt)
+            label = self.families.label(family)
+            children = (self.attempts.labels(label, outcome), self.duration.labels(label, outcome))
+            if len(self._children) < _CHILDREN_KEPT:
+                self._children[(family, outcome)] = children
+        children[0].inc()
         if duration is not None:
-            self.duration.labels(label, outcome).observe(max(duration, 0.0))
+            children[1].observe(max(duration, 0.0))
+
+
+_CHILDREN_KEPT = 10_000  # (family, outcome) pairs whose labelled metrics are kept at hand
 
 
 class WorkerMetrics(TaskMetrics):
