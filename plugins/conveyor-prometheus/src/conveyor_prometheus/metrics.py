@@ -134,6 +134,7 @@ class ServerMetrics(TaskMetrics):
     def __init__(self, registry: CollectorRegistry, max_families: int) -> None:
         """Create the families in ``registry``; :meth:`watch` adds the state collector."""
         super().__init__(registry, max_families)
+        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self.queue_wait = Histogram(
             "conveyor_task_queue_wait_seconds",
             "Seconds a task waited runnable before it was handed out, by task family.",
@@ -168,8 +169,13 @@ class ServerMetrics(TaskMetrics):
 
     def request(self, route: str, code: int, seconds: float) -> None:
         """Count one answered request (cheap: it runs on the server's event loop)."""
-        self.requests.labels(route, str(code)).inc()
-        self.request_duration.labels(route).observe(seconds)
+        children = self._request_children.get((route, code))
+        if children is None:  # (routes and codes are few: each pair looked up once)
+            children = (self.requests.labels(route, str(code)), self.request_duration.labels(route))
+            if len(self._request_children) < _CHILDREN_KEPT:
+                self._request_children[(route, code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 class StateCollector(Collector):
