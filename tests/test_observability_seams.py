@@ -213,6 +213,8 @@ def test_each_answered_request_is_an_event_with_its_declared_route(server: SeamS
     assert refused.status == 401
     assert server.request("GET", "/no/such/path").status == 404
     assert server.request("OPTIONS", "/api/v1/get_work").status == 204
+    foreign = {"Origin": "https://evil.example"}
+    assert server.request("OPTIONS", "/api/v1/get_work", headers=foreign).status == 403
     assert server.request("GET", "/ui/no-such-file.css").status == 404
     assert server.request("BREW", "/api/v1/tasks").status == 405
     wanted = [
@@ -220,6 +222,7 @@ def test_each_answered_request_is_an_event_with_its_declared_route(server: SeamS
         ("(refused)", "POST", 401),
         ("(unmatched)", "GET", 404),
         ("(preflight)", "OPTIONS", 204),
+        ("(refused)", "OPTIONS", 403),
         ("/ui/{name:str}", "GET", 404),
         ("/api/v1/tasks", "OTHER", 405),
     ]

@@ -100,3 +100,27 @@ def test_moves_that_are_not_hand_outs_carry_no_wait() -> None:
     assert core.waited(rec) == 2.0  # ready, not yet handed out
     _run(core)
     assert core.waited(rec) is None  # done: not waiting
+
+
+def test_a_task_running_when_the_state_was_loaded_waits_from_when_it_is_pending_again() -> None:
+    """A record loaded RUNNING whose worker is then lost waits from that moment, measured."""
+    clock = FakeClock(1000.0)
+    core, _ = _core(clock)
+    core.worker_disconnect_delay = 60.0
+    core.add_tasks("w", [TaskSpec("a")])
+    assert core.get_work("w") is not None  # running on w
+    record = core.peek("a")
+    assert record is not None and record.status == TaskStatus.RUNNING
+    fresh, waits = _core(clock)
+    fresh.worker_disconnect_delay = 60.0
+    fresh.restore([record], [("w", False)])
+    clock.advance(61)  # w silent: a fails (worker gone), retried after retry_delay
+    fresh.retry_delay = 0.0
+    fresh.get_work("x")  # (the time passes for the scheduler: w is declared gone)
+    clock.advance(30)
+    fresh.get_work("x")  # (a, due for a retry, is pending again now: ready for w only)
+    clock.advance(2)
+    fresh.add_tasks("w", [TaskSpec("a")])  # w comes back and asks
+    work = fresh.get_work("w")
+    assert work is not None and work.task_id == "a"
+    assert waits["a"] == [2.0]

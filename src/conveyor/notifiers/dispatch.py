@@ -135,8 +135,8 @@ class Dispatcher:
         self._results: deque[tuple[str, str, str, Message | None]] = deque()
         self.on_result: Callable[[str, str, str, Message | None], None] | None = None
         """Told ``(notifier, kind, result, message)`` after each try of a delivery (result
-        ``sent``, ``failed`` or ``dropped``), on the sender thread (or the worker's, for a
-        notification pushed out of the full queue)."""
+        ``sent``, ``failed`` or ``dropped``), in order, on the sender thread (a notification
+        pushed out of the full queue is told at its next step)."""
 
     # --- the worker's side ----------------------------------------------------------------
 
@@ -162,8 +162,6 @@ class Dispatcher:
             if self._started:
                 self._start_thread()
             self._cond.notify()
-        if self._results:
-            self._tell_results()
 
     def close(self, flush_timeout: float) -> None:
         """Deliver what is queued (held aggregates included) within ``flush_timeout`` seconds
@@ -399,7 +397,8 @@ class Dispatcher:
 
     def _result(self, notifier: str, kind: str, result: str, message: Message | None) -> None:
         """Note a result for :attr:`on_result` (told by :meth:`_tell_results`, which the
-        callers run once they hold no lock: an observer never stalls ``notify()``)."""
+        sender thread runs after each step, holding no lock: an observer never stalls
+        ``notify()``)."""
         if self.on_result is not None:
             self._results.append((notifier, kind, result, message))
 

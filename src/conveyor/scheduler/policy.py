@@ -781,7 +781,8 @@ class SchedulerCore:
             for rec in list(self._tasks.values()):
                 self._rebuild(rec)
             for rec in self._tasks.values():
-                rec.ready_at = _READY_BEFORE  # (how long it has waited is not stored)
+                # (how long a ready one has waited is not stored)
+                rec.ready_at = _READY_BEFORE if rec.status == PENDING else 0.0
                 self._offer(rec)
 
     def reload(self, records: Iterable[TaskRecord], workers: Iterable[tuple[str, bool]]) -> None:

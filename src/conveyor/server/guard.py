@@ -79,6 +79,7 @@ log = structlog.get_logger("conveyor.server")
 
 _CLOSE = (b"connection", b"close")
 _PASSED = "conveyor.passed"  # (in the scope: the guard handed the request to the app)
+_PREFLIGHT = "conveyor.preflight"  # (in the scope: the guard answered a CORS preflight)
 UNMATCHED = "(unmatched)"
 """The route name of a request whose path no route serves (a 404)."""
 REFUSED = "(refused)"
@@ -168,7 +169,7 @@ class Guard:
             return path
         if scope.get(_PASSED):
             return UNMATCHED
-        return PREFLIGHT if scope["method"] == "OPTIONS" else REFUSED
+        return PREFLIGHT if scope.get(_PREFLIGHT) else REFUSED
 
     async def _guard(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -182,6 +183,7 @@ class Guard:
             api = True  # (a plugin's route: the token too)
         refusal = self._foreign(headers)
         if refusal is None and scope["method"] == "OPTIONS":
+            scope[_PREFLIGHT] = True
             await _send(send, 204, b"", {"allow": "GET, POST, OPTIONS"})
             return
         if refusal is None and scope["path"] in LUIGI_PATHS:

@@ -49,10 +49,11 @@ SCHEMA: dict[str, Field] = {
 }
 """The ``[otel]`` table of worker.toml (``CONVEYOR_OTEL__<KEY>`` variables)."""
 
-ATTEMPT_FLUSH_CAP = 4.0
+ATTEMPT_FLUSH_CAP = 1.0
 """The most (and the default) an attempt's own process waits for its spans' export at the
-attempt's end: less than the worker's default ``kill_grace`` (5 s), which the process has
-after its outcome was sent."""
+attempt's end, after its outcome was sent: the worker hears that outcome when the process
+exits, so a collector that does not answer delays each attempt by at most this much (and
+it is well under the worker's default ``kill_grace``, 5 s)."""
 
 
 def tracing_wanted(environ: Mapping[str, str], enabled: bool | None) -> bool:
