@@ -1,0 +1,162 @@
+"""The central scheduler's capacity, measured with a synthetic client (no task code, no worker).
+
+Starts ``conveyor scheduler`` (SQLite state in a temporary directory, no plugin), registers N
+independent tasks through ``POST /api/v1/add_tasks`` in batches, then runs C client threads,
+each an assistant with its own keep-alive connection, looping ``get_work`` → ``task_done``
+until nothing is left. Every ``task_done`` answered is a completion the server has committed
+(acknowledged = stored), so completions per second is the server's durable throughput; the
+client does nothing else, so what is measured is the server alone (HTTP, decoding, the policy,
+the commit). Prints one JSON line: registration time, completions per second, and the p50 and
+p99 latency of each call. Example::
+
+    python benchmarks/bench_capacity.py --n 20000 --clients 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from bench_server import free_port, wait_healthy
+
+BATCH = 500
+
+
+class Client:
+    """One keep-alive connection to the server, posting JSON to ``/api/v1/<route>``."""
+
+    def __init__(self, port: int) -> None:
+        """Connect to the server on loopback ``port``."""
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(self, route: str, body: dict[str, Any]) -> Any:
+        """The decoded answer of one call (RuntimeError for a status other than 200)."""
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Host": "127.0.0.1"}
+        self.connection.request("POST", f"/api/v1/{route}", data, headers)
+        answer = self.connection.getresponse()
+        text = answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"{route}: {answer.status} {text[:200]!r}")
+        return json.loads(text)
+
+
+def drive(port: int, worker: str, times: dict[str, list[float]], done: list[int]) -> None:
+    """Take work as an assistant and report it done until the server has none left."""
+    client = Client(port)
+    asks: list[float] = []
+    reports: list[float] = []
+    count = 0
+    while True:
+        started = time.perf_counter()
+        work = client.post("get_work", {"worker_id": worker, "assistant": True})["work"]
+        asks.append(time.perf_counter() - started)
+        if work is None:
+            break
+        started = time.perf_counter()
+        body = {"worker_id": worker, "task_id": work["task_id"], "attempt": work["attempt"]}
+        client.post("task_done", body)
+        reports.append(time.perf_counter() - started)
+        count += 1
+    times.setdefault("get_work", []).extend(asks)
+    times.setdefault("task_done", []).extend(reports)
+    done.append(count)
+
+
+def _ms(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` in milliseconds."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+
+
+def run(n: int, clients: int) -> dict[str, Any]:
+    """One measurement against a fresh server; its figures."""
+    work = Path(tempfile.mkdtemp(prefix="conveyor-bench-capacity-"))
+    port = free_port()
+    env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "conveyor",
+            "scheduler",
+            "--port",
+            str(port),
+            "--state-path",
+            str(work / "state.db"),
+        ],
+        env=env,
+        cwd=work,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        registrar = Client(port)
+        started = time.perf_counter()
+        for first in range(0, n, BATCH):
+            tasks = [
+                {"task_id": f"Synthetic_{i}", "family": "Synthetic", "params": {"i": str(i)}}
+                for i in range(first, min(n, first + BATCH))
+            ]
+            registrar.post("add_tasks", {"worker_id": "registrar", "tasks": tasks})
+        registered = time.perf_counter() - started
+        times: dict[str, list[float]] = {}
+        done: list[int] = []
+        threads = [
+            threading.Thread(target=drive, args=(port, f"client-{k}", times, done))
+            for k in range(clients)
+        ]
+        peak = 0
+        proc = psutil.Process(server.pid)
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        while any(t.is_alive() for t in threads):
+            peak = max(peak, proc.memory_info().rss)
+            time.sleep(0.2)
+        wall = time.perf_counter() - started
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    completed = sum(done)
+    return {
+        "n": n,
+        "clients": clients,
+        "completed": completed,
+        "register_s": round(registered, 2),
+        "wall_s": round(wall, 2),
+        "completions_per_s": round(completed / wall, 1) if wall else 0.0,
+        "get_work_ms": {"p50": _ms(times["get_work"], 0.5), "p99": _ms(times["get_work"], 0.99)},
+        "task_done_ms": {
+            "p50": _ms(times["task_done"], 0.5),
+            "p99": _ms(times["task_done"], 0.99),
+            "mean": round(statistics.fmean(times["task_done"]) * 1000, 3),
+        },
+        "server_peak_rss_mib": round(peak / 2**20, 1),
+    }
+
+
+def main() -> None:
+    """Parse arguments, measure, print the figures as JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20000)
+    parser.add_argument("--clients", type=int, default=4)
+    args = parser.parse_args()
+    print(json.dumps(run(args.n, args.clients)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
