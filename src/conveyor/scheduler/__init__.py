@@ -41,6 +41,9 @@ class Scheduler(SchedulerCore):
         s = cfg.scheduler
         super().__init__(
             retry_delay=s.retry_delay,
+            retry_backoff=s.retry_backoff,
+            retry_max_delay=s.retry_max_delay,
+            retry_jitter=s.retry_jitter,
             retry_count=s.retry_count,
             disable_window=s.disable_window,
             disable_persist=s.disable_persist,

@@ -296,6 +296,9 @@ class SchedulerCore:
         *,
         retry_delay: float = 900.0,
         retry_count: int = 3,
+        retry_backoff: float = 1.0,
+        retry_max_delay: float = 86400.0,
+        retry_jitter: float = 0.0,
         disable_window: float = 3600.0,
         disable_persist: float = 86400.0,
         worker_disconnect_delay: float = 60.0,
@@ -307,6 +310,15 @@ class SchedulerCore:
         self.remove_delay = remove_delay
         self.retry_delay = retry_delay
         self.retry_count = retry_count
+        self.retry_backoff = retry_backoff
+        """The n-th retry within ``disable_window`` waits ``retry_delay * retry_backoff**(n-1)``."""
+        self.retry_max_delay = retry_max_delay
+        """No retry waits longer than this (jitter included)."""
+        self.retry_jitter = retry_jitter
+        """A retry's delay is moved by up to this fraction of it, either way, at random (so that
+        tasks that failed together are not all retried at once)."""
+        self.jitter: Callable[[], float] = random.Random().random
+        """Uniform in [0, 1): where in ``± retry_jitter`` a delay lands (a test may fix it)."""
         self.disable_window = disable_window
         self.disable_persist = disable_persist
         self.worker_disconnect_delay = worker_disconnect_delay
@@ -905,8 +917,22 @@ class SchedulerCore:
             self._schedule_wake(rec, now + self.disable_persist)
         else:
             self._set_status(rec, FAILED, cause)
-            self._schedule_wake(rec, now + self.retry_delay)
+            self._schedule_wake(rec, now + self.retry_wait(len(failures)))
         return rec.status
+
+    def retry_wait(self, failures: int) -> float:
+        """How long a task waits FAILED after its ``failures``-th failure within
+        ``disable_window`` (1, 2, …): ``retry_delay * retry_backoff**(failures - 1)``, moved by
+        up to ``retry_jitter`` of itself either way, and never more than ``retry_max_delay``."""
+        delay = self.retry_delay
+        if self.retry_backoff != 1.0 and failures > 1:
+            try:
+                delay *= self.retry_backoff ** (failures - 1)
+            except OverflowError:
+                delay = self.retry_max_delay
+        if self.retry_jitter:
+            delay *= 1.0 + self.retry_jitter * (2.0 * self.jitter() - 1.0)
+        return max(0.0, min(delay, self.retry_max_delay))
 
     def _schedule_wake(self, rec: TaskRecord, when: float) -> None:
         rec.wake_at = when
