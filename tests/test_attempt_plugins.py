@@ -72,7 +72,7 @@ class Quiet(Probed):
 class Timed(Probed):
     '''A quick task with a short timeout (for a plugin whose end is slow).'''
 
-    worker_timeout = 3
+    worker_timeout = 8
 """
 
 
@@ -423,20 +423,22 @@ def test_a_spec_whose_variables_cannot_be_set_fails_the_attempt_with_the_reason(
     assert not os.path.exists(task.output().path)
 
 
+@pytest.mark.timeout(120)
 def test_the_end_hook_counts_against_neither_the_timeout_nor_the_duration(
     mod: Any, probe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In an attempt's own process the plugins' end (a tracing plugin flushing to a slow
     collector) runs after the outcome is sent: an attempt whose end takes longer than its
     timeout still succeeds, and its duration is run()'s."""
-    monkeypatch.setenv(END_SLEEP, "4")
+    monkeypatch.setenv(END_SLEEP, "10")  # longer than the timeout, shorter than the kill grace
     rec = RecordingPlugin()
-    task = mod.Timed(root=str(tmp_path))  # worker_timeout = 3
-    with conveyor.Worker(config=_config(tmp_path, "fork"), plugins=[rec]) as worker:
+    task = mod.Timed(root=str(tmp_path))  # worker_timeout = 8: ample for a fork and a write
+    config = worker_config(tmp_path, '[worker]\nexecutor = "fork"\nkill_grace = 20\n')
+    with conveyor.Worker(config=config, plugins=[rec]) as worker:
         assert worker.add(task)
         assert worker.run() is True
     [succeeded] = rec.events("task_succeeded", task.task_id)
-    assert succeeded.duration < 3
+    assert succeeded.duration < 8
     assert rec.events("task_timed_out", task.task_id) == []
     records = probe_records(probe, task.task_id)
     assert [(r["hook"], r["outcome"]) for r in records] == [("begin", ""), ("end", "succeeded")]

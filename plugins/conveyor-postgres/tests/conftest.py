@@ -7,32 +7,19 @@ that is a failure: ``.ci/run`` installs Debian's ``postgresql``.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from conveyor_postgres.testing import ClusterUnavailable, ThrowawayCluster
+from conveyor_postgres.testing import ThrowawayCluster, session_cluster
 
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[ThrowawayCluster]:
     """A PostgreSQL server of its own for the session, on a free loopback port."""
-    cluster: ThrowawayCluster | None = None
-    try:
-        cluster = ThrowawayCluster()
-        cluster.start()
-    except ClusterUnavailable as exc:
-        if cluster is not None:
-            cluster.close()  # (a server that started late, its directory)
-        if os.environ.get("CI"):
-            pytest.fail(f"the PostgreSQL tests need PostgreSQL on CI: {exc}")
-        pytest.skip(str(exc))
-    try:
+    with session_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ sharing a store: a leader and a standby)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,20 +35,8 @@ def prom_pg_cluster() -> Iterator[Any]:
     """A throwaway PostgreSQL server for the session (skipped without PostgreSQL's server
     binaries, except on CI), for the test of a standby's metrics."""
     testing = pytest.importorskip("conveyor_postgres.testing")
-    cluster: Any = None
-    try:
-        cluster = testing.ThrowawayCluster()
-        cluster.start()
-    except testing.ClusterUnavailable as exc:
-        if cluster is not None:
-            cluster.close()
-        if os.environ.get("CI"):
-            pytest.fail(f"the standby test needs PostgreSQL on CI: {exc}")
-        pytest.skip(str(exc))
-    try:
+    with testing.session_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture

@@ -26,10 +26,11 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ClusterUnavailable", "ThrowawayCluster", "postgres_bin"]
+__all__ = ["ClusterUnavailable", "ThrowawayCluster", "postgres_bin", "session_cluster"]
 
 _UNPRIVILEGED = "nobody"
 
@@ -239,3 +240,26 @@ class ThrowawayCluster:
         with psycopg.connect(self.dsn(database), autocommit=True, connect_timeout=10) as conn:
             cursor = conn.execute(statement.encode())
             return cursor.fetchall() if cursor.description else []
+
+
+@contextlib.contextmanager
+def session_cluster(settings: dict[str, str] | None = None) -> Iterator[ThrowawayCluster]:
+    """A started :class:`ThrowawayCluster` for a test session (a pytest fixture's body),
+    closed at the end: the test is skipped when PostgreSQL's server binaries are missing, and
+    fails instead on CI (``CI`` set), where ``.ci/run`` installs them."""
+    import pytest
+
+    cluster: ThrowawayCluster | None = None
+    try:
+        cluster = ThrowawayCluster(settings)
+        cluster.start()
+    except ClusterUnavailable as exc:
+        if cluster is not None:
+            cluster.close()  # (a server that started late, its directory)
+        if os.environ.get("CI"):
+            pytest.fail(f"these tests need PostgreSQL on CI: {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.close()
