@@ -151,8 +151,18 @@ def conveyor_run(
     directory: Path, env: Mapping[str, str], *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """``python -m conveyor run *args --local-scheduler`` in ``directory``, to its end."""
+    return python(
+        directory, env, "-m", "conveyor", "run", *args, "--local-scheduler", timeout=timeout
+    )
+
+
+def python(
+    directory: Path, env: Mapping[str, str], *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """``python *args`` (a script with ``-c``, a module with ``-m``) in ``directory``, to its
+    end, its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "conveyor", "run", *args, "--local-scheduler"],
+        [sys.executable, *args],
         cwd=directory,
         env=dict(env),
         capture_output=True,

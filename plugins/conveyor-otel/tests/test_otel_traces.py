@@ -4,8 +4,6 @@ receiver on loopback, and the tests check the span tree it received (SPEC §12).
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,7 +11,7 @@ from typing import Any
 import pytest
 from conveyor.protocol import AttemptEnd, AttemptOutcome
 
-from otel_support import clean_env, conveyor_run, tracing_env, write_tasks
+from otel_support import clean_env, conveyor_run, python, tracing_env, write_tasks
 from otlp_receiver import (
     STATUS_ERROR,
     STATUS_UNSET,
@@ -247,15 +245,7 @@ def test_inert_without_otel_variables(tmp_path: Path) -> None:
     )
     assert module == "otel_inert_tasks"
     env = clean_env(tmp_path, CONVEYOR_WORKER__EXECUTOR="fork")
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = python(tmp_path, env, "-c", script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "OtelPlugin True []"
 
@@ -352,15 +342,7 @@ def test_an_embedding_applications_provider_and_span_are_used(tmp_path: Path) ->
         '[worker]\nexecutor = "thread"\n\n[otel]\nenabled = true\n', encoding="utf-8"
     )
     script = EMBEDDED_SCRIPT.format(module=module, root=str(tmp_path))
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=clean_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = python(tmp_path, clean_env(tmp_path), "-c", script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "True True True True True"
 
@@ -388,15 +370,7 @@ def test_a_forked_process_exports_through_a_batch_of_its_own(
     """A process forked from one whose provider holds queued spans reuses the provider but
     not its queue: the child's flush sends only the child's span, the parent's its own."""
     env = tracing_env(tmp_path, receiver.endpoint, OTEL_BSP_SCHEDULE_DELAY="600000")
-    proc = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = python(tmp_path, env, "-c", FORK_SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["0", "True"]
     assert receiver.requests == 2
@@ -488,15 +462,7 @@ def test_an_applications_non_sdk_provider_is_used_without_recursion(
         f'[worker]\nexecutor = "{executor}"\n\n[otel]\nenabled = true\n', encoding="utf-8"
     )
     script = NON_SDK_SCRIPT.format(module=module, root=str(tmp_path), kind=kind)
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=clean_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = python(tmp_path, clean_env(tmp_path), "-c", script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     if kind == "noop":
         expected = "True True 0 [] True False"
@@ -549,15 +515,7 @@ def test_loading_the_attempt_hooks_preloads_tracing_only_when_wanted(
     environment) imports the tracing module and its exporter when the environment asks for
     tracing, so each forked attempt finds them loaded; it starts no thread and sets no
     provider, and imports nothing OpenTelemetry when the environment does not ask."""
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELOAD_SCRIPT],
-        cwd=tmp_path,
-        env=clean_env(tmp_path, **extra),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = python(tmp_path, clean_env(tmp_path, **extra), "-c", PRELOAD_SCRIPT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == expected
 
