@@ -278,29 +278,39 @@ class AttemptHooks:
 
     def begin(self, attempt: AttemptContext) -> None:
         """``conveyor_attempt_begin(attempt)``."""
-        _call_guarded(self._begin, _BEGIN, {"attempt": attempt}, attempt.task_id)
+        _call_guarded(self._begin, _BEGIN, {"attempt": attempt}, task_id=attempt.task_id)
 
     def end(self, attempt: AttemptContext, outcome: str) -> None:
         """``conveyor_attempt_end(attempt, outcome)``."""
         kwargs = {"attempt": attempt, "outcome": outcome}
-        _call_guarded(self._end, _END, kwargs, attempt.task_id)
+        _call_guarded(self._end, _END, kwargs, task_id=attempt.task_id)
 
 
 def _impls(relay: HookRelay, hook: str) -> list[Any]:
     return list(reversed(getattr(relay.pm.hook, hook).get_hookimpls()))
 
 
-def _call_guarded(impls: Iterable[Any], hook: str, kwargs: Mapping[str, object], task: str) -> None:
+def _call_guarded(
+    impls: Iterable[Any],
+    hook: str,
+    kwargs: Mapping[str, object],
+    refusals: tuple[type[Exception], ...] = (),
+    **fields: str,
+) -> None:
+    """Call each implementation with the ``kwargs`` it takes: one that raises is logged with
+    its plugin's name (and ``fields``) and the next is called; one of ``refusals`` is raised."""
     for impl in impls:
         try:
             impl.function(*[kwargs[arg] for arg in impl.argnames])
+        except refusals:
+            raise
         except Exception:
             log.error(
                 "hook implementation raised",
                 plugin=impl.plugin_name,
                 hook=hook,
-                task_id=task,
                 error=traceback.format_exc(),
+                **fields,
             )
 
 
@@ -317,14 +327,13 @@ def attempt_hooks(names: tuple[str, ...]) -> AttemptHooks | None:
     hooks = _attempt_hooks.get(names)
     if hooks is None:
         relay = HookRelay()
-        installed = {name for name, _dist, _version in entry_point_names(GROUP)}
         failures: list[LoadFailure] = []
         loaded: list[PluginSource] = []
-        blocked = {name for name in names if name not in installed}
-        for name in blocked:
-            log.warning("attempt plugin is not an installed entry point; skipped", plugin=name)
-        wanted = {name for name in names if name in installed}
-        _load_entry_points(set(installed) - wanted, loaded, failures)
+        _load_entry_points(set(), loaded, failures, only=set(names))
+        found = {s.name for s in loaded} | {f.name for f in failures}
+        for name in names:
+            if name not in found:
+                log.warning("attempt plugin is not an installed entry point; skipped", plugin=name)
         for failure in failures:
             log.warning("attempt plugin failed to load; skipped", plugin=failure.name)
         for source in loaded:
@@ -357,7 +366,7 @@ def load_builtin_plugins(
         factory: Any = importlib.import_module(module_name)
         for attr in attrs.split("."):
             factory = getattr(factory, attr)
-        plugin = factory(config, relay or HookRelay())
+        plugin = factory(config, relay)
         if plugin is not None:
             loaded.append(PluginSource(name, plugin, "conveyor"))
     return loaded
@@ -422,10 +431,13 @@ def entry_point_names(group: str) -> list[tuple[str, str, str]]:
 
 
 def _load_entry_points(
-    blocked: set[str], loaded: list[PluginSource], failures: list[LoadFailure]
+    blocked: set[str],
+    loaded: list[PluginSource],
+    failures: list[LoadFailure],
+    only: set[str] | None = None,
 ) -> None:
     dists = {name: dist for name, dist, _ in entry_point_names(GROUP)}
-    wanted = [name for name in dists if name not in blocked]
+    wanted = [n for n in dists if n not in blocked and (only is None or n in only)]
     if not wanted:
         return
 
@@ -614,14 +626,4 @@ class LifecycleRelay(HookRelay):
 
     def _call_one(self, impl: Any, hook: str, kwargs: Mapping[str, object]) -> None:
         """Call one implementation; a failure is logged, a refusal raised."""
-        try:
-            impl.function(*[kwargs[arg] for arg in impl.argnames])
-        except self._refusals:
-            raise
-        except Exception:
-            log.error(
-                "hook implementation raised",
-                plugin=impl.plugin_name,
-                hook=hook,
-                error=traceback.format_exc(),
-            )
+        _call_guarded((impl,), hook, kwargs, self._refusals)
