@@ -149,6 +149,12 @@ class WorkerSettings:
         60.0, "seconds", "limit on one complete() check under parallel_scheduling", ge=0
     )
     task_modules: tuple[str, ...] = _setting((), "str_list", "modules assistants may import")
+    labels: tuple[str, ...] = _setting(
+        (), "str_list", "what this worker offers; it is handed tasks whose labels it all has"
+    )
+    memory_limit: int = _setting(
+        0, "bytes", 'per attempt under process executors (e.g. "2GiB"); 0 = none', ge=0
+    )
     install_signal_handlers: bool = _setting(True, "bool")
     task_id_style: str = _setting(
         "conveyor",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from . import secrets
+from . import secrets, sizes
 from .errors import ConfigError
 from .tomlwriter import toml_value
 
@@ -29,8 +29,9 @@ __all__ = [
     "validate_backend_settings",
 ]
 
-Kind = Literal["int", "float", "seconds", "bool", "str", "str_list", "int_map", "urls"]
-"""What a setting holds: ``seconds`` is a float duration (ints accepted), ``str_list`` a list
+Kind = Literal["int", "float", "seconds", "bool", "str", "str_list", "int_map", "urls", "bytes"]
+"""What a setting holds: ``seconds`` is a float duration (ints accepted), ``bytes`` an amount
+of memory (a number of bytes or a string such as ``"2GiB"``, stored as an int), ``str_list`` a list
 of strings (stored as a tuple), ``int_map`` a table of name = integer (stored read-only),
 ``urls`` one URL or several — a list, or one string of comma-separated URLs — stored as one
 string, the URLs joined by ", " (:func:`split_urls` splits it; ``check`` tests each URL)."""
@@ -45,6 +46,7 @@ _ZERO: dict[str, Any] = {
     "str_list": (),
     "int_map": MappingProxyType({}),
     "urls": "",
+    "bytes": 0,
 }
 
 
@@ -118,6 +120,7 @@ _DESCRIBE: dict[str, Callable[[Field], str]] = {
     "str_list": _describe_str_list,
     "int_map": lambda f: "a table of name = integer" + f.bounds(),
     "urls": lambda f: f"{f.expect or 'a URL'}, or a list of them",
+    "bytes": lambda f: sizes.EXPECTED,
 }
 
 
@@ -155,6 +158,16 @@ def _to_int(f: Field, value: Any) -> int:
     _in_range(f, value)
     _extra_check(f, value)
     return value
+
+
+def _to_bytes(f: Field, value: Any) -> int:
+    try:
+        number = sizes.parse_size(value)
+    except ValueError as exc:
+        raise _Invalid("is not a size", str(exc).rsplit("expected ", 1)[-1]) from None
+    _in_range(f, number)
+    _extra_check(f, number)
+    return number
 
 
 def _to_float(f: Field, value: Any) -> float:
@@ -243,6 +256,7 @@ _CONVERT: dict[str, Callable[[Field, Any], Any]] = {
     "str_list": _to_str_list,
     "int_map": _to_int_map,
     "urls": _to_urls,
+    "bytes": _to_bytes,
 }
 
 

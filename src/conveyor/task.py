@@ -35,6 +35,7 @@ from .parameters import (
     task_modules_named,
 )
 from .secrets import REDACTED, is_secret_name, redact_text
+from .sizes import parse_size
 from .targets import Target
 from .task_registry import register_task_class, registered_task_classes
 from .tasklike import DEFAULT_LOADER, AdaptsTasks, ReportsNotes, TaskLike, TaskPolicy
@@ -252,6 +253,12 @@ class Task:
     disabled: ClassVar[bool] = False
     owner_email: ClassVar[str | list[str] | None] = None
     task_loader: ClassVar[str] = DEFAULT_LOADER
+    labels: ClassVar[Iterable[str]] = ()
+    """What a worker must offer (``[worker] labels``) to be handed the task: a class
+    attribute, or a property that does not depend on parameter values."""
+    memory_limit: ClassVar[int | str | None] = None
+    """The most memory an attempt's process tree may hold under a process executor
+    (``"2GiB"``, or bytes; 0: no limit); None: the worker's ``[worker] memory_limit``."""
     """The :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that
     rebuilds the task in an attempt's process: conveyor's own, ``"conveyor"``."""
     task_id_style: ClassVar[str | None] = None
@@ -298,6 +305,7 @@ class Task:
         cls._id_sorted = tuple(
             (name, secret, f"{len(name)}:{name}") for name, secret in sorted(cls._id_params)
         )
+        _check_scheduling_attributes(cls)
         cls._family = cls.get_task_family()
         cls._id_family = (f"{len(cls._family)}:{cls._family}", _id_safe(cls._family))
         cls._memoizable = cls.__init__ is Task.__init__ and all(
@@ -432,6 +440,8 @@ class Task:
             self.disabled,
             self.is_external(),
             self.task_loader,
+            () if (labels := self.labels) == () else _labels_of(labels, self),
+            None if (limit := self.memory_limit) is None else _memory_limit_of(limit, self),
         )
         policy = _POLICIES.get(key)
         if policy is None or policy.resources is not resources:
@@ -446,6 +456,8 @@ class Task:
                 disabled=key[5],
                 external=key[6],
                 loader=key[7],
+                labels=key[8],
+                memory_limit=key[9],
             )
         return policy
 
@@ -563,6 +575,44 @@ class Task:
     def has_own_completion(self) -> bool:
         """True if the task has outputs or overrides complete() (check_complete_on_run)."""
         return type(self).complete is not Task.complete or bool(flatten(self.output()))
+
+
+def _check_scheduling_attributes(cls: type[Task]) -> None:
+    """TaskDefinitionError for a ``labels`` or ``memory_limit`` class attribute of the wrong
+    shape (a property is checked when the task's policy is first asked)."""
+    labels, limit = vars(cls).get("labels"), vars(cls).get("memory_limit")
+    if labels is not None and not isinstance(labels, property):
+        _labels_of(labels, cls)
+    if limit is not None and not isinstance(limit, property):
+        _memory_limit_of(limit, cls)
+
+
+def _labels_of(labels: Any, owner: object) -> tuple[str, ...]:
+    """``labels`` as a sorted tuple of distinct strings; TaskDefinitionError otherwise."""
+    if isinstance(labels, str) or not isinstance(labels, Iterable):
+        raise TaskDefinitionError(
+            f"{_owner_name(owner)}.labels = {labels!r}; expected a list of strings"
+        )
+    items = tuple(labels)
+    if not all(isinstance(item, str) and item for item in items):
+        raise TaskDefinitionError(
+            f"{_owner_name(owner)}.labels = {labels!r}; expected a list of non-empty strings"
+        )
+    return tuple(sorted(set(items)))
+
+
+def _memory_limit_of(limit: Any, owner: object) -> int | None:
+    """``memory_limit`` in bytes (None: the worker's); TaskDefinitionError if unreadable."""
+    if limit is None:
+        return None
+    try:
+        return parse_size(limit)
+    except ValueError as exc:
+        raise TaskDefinitionError(f"{_owner_name(owner)}.memory_limit = {exc}") from None
+
+
+def _owner_name(owner: object) -> str:
+    return owner.__qualname__ if isinstance(owner, type) else type(owner).__qualname__
 
 
 class ExternalTask(Task):

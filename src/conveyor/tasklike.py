@@ -56,9 +56,11 @@ class TaskPolicy:
     scheduler's named resources an attempt holds; ``retry_count`` is how many failures the
     scheduler tolerates before it disables the task (None: the scheduler's
     ``[scheduler] retry_count``); ``owners`` are e-mail addresses told of a failure besides
-    the configured receivers; ``labels`` are free-form tags (none yet: reserved for issue 25);
-    ``disabled`` means the worker never runs it; ``external`` means its data is made elsewhere
-    (no ``run()``); ``loader`` names the :class:`TaskLoader` that rebuilds the task in
+    the configured receivers; ``labels`` are what a worker must offer (its
+    ``[worker] labels``) to be handed the task; ``memory_limit`` caps an attempt's process
+    tree, in bytes, under process executors (None: the worker's ``[worker] memory_limit``;
+    0: none); ``disabled`` means the worker never runs it; ``external`` means its data is made
+    elsewhere (no ``run()``); ``loader`` names the :class:`TaskLoader` that rebuilds the task in
     another process.
 
     New fields are added with defaults, so a value built by an older third-party task class
@@ -74,6 +76,7 @@ class TaskPolicy:
     disabled: bool = False
     external: bool = False
     loader: str = DEFAULT_LOADER
+    memory_limit: int | None = None
 
 
 @runtime_checkable

@@ -90,6 +90,9 @@ class AttemptRequest:
     call them on the thread that runs the attempt (a process executor loads its own)."""
     context: AttemptContext | None = None
     """The attempt as those hooks were told of it (set when ``begin`` is called)."""
+    memory_limit: int = 0
+    """The most memory, in bytes, the attempt's process tree may hold (0: no limit); the
+    process executors watch it (the task's ``memory_limit``, else ``[worker] memory_limit``)."""
 
 
 @dataclass(slots=True)

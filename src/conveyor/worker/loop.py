@@ -533,6 +533,7 @@ class Worker:
             env,
             plugins,
             hooks,
+            memory_limit=self._memory_limit_of(node),
         )
         if self._interrupted:  # ... or while this attempt was being set up (its start hooks)
             if resume is not None:
@@ -585,6 +586,10 @@ class Worker:
             paused.close()
             return None
         return paused
+
+    def _memory_limit_of(self, node: Node) -> int:
+        limit = (node.policy or node.task_policy()).memory_limit  # (the task's memory_limit)
+        return self.settings.memory_limit if limit is None else limit
 
     def _timeout_of(self, node: Node) -> float:
         timeout = (node.policy or node.task_policy()).timeout  # (the task's worker_timeout)
