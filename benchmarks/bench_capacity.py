@@ -7,9 +7,11 @@ until nothing is left. Every ``task_done`` answered is a completion the server h
 (acknowledged = stored), so completions per second is the server's durable throughput; the
 client does nothing else, so what is measured is the server alone (HTTP, decoding, the policy,
 the commit). Prints one JSON line: registration time, completions per second, and the p50 and
-p99 latency of each call. Example::
+p99 latency of each call. With ``--batch K`` each client asks for up to K tasks per
+``get_work`` and reports them done with its next one, as a worker with K slots does. Examples::
 
     python benchmarks/bench_capacity.py --n 20000 --clients 4
+    python benchmarks/bench_capacity.py --n 20000 --clients 4 --batch 8
 """
 
 from __future__ import annotations
@@ -74,6 +76,31 @@ def drive(port: int, worker: str, times: dict[str, list[float]], done: list[int]
     done.append(count)
 
 
+def drive_batched(
+    port: int, worker: str, times: dict[str, list[float]], done: list[int], batch: int
+) -> None:
+    """Take up to ``batch`` tasks per ``get_work`` and report them done with the next one
+    (the reports a worker carries: acknowledged means committed, hand-outs and all)."""
+    client = Client(port)
+    asks: list[float] = []
+    count = 0
+    held: list[dict[str, Any]] = []
+    while True:
+        started = time.perf_counter()
+        body = {"worker_id": worker, "assistant": True, "max_tasks": batch, "done": held}
+        answer = client.post("get_work", body)
+        asks.append(time.perf_counter() - started)
+        count += len(held)
+        handed = ([answer["work"]] if answer["work"] else []) + answer["more"]
+        if not handed:
+            break
+        held = [
+            {"worker_id": worker, "task_id": w["task_id"], "attempt": w["attempt"]} for w in handed
+        ]
+    times.setdefault("get_work", []).extend(asks)
+    done.append(count)
+
+
 def _ms(values: list[float], q: float) -> float:
     """The ``q`` quantile of ``values`` in milliseconds."""
     if not values:
@@ -82,7 +109,7 @@ def _ms(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
 
 
-def run(n: int, clients: int) -> dict[str, Any]:
+def run(n: int, clients: int, batch: int = 0) -> dict[str, Any]:
     """One measurement against a fresh server; its figures."""
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-capacity-"))
     port = free_port()
@@ -117,6 +144,10 @@ def run(n: int, clients: int) -> dict[str, Any]:
         done: list[int] = []
         threads = [
             threading.Thread(target=drive, args=(port, f"client-{k}", times, done))
+            if not batch
+            else threading.Thread(
+                target=drive_batched, args=(port, f"client-{k}", times, done, batch)
+            )
             for k in range(clients)
         ]
         peak = 0
@@ -140,11 +171,17 @@ def run(n: int, clients: int) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         "completions_per_s": round(completed / wall, 1) if wall else 0.0,
         "get_work_ms": {"p50": _ms(times["get_work"], 0.5), "p99": _ms(times["get_work"], 0.99)},
-        "task_done_ms": {
-            "p50": _ms(times["task_done"], 0.5),
-            "p99": _ms(times["task_done"], 0.99),
-            "mean": round(statistics.fmean(times["task_done"]) * 1000, 3),
-        },
+        **(
+            {
+                "task_done_ms": {
+                    "p50": _ms(times["task_done"], 0.5),
+                    "p99": _ms(times["task_done"], 0.99),
+                    "mean": round(statistics.fmean(times["task_done"]) * 1000, 3),
+                }
+            }
+            if not batch
+            else {"batch": batch, "requests_per_task": round(len(times["get_work"]) / n, 3)}
+        ),
         "server_peak_rss_mib": round(peak / 2**20, 1),
     }
 
@@ -154,8 +191,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="hand-outs per get_work, reported done with the next one (0: get_work, task_done)",
+    )
     args = parser.parse_args()
-    print(json.dumps(run(args.n, args.clients)), flush=True)
+    print(json.dumps(run(args.n, args.clients, args.batch)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""A graph run by 2 worker processes over HTTP against one central scheduler.
+"""A graph run by worker processes (2 by default) over HTTP against one central scheduler.
 
 Starts ``conveyor scheduler`` on a free loopback port — with the ``sqlite`` state store (in a
 temporary directory), the ``postgres`` one (a throwaway PostgreSQL server of its own; needs the
 conveyor-postgres plugin and PostgreSQL's server binaries), or both one after the other in the
-same run — then two ``conveyor run`` workers on the same N-task fan-in (a root needing N - 1
+same run — then ``--workers`` ``conveyor run`` workers (``--workers-per-process`` slots each,
+``--executor``) on the same N-task fan-in (a root needing N - 1
 no-op leaves whose completion is a marker file), and prints one JSON line per store: total wall
 time, HTTP requests per task (counted by the server), and the server's peak RSS.
 
@@ -143,6 +144,8 @@ def run_graph(
     cluster: Any,
     durability: str = "crash",
     sink: Any = None,
+    processes: int = 2,
+    executor: str = "",
 ) -> dict[str, Any]:
     """One run of the fan-in against a fresh server with ``store``; its JSON figures. With a
     ``sink`` (benchmarks/observability.py), the observability plugins are on, server and
@@ -155,13 +158,15 @@ def run_graph(
         "PYTHONPATH": str(work),
         "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
-    worker_envs = [env, env]
+    worker_envs = [env] * processes
     exports_before = sink.exports if sink is not None else 0
     if sink is not None:
         from observability import observability_env
 
         del env["CONVEYOR_DISABLE_PLUGIN_AUTOLOAD"]
-        worker_envs = [{**env, **observability_env(work, sink, f"worker{i}")} for i in (1, 2)]
+        worker_envs = [
+            {**env, **observability_env(work, sink, f"worker{i}")} for i in range(1, processes + 1)
+        ]
         env.update(observability_env(work, sink, "server"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -195,7 +200,7 @@ def run_graph(
             "--workers",
             str(workers_per_process),
             "--executor",
-            "inline" if workers_per_process == 1 else "fork",
+            executor or ("inline" if workers_per_process == 1 else "fork"),
         ]
         workers = [
             subprocess.Popen(run, env=worker_env, cwd=work, stdout=subprocess.DEVNULL)
@@ -223,7 +228,9 @@ def run_graph(
         "store": store,
         "durability": durability,
         "n": n,
-        "workers": 2,
+        "workers": processes,
+        "slots": workers_per_process,
+        "executor": executor or ("inline" if workers_per_process == 1 else "fork"),
         "exit_codes": codes,
         "done": done,
         "wall_s": round(wall, 2),
@@ -302,7 +309,11 @@ def main() -> None:
     """Run the benchmark and print its JSON lines."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10000)
-    parser.add_argument("--workers-per-process", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--workers-per-process", type=int, default=1, help="slots per worker")
+    parser.add_argument(
+        "--executor", default="", help="the workers' executor (default: inline, fork for slots)"
+    )
     parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="sqlite")
     parser.add_argument("--failover-trials", type=int, default=0)
     parser.add_argument("--lease", type=float, default=10.0, help="leader_lease, fail-over")
@@ -342,7 +353,14 @@ def main() -> None:
             sink = SpanSink()
         for store in stores:
             figures = run_graph(
-                args.n, args.workers_per_process, store, cluster, args.durability, sink
+                args.n,
+                args.workers_per_process,
+                store,
+                cluster,
+                args.durability,
+                sink,
+                args.workers,
+                args.executor,
             )
             print(json.dumps(figures))
     finally:

@@ -413,9 +413,11 @@ class Fails(conveyor.Task):
 def test_a_lost_answer_to_task_failed_counts_the_failure_once(
     task_module: WriteModule, run_cli: RunCli, tmp_path: Path, start_server: StartServer
 ) -> None:
-    """The server applies a task_failed whose answer the network then loses; the worker sends
-    it again. With retry_count = 2 the task must be FAILED after one failed run, not DISABLED
-    (the retried report is acknowledged without counting)."""
+    """The server applies a failure report whose answer the network then loses; the worker
+    sends it again. With retry_count = 2 the task must be FAILED after one failed run, not
+    DISABLED (the retried report is acknowledged without counting). The report rides with the
+    worker's next get_work (the server's answers say batched), so the request lost is the one
+    carrying the failure's text."""
     from conveyor.testing.proxy import FaultyProxy
 
     server = start_server("[scheduler]\nretry_count = 2\n")
@@ -424,10 +426,10 @@ def test_a_lost_answer_to_task_failed_counts_the_failure_once(
         (tmp_path / "worker.toml").write_text(
             "[scheduler]\nrpc_retry_wait = 0.05\nrpc_timeout = 5\n", encoding="utf-8"
         )
-        proxy.drop_answer(b"/api/v1/task_failed")
+        proxy.drop_answer(b"boom")
         proc = run_cli("run", f"{module}.Fails", "--scheduler-url", proxy.url, cwd=tmp_path)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert proxy.requests(b"/api/v1/task_failed") == 2  # the answer was lost once
+        assert proxy.requests(b"boom") == 2  # the answer was lost once
     assert list(_statuses(server).values()) == ["FAILED"]
 
 

@@ -748,6 +748,16 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "outcome": st.sampled_from(["failed", "timed_out", "process_died", "interrupted"]),
         "any": any_text | numbers,
     }
+    report = st.fixed_dictionaries(
+        {"worker_id": st.sampled_from(["w", "x"]) | ids, "task_id": ids},
+        optional={
+            "attempt": typed["any"],
+            "explanation": any_text,
+            "outcome": typed["outcome"],
+            "not_retried": any_text,
+        },
+    )
+    typed["reports"] = st.lists(report, max_size=3)
 
     kind_of = {
         "worker_id": "str",
@@ -762,6 +772,10 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "value": "any",
         "attempt": "any",
         "outcome": "outcome",
+        "max_tasks": "any",
+        "done": "reports",
+        "failed": "reports",
+        "not_retried": "str",
     }
 
     def route_fields(route: str) -> dict[str, tuple[str, bool]]:

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
         InvalidTransition,
         ParameterError,
         PluginError,
+        ProcessDied,
         SchedulerUnavailable,
         StaleReport,
         TaskDefinitionError,
         TaskLoadError,
+        TaskTimeout,
     )
     from .fstargets import FileSystemTarget
     from .hookspecs import hookimpl
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         YearParameter,
     )
     from .ranges import RangeDaily, RangeHourly, RangeMonthly
+    from .retry import RetryPolicy
     from .run import RunResult, build
     from .scheduler import Scheduler
     from .targets import LocalTarget, Target
@@ -112,10 +115,12 @@ _EXPORTS = {
             "InvalidTransition",
             "ParameterError",
             "PluginError",
+            "ProcessDied",
             "SchedulerUnavailable",
             "StaleReport",
             "TaskDefinitionError",
             "TaskLoadError",
+            "TaskTimeout",
         )
     },
     "hookimpl": ("conveyor.hookspecs", "hookimpl"),
@@ -176,6 +181,7 @@ _EXPORTS = {
     "RangeDaily": ("conveyor.ranges", "RangeDaily"),
     "RangeHourly": ("conveyor.ranges", "RangeHourly"),
     "RangeMonthly": ("conveyor.ranges", "RangeMonthly"),
+    "RetryPolicy": ("conveyor.retry", "RetryPolicy"),
     "inherits": ("conveyor.util", "inherits"),
     "requires": ("conveyor.util", "requires"),
     "Target": ("conveyor.targets", "Target"),
@@ -270,10 +276,12 @@ __all__ = [
     "ParsesCommandLines",
     "PathParameter",
     "PluginError",
+    "ProcessDied",
     "RangeDaily",
     "RangeHourly",
     "RangeMonthly",
     "ReportsNotes",
+    "RetryPolicy",
     "RunResult",
     "Scheduler",
     "SchedulerUnavailable",
@@ -288,6 +296,7 @@ __all__ = [
     "TaskLoader",
     "TaskParameter",
     "TaskPolicy",
+    "TaskTimeout",
     "TimeDeltaParameter",
     "TupleParameter",
     "Worker",

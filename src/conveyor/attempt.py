@@ -149,7 +149,7 @@ class AttemptRunner:
     def start(self, spec: AttemptSpec, emit: Emit) -> RunningAttempt:
         """Start the attempt ``spec``; its messages go to ``emit`` (from another thread)."""
         running = RunningAttempt(self._executor, emit)
-        running.pid = self._executor.start_spec(spec, running.sink)
+        running.pid = self._executor.start_spec(spec, running.sink, spec.memory_limit)
         return running
 
     def interrupt(self, reason: str, hard: bool = False) -> None:

@@ -10,12 +10,16 @@ Every error conveyor raises on purpose derives from :class:`ConveyorError`::
     │   └── BackendNotFound     a selected executor / transport / notifier / state store is
     │                           not installed
     ├── TaskDefinitionError     requires() / complete() / run() returned something unusable
-    │   └── DependencyCycle     the dependency graph has a cycle
+    │   ├── DependencyCycle     the dependency graph has a cycle
+    │   └── RetryPolicyError    a RetryPolicy made with a value it cannot use (a ValueError too)
     ├── TaskLoadError           a task class cannot be imported or found
     ├── SchedulerUnavailable    the scheduler cannot be reached
     ├── StaleReport             a report about an attempt that is no longer current, refused
     ├── StateStoreError         the server's state store cannot be trusted with a write (its
     │                           file was deleted or replaced under it)
+    ├── TaskTimeout             stands for an attempt that timed out, in a task's
+    │                           ``RetryPolicy.retry_on`` (conveyor.retry)
+    ├── ProcessDied             stands for an attempt whose process died, likewise
     └── InvalidTransition       the worker's state machine was asked for an illegal move
         └── InvalidStatusMove   the scheduler was about to make a status move its table does
                                 not list (conveyor.scheduler.policy)
@@ -36,11 +40,14 @@ __all__ = [
     "InvalidTransition",
     "ParameterError",
     "PluginError",
+    "ProcessDied",
+    "RetryPolicyError",
     "SchedulerUnavailable",
     "StaleReport",
     "StateStoreError",
     "TaskDefinitionError",
     "TaskLoadError",
+    "TaskTimeout",
 ]
 
 
@@ -108,6 +115,11 @@ class DependencyCycle(TaskDefinitionError):
         self.path = tuple(path)
 
 
+class RetryPolicyError(TaskDefinitionError, ValueError):
+    """A :class:`conveyor.RetryPolicy` was made with a value it cannot use (the message names
+    the field and what was expected)."""
+
+
 class TaskLoadError(ConveyorError):
     """A task class cannot be imported, found, or is not allowed to be loaded."""
 
@@ -124,6 +136,26 @@ class StaleReport(ConveyorError):
 class StateStoreError(ConveyorError):
     """The server's state store refused a write it could not make durable (for the SQLite
     store: its file was deleted or replaced while the server ran); nothing was written."""
+
+
+class TaskTimeout(ConveyorError):
+    """An attempt ran out of time (its ``worker_timeout`` or ``[worker] timeout``).
+
+    Conveyor does not raise it in a task's code: a timed-out attempt's process tree is killed.
+    It names that outcome in a task's ``retry_policy`` (:class:`conveyor.RetryPolicy`): a
+    ``retry_on`` that does not include it (or a base class of it) disables the task at its
+    first time-out instead of retrying it. Without ``retry_on``, time-outs are retried.
+    """
+
+
+class ProcessDied(ConveyorError):
+    """An attempt's process ended without reporting a result (killed by a signal, exited, or
+    over its memory limit).
+
+    Like :class:`TaskTimeout`, it is never raised in a task's code: it names that outcome in
+    a task's ``RetryPolicy.retry_on``, where leaving it out disables the task at the first
+    death instead of retrying it. Without ``retry_on``, deaths are retried.
+    """
 
 
 class InvalidTransition(ConveyorError):

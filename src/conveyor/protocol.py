@@ -42,6 +42,7 @@ __all__ = [
     "DROPPABLE",
     "IDENTIFIER",
     "IDENTIFIER_MAX_LENGTH",
+    "MAX_BATCH",
     "NAME",
     "REGISTRATION_STATUSES",
     "ROUTES",
@@ -57,7 +58,9 @@ __all__ = [
     "NotifyKind",
     "Ok",
     "Ping",
+    "RefusedReport",
     "Release",
+    "RetrySpec",
     "Route",
     "Statuses",
     "StatusesAnswer",
@@ -158,6 +161,8 @@ def _choices(*values: enum.StrEnum) -> dict[str, Any]:
 
 
 _NON_NEGATIVE = {"minimum": 0}
+MAX_BATCH = 1000
+"""The most hand-outs one ``get_work`` may ask for (:attr:`GetWork.max_tasks`)."""
 
 IDENTIFIER_MAX_LENGTH = 1000
 """The most characters an identifier may have: five times the 200 of Luigi's own task history
@@ -244,6 +249,24 @@ def _variants(on: str, cases: Mapping[Any, tuple[Any, Mapping[str, Any]]]) -> di
 
 
 @dataclass(frozen=True, slots=True)
+class RetrySpec:
+    """A task's own retry schedule, as a worker registers it (the numbers of its
+    ``retry_policy``, :class:`conveyor.RetryPolicy`; never its exception classes).
+
+    Each field None means the scheduler's setting (``[scheduler] retry_delay``,
+    ``retry_backoff``, ``retry_max_delay``, ``retry_jitter``): the n-th failure within
+    ``disable_window`` waits ``delay * backoff**(n-1)``, moved by up to ``jitter`` of itself
+    either way, never longer than ``max_delay``. The policy's ``count`` travels as
+    :attr:`TaskSpec.retry_count`, which a scheduler predating this value understands too.
+    """
+
+    delay: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    backoff: float | None = field(default=None, metadata={"minimum": 1})
+    max_delay: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    jitter: float | None = field(default=None, metadata={"minimum": 0, "maximum": 1})
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     """What a worker registers about one task (strings, numbers, lists; never a live task)."""
 
@@ -265,6 +288,9 @@ class TaskSpec:
     loader: str = field(default=DEFAULT_LOADER, metadata=_ID)
     """The :class:`~conveyor.TaskLoader` that rebuilds the task from module, family and params
     (``"conveyor"`` for conveyor's own task classes; ``"luigi"`` for a ``luigi.Task``)."""
+    retry: RetrySpec | None = None
+    """The task's own retry schedule (its ``retry_policy``); None: the scheduler's. Sent only
+    by a task that has one (left out at its default, a registration reads as before)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,12 +366,42 @@ class GetWork:
     looked at. A server that predates the field refuses it (422): the ``http`` transport then
     asks again without it (:data:`DROPPABLE`), which is right, since such a server holds only
     conveyor's tasks.
+
+    ``max_tasks`` (1 or more) asks for a batch: up to that many hand-outs, one in
+    :attr:`WorkAnswer.work` and the rest in :attr:`WorkAnswer.more`, and the answer says
+    ``batched``. 0 (left out) is the single hand-out of older workers. A server that predates
+    the field refuses it (422) and is then asked without it. ``done`` and ``failed`` carry the
+    reports of attempts that ended since the worker's last call (each as its own route would
+    take it, of the same worker): the scheduler applies them first, in that order, and commits
+    them with the hand-outs in one transaction before it answers. A worker sends them only to
+    a scheduler whose answer said ``batched``. A stale report among them does not refuse the
+    request: it is left out and named in :attr:`WorkAnswer.refused`.
     """
 
     worker_id: str = field(metadata=_ID)
     assistant: bool = False
     running: tuple[str, ...] | None = field(default=None, metadata=_ID)
     loaders: tuple[str, ...] | None = field(default=None, metadata={**_ID, "droppable": True})
+    max_tasks: int = field(
+        default=0, metadata={**_NON_NEGATIVE, "maximum": MAX_BATCH, "droppable": True}
+    )
+    done: tuple[TaskDone, ...] = ()
+    failed: tuple[TaskFailed, ...] = ()
+
+    def __post_init__(self) -> None:
+        """The reports carried are the asking worker's own."""
+        carried: tuple[tuple[str, tuple[TaskDone | TaskFailed, ...]], ...] = (
+            ("done", self.done),
+            ("failed", self.failed),
+        )
+        for name, reports in carried:
+            for index, report in enumerate(reports):
+                if report.worker_id != self.worker_id:
+                    raise FieldError(
+                        f"{name}[{index}].worker_id",
+                        f"a report carried by get_work must be of the asking worker "
+                        f"{self.worker_id!r}, not {report.worker_id!r}",
+                    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +446,12 @@ class TaskFailed:
             AttemptEnd.INTERRUPTED,
         ),
     )
+    not_retried: str = field(default="", metadata={"droppable": True})
+    """Why the task's ``retry_policy`` does not retry this failure ("": retry it as usual),
+    e.g. ``ValueError is not in retry_on (KeyError, OSError)``: the scheduler then disables
+    the task at once, with this reason after the explanation. A server that predates the field
+    refuses it (422), and the ``http`` transport then reports the failure without it
+    (:data:`DROPPABLE`): retried as before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,10 +519,29 @@ class Ok:
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedReport:
+    """A report carried by :class:`GetWork` that the scheduler refused as stale (what its own
+    route would have answered with HTTP 409): the task was handed out again since."""
+
+    route: str
+    task_id: str
+    attempt: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkAnswer:
-    """The answer to :class:`GetWork`: a task, or None when nothing is ready."""
+    """The answer to :class:`GetWork`: a task, or None when nothing is ready.
+
+    To a batch request (``max_tasks`` given) the answer is ``batched``: ``more`` holds the
+    hand-outs after the first, and ``refused`` the carried reports refused as stale. An older
+    scheduler's answer has none of these (``batched`` false): a worker then sends its reports
+    by their own routes."""
 
     work: Work | None
+    more: tuple[Work, ...] = ()
+    batched: bool = False
+    refused: tuple[RefusedReport, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -838,25 +919,55 @@ def _check_variants(value: Any) -> None:
             _variant(variants, getattr(value, variants.on), getattr(value, f.name), f.name, True)
 
 
+_UNION, _ANY, _ENUM, _DATACLASS, _TUPLE, _MAPPING, _SCALAR = range(7)
+_KINDS: dict[Any, int] = {}
+
+
+def _kind_of(hint: Any) -> int:
+    """What sort of annotation ``hint`` is, for :func:`_value` (worked out once per hint: the
+    typing introspection costs more than the decoding itself)."""
+    kind = _KINDS.get(hint)
+    if kind is None:
+        origin = typing.get_origin(hint)
+        if origin in (typing.Union, types.UnionType):
+            kind = _UNION
+        elif hint is Any:
+            kind = _ANY
+        elif isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+            kind = _ENUM
+        elif dataclasses.is_dataclass(hint):
+            kind = _DATACLASS
+        elif origin is tuple:
+            kind = _TUPLE
+        elif origin is Mapping:
+            kind = _MAPPING
+        else:
+            kind = _SCALAR
+        _KINDS[hint] = kind
+    return kind
+
+
 def _value(hint: Any, data: Any, path: str, meta: Mapping[str, Any], strict: bool) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
+    kind = _kind_of(hint)
+    if kind == _SCALAR:
+        return _scalar(hint, data, path, meta)
+    if kind == _UNION:
         return _union(typing.get_args(hint), data, path, meta, strict)
-    if hint is Any:
+    if kind == _ANY:
         return data
-    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+    if kind == _ENUM:
         allowed = meta.get("choices") or _members(hint)
         if not isinstance(data, str) or data not in allowed:
             raise FieldError(path, "expected one of " + ", ".join(map(str, allowed)))
         return hint(data)
-    if dataclasses.is_dataclass(hint):
-        return decode(hint, data, path, strict=strict)  # type: ignore[arg-type]
-    if origin is tuple:
+    if kind == _DATACLASS:
+        return decode(hint, data, path, strict=strict)
+    if kind == _TUPLE:
         item = typing.get_args(hint)[0]
         if not isinstance(data, list):
             raise FieldError(path, f"expected a list of {_describe(item)}")
         return tuple(_value(item, v, f"{path}[{i}]", meta, strict) for i, v in enumerate(data))
-    if origin is Mapping:
+    if kind == _MAPPING:
         item = typing.get_args(hint)[1]
         if not isinstance(data, dict):
             raise FieldError(path, f"expected an object of {_describe(item, meta)}")
@@ -1168,6 +1279,9 @@ class TaskDetail:
     """What keeps it from running: upstream tasks FAILED, DISABLED or UNKNOWN, or PENDING
     with nobody able to run them, reached through tasks that are not DONE."""
     changed: float
+    next_retry: float | None = None
+    """When (epoch seconds) a ``FAILED`` task is retried, or a ``DISABLED`` one enabled again
+    (``disable_persist`` after it was disabled); None for any other status."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1289,6 +1403,10 @@ class AttemptSpec:
     plugins: tuple[str, ...] = ()
     """The ``conveyor.plugins`` entry points (names) whose ``conveyor_attempt_begin`` /
     ``conveyor_attempt_end`` run in the attempt's process; only installed ones are loaded."""
+    memory_limit: int = field(default=0, metadata=_NON_NEGATIVE)
+    """The most memory, in bytes, the attempt's process tree may hold (0: no limit): a runner
+    of specs (``python -m conveyor.attempt``, which the Dask plugin starts) watches it as the
+    ``subprocess`` executor does."""
 
 
 class AttemptStage(enum.StrEnum):
@@ -1372,6 +1490,9 @@ class Failed:
     exception_type: str = ""
     cause: FailureCause = FailureCause.ERROR
     missing: tuple[str, ...] = ()
+    not_retried: str = ""
+    """Why the task's ``retry_policy`` does not retry this failure ("": it may be retried):
+    its exception is not in ``retry_on`` (decided where the exception was raised)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from .parameters import (
     allow_task_modules,
     task_modules_named,
 )
+from .retry import RetryPolicy
 from .secrets import REDACTED, is_secret_name, redact_text
 from .sizes import parse_size
 from .targets import Target
@@ -256,11 +257,15 @@ class Task:
     labels: ClassVar[Iterable[str]] = ()
     """What a worker must offer (``[worker] labels``) to be handed the task: a class
     attribute, or a property that does not depend on parameter values."""
+    """The :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that
+    rebuilds the task in an attempt's process: conveyor's own, ``"conveyor"``."""
     memory_limit: ClassVar[int | str | None] = None
     """The most memory an attempt's process tree may hold under a process executor
     (``"2GiB"``, or bytes; 0: no limit); None: the worker's ``[worker] memory_limit``."""
-    """The :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that
-    rebuilds the task in an attempt's process: conveyor's own, ``"conveyor"``."""
+    retry_policy: ClassVar[RetryPolicy | None] = None
+    """The task's own retry schedule and the failures worth a retry
+    (:class:`conveyor.RetryPolicy`); None: the scheduler's settings. Its ``count``, when set,
+    wins over ``retry_count``."""
     task_id_style: ClassVar[str | None] = None
     """How task ids are made: ``"conveyor"`` (the default), ``"luigi"`` (as Luigi 3 makes
     them, so outputs named after task ids keep their names across a port; the exceptions are
@@ -419,7 +424,8 @@ class Task:
     def task_policy(self) -> TaskPolicy:
         """How the task is scheduled (:class:`~conveyor.TaskPolicy`), from its attributes:
         ``worker_timeout``, ``priority``, ``resources``, ``retry_count``, ``owner_email``,
-        ``disabled``, whether it is external and ``task_loader``."""
+        ``disabled``, whether it is external, ``task_loader``, ``labels``, ``memory_limit``
+        and ``retry_policy``."""
         owners = self.owner_email
         if not owners:
             owned: tuple[str, ...] = ()
@@ -442,6 +448,7 @@ class Task:
             self.task_loader,
             () if (labels := self.labels) == () else _labels_of(labels, self),
             None if (limit := self.memory_limit) is None else _memory_limit_of(limit, self),
+            None if (retry := self.retry_policy) is None else _retry_policy_of(retry, self),
         )
         policy = _POLICIES.get(key)
         if policy is None or policy.resources is not resources:
@@ -458,6 +465,7 @@ class Task:
                 loader=key[7],
                 labels=key[8],
                 memory_limit=key[9],
+                retry_policy=key[10],
             )
         return policy
 
@@ -578,13 +586,27 @@ class Task:
 
 
 def _check_scheduling_attributes(cls: type[Task]) -> None:
-    """TaskDefinitionError for a ``labels`` or ``memory_limit`` class attribute of the wrong
-    shape (a property is checked when the task's policy is first asked)."""
+    """TaskDefinitionError for a ``labels``, ``memory_limit`` or ``retry_policy`` class
+    attribute of the wrong shape (a property is checked when the task's policy is first
+    asked)."""
     labels, limit = vars(cls).get("labels"), vars(cls).get("memory_limit")
     if labels is not None and not isinstance(labels, property):
         _labels_of(labels, cls)
     if limit is not None and not isinstance(limit, property):
         _memory_limit_of(limit, cls)
+    retry = vars(cls).get("retry_policy")
+    if retry is not None and not isinstance(retry, property):
+        _retry_policy_of(retry, cls)
+
+
+def _retry_policy_of(retry: Any, owner: object) -> RetryPolicy:
+    """``retry`` itself if it is a :class:`~conveyor.RetryPolicy`; TaskDefinitionError
+    otherwise."""
+    if type(retry) is RetryPolicy or isinstance(retry, RetryPolicy):
+        return retry
+    raise TaskDefinitionError(
+        f"{_owner_name(owner)}.retry_policy = {retry!r}; expected conveyor.RetryPolicy(...) or None"
+    )
 
 
 def _labels_of(labels: Any, owner: object) -> tuple[str, ...]:

@@ -25,7 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .retry import RetryPolicy
 
 __all__ = [
     "DEFAULT_LOADER",
@@ -59,9 +62,11 @@ class TaskPolicy:
     the configured receivers; ``labels`` are what a worker must offer (its
     ``[worker] labels``) to be handed the task; ``memory_limit`` caps an attempt's process
     tree, in bytes, under process executors (None: the worker's ``[worker] memory_limit``;
-    0: none); ``disabled`` means the worker never runs it; ``external`` means its data is made
-    elsewhere (no ``run()``); ``loader`` names the :class:`TaskLoader` that rebuilds the task in
-    another process.
+    0: none); ``retry_policy`` is the task's own retry schedule and the failures worth a retry
+    (:class:`conveyor.RetryPolicy`; None: the scheduler's settings; its ``count``, when set,
+    wins over ``retry_count``); ``disabled`` means the worker never runs it; ``external``
+    means its data is made elsewhere (no ``run()``); ``loader`` names the :class:`TaskLoader`
+    that rebuilds the task in another process.
 
     New fields are added with defaults, so a value built by an older third-party task class
     stays valid.
@@ -77,6 +82,7 @@ class TaskPolicy:
     external: bool = False
     loader: str = DEFAULT_LOADER
     memory_limit: int | None = None
+    retry_policy: RetryPolicy | None = None
 
 
 @runtime_checkable

@@ -165,6 +165,7 @@ def _attempt(
             _since(started),
             error=_explain(task, exc),
             exception_type=type(exc).__name__,
+            not_retried=_not_retried(task, exc),
         )
     done = "" if explanation is None else str(explanation)
     return Outcome(task_id, SUCCEEDED, _since(started), explanation=done)
@@ -231,6 +232,15 @@ def _incomplete(task: TaskLike, yielded: Any) -> tuple[TaskLike, ...]:
     else:
         deps = checked_tasks(task, yielded, "run() yield")
     return tuple(dep for dep in deps if not dep.complete())
+
+
+def _not_retried(task: TaskLike, exc: BaseException) -> str:
+    """Why the task's ``retry_policy`` does not retry a failure raising ``exc`` ("": retry)."""
+    try:
+        retry = task.task_policy().retry_policy
+    except Exception:  # (a policy that cannot be read was reported when it was registered)
+        return ""
+    return "" if retry is None else retry.not_retried(exc)
 
 
 def _explain(task: TaskLike, exc: BaseException) -> str:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..settings import Field
 
 __all__ = [
+    "MEMORY_REASON",
     "AttemptRequest",
     "Executor",
     "ExecutorContext",
@@ -47,6 +48,11 @@ SUCCEEDED, FAILED, TIMED_OUT, PROCESS_DIED, NEEDS_DEPS = (
     AttemptOutcome.PROCESS_DIED,
     AttemptOutcome.NEEDS_DEPS,
 )
+
+
+MEMORY_REASON = "exceeded memory limit "
+"""How the error of an attempt killed for its memory starts ("exceeded memory limit 2 GiB
+(peak 2.1 GiB)"; the process executors' supervisor writes it)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -141,6 +147,9 @@ class Outcome:
     class not found, or its rebuilt id different); ``run()`` was never called."""
     explanation: str = ""
     """With succeeded: what ``on_success()`` returned, as text ("" for nothing)."""
+    not_retried: str = ""
+    """With failed: why the task's ``retry_policy`` does not retry it (its exception is not in
+    ``retry_on``: decided where the exception was raised); "" to retry it as usual."""
 
 
 Message = Note | Outcome

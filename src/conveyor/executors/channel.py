@@ -85,7 +85,9 @@ def _end_to_wire(outcome: Outcome) -> p.AttemptMessage:
         cause = FailureCause.INTERRUPTED
     elif outcome.load_error:
         cause = FailureCause.TASK_LOAD
-    return p.Failed(duration, error, outcome.exception_type[:200], cause, outcome.missing)
+    not_retried = truncate(outcome.not_retried, 1000)
+    exception_type = outcome.exception_type[:200]
+    return p.Failed(duration, error, exception_type, cause, outcome.missing, not_retried)
 
 
 def from_wire(
@@ -139,6 +141,7 @@ def from_wire(
         missing=message.missing,
         interrupted=message.cause == FailureCause.INTERRUPTED,
         load_error=message.cause == FailureCause.TASK_LOAD,
+        not_retried=message.not_retried,
     )
 
 

@@ -141,6 +141,7 @@ def attempt_spec(request: AttemptRequest, context: ExecutorContext | None = None
         loader=loader,  # (what task_policy().loader says)
         env=dict(request.env),
         plugins=request.plugins,
+        memory_limit=request.memory_limit,
     )
 
 

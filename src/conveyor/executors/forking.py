@@ -5,7 +5,8 @@ Attempts are not forked by the worker, which has threads, but by its fork server
 of the worker when it has one thread at that moment (it then shares everything the worker had
 imported), a fresh interpreter otherwise. The child runs in its own process group and reports
 through a pipe straight to the worker (see :mod:`conveyor.executors.channel`); the
-:class:`~conveyor.executors.supervisor.Supervisor` enforces timeouts and reports the outcome.
+:class:`~conveyor.executors.supervisor.Supervisor` enforces timeouts and memory limits and
+reports the outcome.
 If the server dies, its running attempts are PROCESS_DIED and the next attempt starts a new one.
 """
 
@@ -29,7 +30,8 @@ log = structlog.get_logger("conveyor.executors")
 
 
 class ForkExecutor(ProcessExecutor):
-    """Runs each attempt in a forked child; enforces timeouts on the whole process tree."""
+    """Runs each attempt in a forked child; enforces timeouts and memory limits on the whole
+    process tree."""
 
     name: ClassVar[str] = "fork"
 
@@ -96,6 +98,7 @@ class ForkExecutor(ProcessExecutor):
                 mark=mark,
                 server=server,
                 loader=spec.loader,
+                memory_limit=request.memory_limit,
             )
             self.supervisor.watch(child, since=since)
             return

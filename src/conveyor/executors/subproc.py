@@ -25,18 +25,20 @@ __all__ = ["SubprocessExecutor"]
 
 
 class SubprocessExecutor(ProcessExecutor):
-    """Runs each attempt in a new interpreter in its own session; enforces timeouts."""
+    """Runs each attempt in a new interpreter in its own session; enforces timeouts and
+    memory limits."""
 
     name: ClassVar[str] = "subprocess"
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Start the runner for the attempt and hand it to the supervisor."""
-        self.start_spec(attempt_spec(request, self.context), sink)
+        self.start_spec(attempt_spec(request, self.context), sink, request.memory_limit)
 
-    def start_spec(self, spec: AttemptSpec, sink: Sink) -> int:
+    def start_spec(self, spec: AttemptSpec, sink: Sink, memory_limit: int = 0) -> int:
         """Start the runner for an attempt described by ``spec`` (no task object needed, so a
         process that never imported the task's module can run it, as ``python -m
-        conveyor.attempt`` does); its pid. ``spec.timeout`` is enforced here."""
+        conveyor.attempt`` does); its pid. ``spec.timeout`` is enforced here, and
+        ``memory_limit`` (bytes of resident memory of the attempt's process tree; 0: none)."""
         msg_r, msg_w = os.pipe()
         dog_r, dog_w = os.pipe()
         payload = json.dumps(encode(spec), separators=(",", ":"))
@@ -74,6 +76,7 @@ class SubprocessExecutor(ProcessExecutor):
             mark=mark,
             startup="interpreter start-up",
             loader=spec.loader,
+            memory_limit=memory_limit,
         )
         self.supervisor.watch(child)
         assert proc.stdin is not None

@@ -18,6 +18,12 @@ starting); a timeout that fires before ``run()`` started says so, and what the p
 still doing (its start-up, or checking the task's dependencies), since a timeout clock that
 includes interpreter start-up can run out before any of the task's code ran.
 
+An attempt with a memory limit (:attr:`Child.memory_limit`) has the resident memory of its
+process tree sampled every :data:`MEMORY_EVERY` seconds (real time) while it runs — only while
+some attempt has one: nothing is sampled otherwise. Past the limit the tree is stopped like at a
+timeout, and the attempt is PROCESS_DIED "exceeded memory limit 2 GiB (peak 2.1 GiB)", the
+peak being the highest sample. What is counted is RSS (see :class:`~.proctree.TreeMemory`).
+
 Every attempt's environment carries a mark (:data:`~.proctree.MARK_VARIABLE`). After attempts
 end — at most every :data:`SWEEP_EVERY` seconds while others run, at once when none does, and
 when the executor closes — processes still carrying the mark of an ended attempt (a helper that
@@ -45,21 +51,46 @@ import psutil
 import structlog
 
 from ..clock import SYSTEM, Clock
+from ..sizes import format_size
 from ..tasklike import DEFAULT_LOADER
-from .base import FAILED, PROCESS_DIED, TIMED_OUT, ExecutorContext, Outcome, Sink
+from .base import (
+    FAILED,
+    MEMORY_REASON,
+    PROCESS_DIED,
+    TIMED_OUT,
+    ExecutorContext,
+    Outcome,
+    Sink,
+)
 from .channel import AttemptStage, LineReader, Stage, decode
 from .deadline import Announcing, Deadline, DeadlinePolicy, Step
-from .proctree import MARK_VARIABLE, descendants, marked_leftovers, signal_tree
+from .proctree import (
+    MARK_VARIABLE,
+    ProcessTable,
+    TreeMemory,
+    descendants,
+    marked_leftovers,
+    signal_tree,
+)
 
 if TYPE_CHECKING:
     from ..settings import Field
     from .zygote import ForkServer
 
-__all__ = ["Child", "ProcessExecutor", "Supervisor"]
+__all__ = [
+    "MEMORY_EVERY",
+    "MEMORY_REASON",
+    "Child",
+    "ProcessExecutor",
+    "Supervisor",
+    "memory_error",
+]
 
 _POLL = 0.1  # seconds between waitpid() polls where pidfd_open is unavailable
 _NEVER = float("inf")
 SWEEP_EVERY = 0.25  # seconds between two searches for left-behind processes while busy
+MEMORY_EVERY = 0.2
+"""Seconds (real time) between two samples of the memory of the attempts that have a limit."""
 log = structlog.get_logger("conveyor.executors")
 
 
@@ -67,6 +98,7 @@ class _Stop(enum.Enum):
     """Why the supervisor stopped an attempt's process."""
 
     TIMED_OUT = "its timeout ran out"
+    MEMORY = "its process tree exceeded its memory limit"
     SERVER_DIED = "the fork server that started it died"
     INTERRUPTED = "the worker was interrupted"
 
@@ -108,6 +140,13 @@ class Child:
     ``[tasks.*]`` defaults): the dependencies it yields are rebuilt in it, on this thread."""
     deadline: Deadline = field(init=False, default_factory=lambda: Deadline(0.0, 0.0, 0.0))
     """Its timeout and the escalation so far (none until :meth:`Supervisor.watch` sets it)."""
+    memory_limit: int = 0
+    """The most resident memory (bytes) its process tree may hold; 0: no limit."""
+    peak: int = 0
+    """The highest resident memory of its tree sampled so far (bytes; with a limit only)."""
+    memory: TreeMemory | None = field(init=False, default=None)
+    """Its tree's memory, sampled while it runs (with a limit only; set by
+    :meth:`Supervisor.watch`, None again once it is gone)."""
 
     def stop_for(self, why: _Stop, by: str = "") -> None:
         """Record why it is being stopped, unless it is being stopped already (the first
@@ -146,6 +185,7 @@ class Supervisor:
         self._live_marks: set[str] = set()  # issued to attempts not reaped yet
         self._swept = 0.0
         self._sweep_due = False  # an attempt ended since the last sweep
+        self._sampled = 0.0  # when the memory of the attempts with a limit was last sampled
         self._servers: set[ForkServer] = set()  # whose exit events the selector watches
         self._early: dict[tuple[ForkServer, int], int] = {}  # exits reported before watch()
         self._due: list[tuple[Child, int]] = []  # their children, to reap on the loop
@@ -179,6 +219,9 @@ class Supervisor:
         # a fork server's child has a pidfd too (not watched: the server reports the exit),
         # to kill it surely if the server dies
         child.pidfd = _pidfd(child.pid)
+        if child.memory_limit > 0:
+            with contextlib.suppress(psutil.Error):  # (gone already: its exit is reported)
+                child.memory = TreeMemory(child.pid)
         with self._lock:
             self._children[child.pid] = child
             self._selector.register(child.msg_fd, selectors.EVENT_READ, ("msg", child))
@@ -350,6 +393,9 @@ class Supervisor:
         if self._sweep_due:
             sweep = max(0.0, self._swept + SWEEP_EVERY - time.monotonic())
             wait = sweep if wait is None else min(wait, sweep)
+        if any(_limited(c) for c in children):
+            sample = max(0.0, self._sampled + MEMORY_EVERY - time.monotonic())
+            wait = sample if wait is None else min(wait, sample)
         if polling:
             wait = _POLL if wait is None else min(wait, _POLL)
         return wait
@@ -409,6 +455,39 @@ class Supervisor:
                 self._terminate(child, hard=False)
             if child.pidfd is None and child.server is None:
                 self._poll_exit(child)
+        self._check_memory(children)
+
+    def _check_memory(self, children: list[Child]) -> None:
+        """Sample the memory of the attempts that have a limit, if :data:`MEMORY_EVERY` has
+        passed, and stop those past it (TERM to the tree, KILL after the grace, like a
+        timeout). Only running ones: not one that reported its outcome or is being stopped."""
+        limited = [c for c in children if _limited(c)]
+        if not limited or time.monotonic() - self._sampled < MEMORY_EVERY:
+            return
+        self._sampled = time.monotonic()
+        table = ProcessTable.read()  # (one look at /proc for every tree; None: psutil's)
+        for child in limited:
+            assert child.memory is not None  # (_limited)
+            rss = child.memory.sample(table)
+            if rss is None:  # it exited: the exit is reported as usual
+                child.memory = None
+                continue
+            child.peak = max(child.peak, rss)
+            if rss <= child.memory_limit:
+                continue
+            child.stop_for(_Stop.MEMORY)
+            if child.stopped is not _Stop.MEMORY:  # (stopped for another reason meanwhile)
+                continue
+            log.warning(
+                "an attempt exceeded its memory limit; stopping its process tree",
+                task_id=child.task_id,
+                pid=child.pid,
+                memory_limit=child.memory_limit,
+                rss=rss,
+            )
+            # every process the samples found is signalled too, re-parented ones included
+            child.tree = child.memory.processes()
+            self._terminate(child, hard=False)
 
     def _terminate(self, child: Child, hard: bool) -> None:
         """TERMINATE (SIGTERM now, KILL after kill_grace) unless the escalation is past
@@ -425,11 +504,15 @@ class Supervisor:
     @staticmethod
     def _signal(child: Child, sig: signal.Signals, scan: bool = True) -> None:
         """Signal the attempt's tree; a fork server's child through its server (which alone
-        knows whether the pid is still that child's)."""
+        knows whether the pid is still that child's), and the descendants already known
+        (those memory samples found; psutil refuses a pid that names another process now)."""
         if child.server is None:
             signal_tree(child.pid, sig, child.tree, scan=scan)
         else:
             child.server.signal(child.pid, sig)
+            for proc in child.tree:
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(sig)
 
     def _poll_exit(self, child: Child) -> None:
         """Where pidfds are missing: has the child exited? (It stays a zombie until reaped.)"""
@@ -495,6 +578,17 @@ class Supervisor:
                 exception_type="Timeout",
                 before_run=before_run,
             )
+        if child.stopped is _Stop.MEMORY:
+            exitcode, signum = _decode_status(status)
+            return Outcome(
+                child.task_id,
+                PROCESS_DIED,
+                elapsed,
+                exitcode=exitcode,
+                signal=signum,
+                error=memory_error(child.memory_limit, child.peak),
+                exception_type="ProcessDied",
+            )
         if child.outcome is not None:  # reported before it was stopped: the outcome stands
             return child.outcome
         if child.stopped is _Stop.SERVER_DIED:
@@ -526,6 +620,18 @@ class Supervisor:
             error=f"the task's process ended with {what} without reporting a result",
             exception_type="ProcessDied",
         )
+
+
+def memory_error(limit: int, peak: int) -> str:
+    """The reason of an attempt killed for its memory: ``exceeded memory limit 2 GiB (peak
+    2.1 GiB)`` (``limit`` and ``peak`` in bytes)."""
+    return f"{MEMORY_REASON}{format_size(limit)} (peak {format_size(peak)})"
+
+
+def _limited(child: Child) -> bool:
+    """Whether ``child``'s memory is to be sampled now: it has a limit, and it is running
+    (not reported, not being stopped, not gone)."""
+    return child.memory is not None and child.deadline.step is Step.RUNNING and not child.closed
 
 
 def _pidfd(pid: int) -> int | None:

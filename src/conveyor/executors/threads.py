@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .attempt import run_attempt
 from .base import FAILED, AttemptRequest, ExecutorContext, Outcome, Sink
+from .inline import warn_memory_limit_ignored
 
 if TYPE_CHECKING:
     from ..settings import Field
@@ -17,7 +18,8 @@ __all__ = ["ThreadExecutor"]
 
 
 class ThreadExecutor:
-    """Runs attempts on a thread pool; cannot enforce timeouts (threads cannot be killed)."""
+    """Runs attempts on a thread pool; cannot enforce timeouts (threads cannot be killed) nor
+    memory limits (see :func:`~.inline.warn_memory_limit_ignored`)."""
 
     name: ClassVar[str] = "thread"
     can_kill: ClassVar[bool] = False
@@ -30,9 +32,13 @@ class ThreadExecutor:
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, self.context.workers), thread_name_prefix="conveyor-task"
         )
+        self._warned = False  # about a memory limit it cannot enforce (once)
 
     def start(self, request: AttemptRequest, sink: Sink) -> None:
         """Queue the attempt on the pool; its outcome arrives through ``sink``."""
+        if request.memory_limit and not self._warned:
+            self._warned = True
+            warn_memory_limit_ignored(self.name, request)
         # in a copy of the caller's context: tasks run() makes (dynamic dependencies) take the
         # [tasks.*] defaults of the worker that started it, held in a ContextVar
         self._pool.submit(contextvars.copy_context().run, _run_and_report, request, sink)

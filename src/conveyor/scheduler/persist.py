@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..protocol import AttemptEnd, TaskStatus
+from ..protocol import AttemptEnd, RetrySpec, TaskStatus
 from ..tasklike import DEFAULT_LOADER
 from .policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 
@@ -57,6 +57,7 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "runners": sorted(rec.runners),
         "worker": rec.worker,
         "retry_count": rec.retry_count,
+        "retry": None if rec.retry is None else _retry_row(rec.retry),
         "failures": list(rec.failures or ()),
         "wake_at": rec.wake_at,
         "explanation": rec.explanation,
@@ -210,6 +211,45 @@ def _attempts(value: Any) -> list[Attempt]:
     return history
 
 
+_RETRY_KEYS = ("delay", "backoff", "max_delay", "jitter")
+_RETRY_EXPECTED = (
+    "null or an object with exactly the fields delay, backoff, max_delay, jitter (each null or "
+    "a finite number: delay and max_delay >= 0, backoff >= 1, jitter from 0 to 1)"
+)
+
+
+def _retry_row(retry: RetrySpec) -> dict[str, float | None]:
+    """A task's own retry schedule as a row's ``retry`` object."""
+    return {
+        "delay": retry.delay,
+        "backoff": retry.backoff,
+        "max_delay": retry.max_delay,
+        "jitter": retry.jitter,
+    }
+
+
+def _retry(value: Any) -> RetrySpec | None:
+    """A row's ``retry``: null, or the four numbers of a :class:`RetrySpec` within bounds."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or sorted(value) != sorted(_RETRY_KEYS):
+        raise _Expected(_RETRY_EXPECTED)
+    try:
+        numbers = {k: None if value[k] is None else _number(value[k]) for k in _RETRY_KEYS}
+    except _Expected:
+        raise _Expected(_RETRY_EXPECTED) from None
+    delay, backoff = numbers["delay"], numbers["backoff"]
+    most, jitter = numbers["max_delay"], numbers["jitter"]
+    if (
+        (delay is not None and delay < 0)
+        or (backoff is not None and backoff < 1)
+        or (most is not None and most < 0)
+        or (jitter is not None and not 0 <= jitter <= 1)
+    ):
+        raise _Expected(_RETRY_EXPECTED)
+    return RetrySpec(delay, backoff, most, jitter)
+
+
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def optional(value: Any) -> Any:
         if value is None:
@@ -238,6 +278,7 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "runners": _texts,
     "worker": _optional(_text),
     "retry_count": _optional(_integer),
+    "retry": _retry,
     "failures": _failures,
     "wake_at": _number,
     "explanation": _text,
@@ -252,7 +293,7 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
 """Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
 
 ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
-    {"attempt": 0, "reported": 0, "attempts": [], "loader": DEFAULT_LOADER}
+    {"attempt": 0, "reported": 0, "attempts": [], "loader": DEFAULT_LOADER, "retry": None}
 )
 """Fields added after rows were first written, and the value a row saved without one gets.
 A field added to :func:`to_row` later belongs here too, or every older row is unusable."""

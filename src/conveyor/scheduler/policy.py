@@ -57,19 +57,25 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from ..errors import InvalidTransition, StaleReport
 from ..protocol import (
     ROUTES,
     AttemptEnd,
+    GetWork,
     NoteKind,
     Ok,
+    RefusedReport,
+    RetrySpec,
     Route,
+    TaskDone,
+    TaskFailed,
     TaskInfo,
     TaskSpec,
     TaskStatus,
     Work,
+    WorkAnswer,
     WorkLeft,
     route_of,
 )
@@ -255,6 +261,8 @@ class TaskRecord:
     """Workers that may run it."""
     worker: str | None = None
     retry_count: int | None = None
+    retry: RetrySpec | None = None
+    """The task's own retry schedule (:attr:`TaskSpec.retry`); None: the scheduler's."""
     failures: deque[float] | None = None  # allocated on the first failure
     wake_at: float = 0.0
     explanation: str = ""
@@ -382,6 +390,10 @@ class SchedulerCore:
         named methods are the in-process convenience API, and every route has one (checked on
         import). What a method raises (:class:`~conveyor.errors.StaleReport`) is raised.
         """
+        if type(request) is GetWork and request.max_tasks and _own_get_work(self):
+            # a subclass's own get_work may predate batches: it is asked for one, as before
+            # (its answer is not batched, so nothing is ever carried to it)
+            request = dataclasses.replace(request, max_tasks=0)
         # (route_of: TypeError naming what was given, if it is not a request)
         handler = _DISPATCH.get(type(request)) or _DISPATCH[route_of(request).request]
         name, fields, answer, own = handler
@@ -416,6 +428,8 @@ class SchedulerCore:
             rec.runners += (worker_id,)
         if spec.retry_count is not None:
             rec.retry_count = spec.retry_count
+        if spec.retry is not None:
+            rec.retry = spec.retry
         rec.resources = spec.resources
         added: tuple[str, ...] = ()
         if first or spec.deps or spec.status == PENDING:
@@ -620,30 +634,87 @@ class SchedulerCore:
 
     # --- handing out work -----------------------------------------------------------------
 
+    @overload
     def get_work(
         self,
         worker_id: str,
         assistant: bool = False,
         running: Collection[str] | None = None,
         loaders: Collection[str] | None = None,
-    ) -> Work | None:
+        max_tasks: Literal[0] = 0,
+        done: Sequence[TaskDone] = (),
+        failed: Sequence[TaskFailed] = (),
+    ) -> Work | None: ...
+
+    @overload
+    def get_work(
+        self,
+        worker_id: str,
+        assistant: bool = False,
+        running: Collection[str] | None = None,
+        loaders: Collection[str] | None = None,
+        max_tasks: int = 0,
+        done: Sequence[TaskDone] = (),
+        failed: Sequence[TaskFailed] = (),
+    ) -> Work | WorkAnswer | None: ...
+
+    def get_work(
+        self,
+        worker_id: str,
+        assistant: bool = False,
+        running: Collection[str] | None = None,
+        loaders: Collection[str] | None = None,
+        max_tasks: int = 0,
+        done: Sequence[TaskDone] = (),
+        failed: Sequence[TaskFailed] = (),
+    ) -> Work | WorkAnswer | None:
         """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None.
 
         When ``running`` is given, tasks recorded as running on this worker but missing from it
         (a hand-out whose answer never arrived) go back to PENDING, without a failure. An
         assistant is handed another worker's task only if its loader is one of ``loaders``
         (None: conveyor's own only); see :class:`~conveyor.protocol.GetWork`.
+
+        A batch (``max_tasks`` of 1 or more) is answered a :class:`WorkAnswer`: the carried
+        reports ``done`` and ``failed`` applied first, as :meth:`task_done` and
+        :meth:`task_failed` apply them (a stale one is named in the answer's ``refused``
+        instead of refusing the call), then up to ``max_tasks`` hand-outs, best first. All of
+        it under the scheduler's lock, so a server commits it as one transaction.
         """
         with self._lock:
+            refused: list[RefusedReport] = []
+            reports: tuple[TaskDone | TaskFailed, ...] = (*done, *failed)
+            for report in reports:
+                try:
+                    self.call(report)
+                except StaleReport as exc:
+                    route = route_of(report).name
+                    refused.append(RefusedReport(route, report.task_id, report.attempt, str(exc)))
             now = self._seen(worker_id, assistant)
             self._wake(now)
             if running is not None and self._running_on.get(worker_id):
                 self._reclaim(worker_id, set(running))
-            work = self._pop(worker_id, worker_id)
-            if work is None and assistant:
-                accepted = _CONVEYOR_ONLY if loaders is None else loaders
-                work = self._pop_for_assistant(worker_id, accepted)
-            return work
+            work = self._hand_out(worker_id, assistant, loaders)
+            if not max_tasks:
+                return work
+            more: list[Work] = []
+            while work is not None and len(more) < max_tasks - 1:
+                taken = self._hand_out(worker_id, assistant, loaders)
+                if taken is None:
+                    break
+                more.append(taken)
+            return WorkAnswer(work, tuple(more), True, tuple(refused))
+
+    def _hand_out(
+        self, worker_id: str, assistant: bool, loaders: Collection[str] | None
+    ) -> Work | None:
+        """The best ready task for ``worker_id`` (its own first, then, for an assistant,
+        another worker's of one of ``loaders``), taken; None if there is none."""
+        work = self._pop(worker_id, worker_id)
+        if work is None and assistant:
+            accepted = _CONVEYOR_ONLY if loaders is None else loaders
+            work = self._pop_for_assistant(worker_id, accepted)
+        return work
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
         for task_id in list(self._running_on.get(worker_id, ())):
@@ -857,12 +928,15 @@ class SchedulerCore:
         explanation: str,
         attempt: int = 0,
         outcome: AttemptEnd = AttemptEnd.FAILED,
+        not_retried: str = "",
     ) -> TaskStatus:
         """Record a failed attempt; return the new status (``FAILED`` or ``DISABLED``).
 
         ``attempt`` as for :meth:`task_done`; the failure of an attempt the scheduler already
         took back (and counted as failed, or reclaimed) is acknowledged without counting again.
         ``outcome`` (failed, timed out, process died, interrupted) goes into the history.
+        ``not_retried`` (the task's ``retry_on`` excludes this failure) disables the task at
+        once, the reason appended to its explanation.
         """
         with self._lock:
             now = self._seen(worker_id)
@@ -879,7 +953,9 @@ class SchedulerCore:
                     rec.explanation = explanation
                 return rec.status
             cause = Cause.FAILED if attempt else Cause.FAILED_UNFENCED
-            return self._fail(rec, explanation, now, AttemptEnd(outcome), cause)
+            if not_retried:
+                explanation = f"{explanation.rstrip()}\nnot retried: {not_retried}"
+            return self._fail(rec, explanation, now, AttemptEnd(outcome), cause, not_retried)
 
     def _fresh(self, rec: TaskRecord, attempt: int, worker_id: str) -> bool:
         """True if a report of ``attempt`` is to be applied (and note it applied); False for
@@ -900,8 +976,17 @@ class SchedulerCore:
         return True
 
     def _fail(
-        self, rec: TaskRecord, explanation: str, now: float, outcome: AttemptEnd, cause: Cause
+        self,
+        rec: TaskRecord,
+        explanation: str,
+        now: float,
+        outcome: AttemptEnd,
+        cause: Cause,
+        not_retried: str = "",
     ) -> TaskStatus:
+        """Count a failure of ``rec``: ``FAILED`` until its retry is due, or ``DISABLED`` when
+        the failures within ``disable_window`` reach its count, or at once when ``not_retried``
+        (its ``retry_on`` excludes the failure)."""
         self._touch(rec)
         if rec.status == RUNNING:
             _end_attempt(rec, rec.attempt, outcome, now)
@@ -911,28 +996,36 @@ class SchedulerCore:
         while failures and failures[0] < now - self.disable_window:
             failures.popleft()
         limit = rec.retry_count if rec.retry_count is not None else self.retry_count
-        if limit > 0 and len(failures) >= limit:
+        if not_retried or (limit > 0 and len(failures) >= limit):
             failures.clear()
             self._set_status(rec, DISABLED, cause)
             self._schedule_wake(rec, now + self.disable_persist)
         else:
             self._set_status(rec, FAILED, cause)
-            self._schedule_wake(rec, now + self.retry_wait(len(failures)))
+            self._schedule_wake(rec, now + self.retry_wait(len(failures), rec.retry))
         return rec.status
 
-    def retry_wait(self, failures: int) -> float:
+    def retry_wait(self, failures: int, retry: RetrySpec | None = None) -> float:
         """How long a task waits FAILED after its ``failures``-th failure within
         ``disable_window`` (1, 2, …): ``retry_delay * retry_backoff**(failures - 1)``, moved by
-        up to ``retry_jitter`` of itself either way, and never more than ``retry_max_delay``."""
-        delay = self.retry_delay
-        if self.retry_backoff != 1.0 and failures > 1:
+        up to ``retry_jitter`` of itself either way, and never more than ``retry_max_delay``.
+        A task's own ``retry`` (:class:`~conveyor.protocol.RetrySpec`) replaces each setting
+        it gives."""
+        delay, backoff = self.retry_delay, self.retry_backoff
+        most, jitter = self.retry_max_delay, self.retry_jitter
+        if retry is not None:
+            delay = delay if retry.delay is None else retry.delay
+            backoff = backoff if retry.backoff is None else retry.backoff
+            most = most if retry.max_delay is None else retry.max_delay
+            jitter = jitter if retry.jitter is None else retry.jitter
+        if backoff != 1.0 and failures > 1:
             try:
-                delay *= self.retry_backoff ** (failures - 1)
+                delay *= backoff ** (failures - 1)
             except OverflowError:
-                delay = self.retry_max_delay
-        if self.retry_jitter:
-            delay *= 1.0 + self.retry_jitter * (2.0 * self.jitter() - 1.0)
-        return max(0.0, min(delay, self.retry_max_delay))
+                delay = most
+        if jitter:
+            delay *= 1.0 + jitter * (2.0 * self.jitter() - 1.0)
+        return max(0.0, min(delay, most))
 
     def _schedule_wake(self, rec: TaskRecord, when: float) -> None:
         rec.wake_at = when
@@ -1265,6 +1358,12 @@ _OK = Ok()
 _DISPATCH = {route.request: _handler(route) for route in ROUTES.values()}
 """The one dispatcher's table: each request type of :data:`~conveyor.protocol.ROUTES` ->
 how :meth:`SchedulerCore.call` serves it."""
+
+
+def _own_get_work(scheduler: SchedulerCore) -> bool:
+    """Whether ``scheduler``'s class has a ``get_work`` of its own (True: it may predate
+    batches, see :meth:`SchedulerCore.call`)."""
+    return type(scheduler).get_work is not SchedulerCore.get_work
 
 
 def _host_of(worker_id: str) -> str:

@@ -446,6 +446,13 @@ def _post_route(name: str, handler: Callable[[Any], Any], hooks: ServerHooks) ->
                 who, task, attempt = decoded.worker_id, decoded.task_id, decoded.attempt
                 await asyncio.to_thread(hooks.refused, name, who, task, attempt, str(exc))
             return _error(409, str(exc), "attempt")
+        for refused in getattr(result, "refused", ()):  # stale reports a get_work carried
+            log.warning("stale report refused", route=refused.route, error=refused.error)
+            if hooks.wants(REPORT_REFUSED):
+                who, task, attempt = decoded.worker_id, refused.task_id, refused.attempt
+                await asyncio.to_thread(
+                    hooks.refused, refused.route, who, task, attempt, refused.error
+                )
         return JSONResponse(encode(result))
 
     return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name)

@@ -438,7 +438,17 @@ def task_detail(
         attempts_kept=ATTEMPT_HISTORY,
         blocked_by=tuple(blocked),
         changed=changed,
+        next_retry=_next_retry(row),
     )
+
+
+def _next_retry(row: Mapping[str, Any]) -> float | None:
+    """When ``row``'s task is retried (``FAILED``) or enabled again (``DISABLED``), epoch
+    seconds; None for another status (or a record without a wake-up time)."""
+    wake_at = row.get("wake_at") or 0.0
+    if wake_at > 0 and row["status"] in (TaskStatus.FAILED, TaskStatus.DISABLED):
+        return float(wake_at)
+    return None
 
 
 def blocked_by(

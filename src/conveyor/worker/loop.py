@@ -58,6 +58,7 @@ from ..plugins import (
 )
 from ..protocol import (
     IDENTIFIER,
+    MAX_BATCH,
     AddTasks,
     Annotate,
     AttemptEnd,
@@ -71,6 +72,7 @@ from ..protocol import (
     TaskSpec,
     TaskStatus,
     Work,
+    WorkAnswer,
     WorkLeft,
     WorkLeftRequest,
 )
@@ -159,6 +161,7 @@ class Worker:
             self._isolator: Executor | None = None
             self._interrupted = ""
             self._unreachable = ""  # why the loop stopped: the scheduler did not answer get_work
+            self._batched = False  # whether the scheduler takes results with get_work
             self._contact = 0.0  # clock.monotonic() of the last call the scheduler answered
             self._lease = 0.0  # how long the scheduler keeps an attempt of a silent worker
             self._fenced_for = -1.0  # the _contact of the outage the attempts were stopped for
@@ -393,6 +396,7 @@ class Worker:
 
     def _loop(self) -> None:
         slots = max(1, self.settings.workers)
+        lingered = False  # whether the next ask has waited _LINGER for more results already
         while True:
             if self._interrupt_log:
                 log.warning("interrupted; stopping running tasks", **self._interrupt_log)
@@ -408,19 +412,35 @@ class Worker:
                     self._wait_for_message(self._outbox.seconds_to_retry())
                 continue
             if self._draining:
+                self._outbox.send_held()
                 if not self._running:
                     return
                 self._wait_for_message(None)
                 continue
             if len(self._running) >= slots:
+                self._outbox.send_held()
                 self._wait_for_message(None)
                 continue
+            if not lingered and self._should_linger(slots):
+                lingered = True
+                self._wait_for_message(_LINGER)
+                continue
+            lingered = False
+            done, failed = self._outbox.take_held()
+            ask = GetWork(
+                self.id,
+                self.settings.assistant,
+                tuple(self._running),
+                self._loaders,
+                min(slots - len(self._running), MAX_BATCH),
+                done,
+                failed,
+            )
             try:
-                work: Work | None = self._transport.call(
-                    GetWork(self.id, self.settings.assistant, tuple(self._running), self._loaders)
-                ).work
+                answer: WorkAnswer = self._transport.call(ask)
                 self._contact = self.clock.monotonic()
             except SchedulerUnavailable as exc:
+                self._outbox.requeue((*done, *failed), exc)
                 log.error("scheduler unreachable; asking for no more work", error=str(exc))
                 if self._running:
                     self._wait_for_message(None)
@@ -430,8 +450,18 @@ class Worker:
                     self._unreachable = str(exc)
                     return
                 continue
+            self._batched = answer.batched
+            for refused in answer.refused:
+                log.warning(
+                    "the scheduler refused a stale report; dropped",
+                    task_id=refused.task_id,
+                    error=refused.error,
+                )
+            work = answer.work
             if work is not None:
                 self._start(work)
+                for more in answer.more:
+                    self._start(more)
             elif self._running:
                 self._wait_for_message(None)
             elif not self._keep_waiting():
@@ -439,6 +469,28 @@ class Worker:
             else:
                 pause = self.settings.wait_interval + self.settings.wait_jitter * self.rand()
                 self._wait_for_message(pause)
+
+    def _should_linger(self, slots: int) -> bool:
+        """Whether to wait a little (:data:`_LINGER`) for more attempts to end before asking:
+        when most slots are still busy and the results held would otherwise go one by one, so
+        that one request carries several (a batch-taking scheduler only; never on a fake
+        clock, whose time a wait would move)."""
+        busy = len(self._running)
+        return (
+            self._batched
+            and busy > 0
+            and 2 * (slots - busy) < slots
+            and self._outbox.holding
+            and self.clock.blocks
+        )
+
+    def _report(self, result: TaskDone | TaskFailed) -> None:
+        """Report an attempt's result: with the next ``get_work`` to a scheduler that takes
+        reports so (its answers say ``batched``), else at once by the result's own route."""
+        if self._batched:
+            self._outbox.hold(result)
+        else:
+            self._outbox.send(result)
 
     def _keep_waiting(self) -> bool:
         if not self.settings.keep_alive:
@@ -690,7 +742,7 @@ class Worker:
             node.succeeded = True
             node.found_complete = outcome.found_complete
             text = truncate(outcome.explanation)
-            self._outbox.send(TaskDone(self.id, node.task_id, node.hand_out, text))
+            self._report(TaskDone(self.id, node.task_id, node.hand_out, text))
             ended = {**_ended_fields(node, outcome), "explanation": text}
             if outcome.found_complete:
                 self._transit(node, trigger, skipped=True, **ended)
@@ -711,8 +763,9 @@ class Worker:
             )
         node.error = truncate(outcome.error or outcome.kind)
         if not decision.reschedule:
-            self._outbox.send(
-                TaskFailed(self.id, node.task_id, node.error, node.hand_out, _ended(outcome))
+            how, no_retry = _ended(outcome), _not_retried(node.task, outcome)
+            self._report(
+                TaskFailed(self.id, node.task_id, node.error, node.hand_out, how, no_retry)
             )
         fields = _failure_fields(trigger, node.error, outcome)
         self._transit(node, trigger, **fields, **_ended_fields(node, outcome))
@@ -853,6 +906,11 @@ class Worker:
             raise Interrupted(signal_name)
 
 
+_LINGER = 0.01
+"""Seconds a worker with most of its slots busy waits for more attempts to end before it
+asks for work with the results it holds (one request then carries several)."""
+
+
 def fence_after(
     lease: float, kill_grace: float, ping_interval: float, rpc_timeout: float
 ) -> float | None:
@@ -891,6 +949,22 @@ def _ended(outcome: Outcome) -> AttemptEnd:
     if outcome.kind in (AttemptOutcome.TIMED_OUT, AttemptOutcome.PROCESS_DIED):
         return AttemptEnd(str(outcome.kind))
     return AttemptEnd.FAILED
+
+
+def _not_retried(task: TaskLike, outcome: Outcome) -> str:
+    """Why the task's ``retry_policy`` does not retry this failed attempt ("": retry it).
+
+    A failure's verdict comes with it (decided where its exception was raised); a time-out or
+    a death is judged here, as :class:`~conveyor.TaskTimeout` / :class:`~conveyor.ProcessDied`
+    against ``retry_on``. An interrupted attempt is the worker's doing: always retried.
+    """
+    kind = outcome.kind
+    if outcome.interrupted or kind is FAILED:
+        return "" if outcome.interrupted else outcome.not_retried
+    retry = task.task_policy().retry_policy
+    if retry is None or kind not in (AttemptOutcome.TIMED_OUT, AttemptOutcome.PROCESS_DIED):
+        return ""
+    return retry.not_retried_outcome(kind is AttemptOutcome.TIMED_OUT)
 
 
 def _ended_fields(node: Node, outcome: Outcome) -> dict[str, Any]:

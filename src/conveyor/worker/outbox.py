@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -48,6 +48,7 @@ class Outbox:
         self.rand = rand
         self._backoff = Backoff(settings.rpc_retry_wait, settings.rpc_retry_max_wait)
         self._queue: list[Any] = []  # request values, oldest first
+        self._held: list[TaskDone | TaskFailed] = []  # results to go with the next get_work
         self._since = 0.0
         self._next = 0.0
         self._failures = 0
@@ -57,9 +58,53 @@ class Outbox:
         """True while reports are waiting for the scheduler."""
         return bool(self._queue)
 
+    @property
+    def holding(self) -> bool:
+        """True while results are held for the next ``get_work``."""
+        return bool(self._held)
+
+    def hold(self, result: TaskDone | TaskFailed) -> None:
+        """Keep the result ``result`` to go with the worker's next ``get_work``
+        (:meth:`take_held`), or queue it behind undelivered reports. Whatever is sent by
+        :meth:`send` first delivers the held results, so reports keep their order."""
+        if self._queue:
+            self._queue.append(result)
+        else:
+            self._held.append(result)
+
+    def take_held(self) -> tuple[tuple[TaskDone, ...], tuple[TaskFailed, ...]]:
+        """The held results, successes and failures apart, now the caller's to deliver (by a
+        ``get_work`` that carries them; :meth:`requeue` them if it could not be sent)."""
+        held, self._held = self._held, []
+        done = tuple(r for r in held if isinstance(r, TaskDone))
+        failed = tuple(r for r in held if isinstance(r, TaskFailed))
+        return done, failed
+
+    def requeue(self, results: Sequence[TaskDone | TaskFailed], exc: SchedulerUnavailable) -> None:
+        """Queue ``results`` (taken by :meth:`take_held`; a ``get_work`` that carried them
+        could not reach the scheduler, ``exc``) before anything else, to be retried."""
+        if not results:
+            return
+        was_empty = not self._queue
+        self._queue[:0] = [*results, *self._held]
+        self._held = []
+        if was_empty:
+            self._since = self.clock()
+            self._schedule_retry()
+            log.error("scheduler unreachable; keeping results until it is back", error=str(exc))
+
+    def send_held(self) -> None:
+        """Deliver the held results by their own routes (nothing will carry them)."""
+        held, self._held = self._held, []
+        for result in held:
+            self.send(result)
+
     def send(self, request: Any) -> None:
         """Deliver ``request`` (a request value of :data:`conveyor.protocol.ROUTES`) by
-        ``transport.call(request)`` now, or queue it behind earlier undelivered ones."""
+        ``transport.call(request)`` now, or queue it behind earlier undelivered ones (held
+        results are delivered before it)."""
+        if self._held:
+            self.send_held()
         if self._queue:
             self._queue.append(request)
             return
@@ -124,7 +169,7 @@ class Outbox:
 
     def unreported(self) -> set[str]:
         """Task ids whose results never reached the scheduler."""
-        return {request.task_id for request in self._queue if isinstance(request, _RESULTS)}
+        return {r.task_id for r in (*self._queue, *self._held) if isinstance(r, _RESULTS)}
 
 
 def _refused(exc: StaleReport) -> None:

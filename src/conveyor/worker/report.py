@@ -16,7 +16,7 @@ from ..core.summary import (
     shorten,
 )
 from ..errors import SchedulerUnavailable
-from ..executors.base import Outcome
+from ..executors.base import MEMORY_REASON, Outcome
 from ..protocol import AttemptOutcome, Explanation, Statuses, TaskStatus
 from ..secrets import hide_secret_params, is_secret_name, redact_text
 from ..transports.base import SchedulerTransport
@@ -188,6 +188,8 @@ def _reason(node: Node, explanation: str) -> str:
             return f"timed out after {last.timeout:g} s, before run() started ({last.before_run})"
         return f"timed out after {last.timeout:g} s"
     if last is not None and last.kind == AttemptOutcome.PROCESS_DIED:
+        if last.error.startswith(MEMORY_REASON):
+            return last.error  # (killed for its memory: the signal is the supervisor's)
         if last.signal is not None:
             return f"process died with signal {_signal_name(last.signal)}"
         return f"process died with exit code {last.exitcode}"

@@ -200,6 +200,11 @@ class GraphWalk:
         """The registration of ``node``; ``deps`` defaults to all its dependencies (the
         scheduler merges the dependencies of a task it knows, so fewer may be named)."""
         policy = node.task_policy()
+        retry_count, own, retry = policy.retry_count, policy.retry_policy, None
+        if own is not None:  # (rare: a task's own retry policy, whose count wins)
+            if own.count is not None:
+                retry_count = own.count
+            retry = own.spec()
         return TaskSpec(
             node.task_id,
             *self._identity(node),
@@ -208,9 +213,10 @@ class GraphWalk:
             priority=policy.priority,
             resources=policy.resources,
             runnable=runnable,
-            retry_count=policy.retry_count,
+            retry_count=retry_count,
             explanation=explanation,
             loader=policy.loader,
+            retry=retry,
         )
 
 

@@ -134,6 +134,13 @@ function attempts(list, kept) {
   ];
 }
 
+// When a FAILED task is retried, or a DISABLED one enabled again (null: nothing pending).
+function nextRetry(task) {
+  if (task.next_retry == null) return null;
+  const what = task.status === STATUS.DISABLED ? "enabled again at " : "next retry at ";
+  return h("span", { "data-testid": "task-next-retry" }, what, timeEl(task.next_retry));
+}
+
 function section(title, ...content) {
   return h("section", { class: "panel" }, h("h2", null, title), content);
 }
@@ -165,6 +172,7 @@ function render(task, ctx) {
         ["Priority", String(task.priority ?? 0)],
         ["Resources", resources(task.resources)],
         ["Failures", failures],
+        ...(task.next_retry != null ? [["Retry", nextRetry(task)]] : []),
         ["Status message", h("span", { "data-testid": "task-status-message", class: "placeholder pre-wrap" }, task.status_message ?? "")],
         ["Progress", progress(task.progress)],
         ["Tracking URL", trackingUrl(task.tracking_url)],
