@@ -31,6 +31,7 @@ TASK_LIST_KEYS = {
     "progress",
     "tracking_url",
     "explanation",  # an addition to SPEC §7's keys: the last failure's explanation
+    "waiting",  # another: why a ready task no live worker can take waits
 }
 
 MakeCore = Callable[..., SchedulerCore]
@@ -362,6 +363,7 @@ def test_annotations_show_in_the_task_list(core: SchedulerCore):
         "progress": 50.0,
         "tracking_url": "http://example.invalid/job",
         "explanation": "",
+        "waiting": "",
     }
     assert entries["dep"]["status"] == "DONE"
 

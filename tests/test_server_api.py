@@ -52,6 +52,7 @@ TASK_KEYS = {
     "progress",
     "tracking_url",
     "explanation",  # an addition to SPEC §7's keys: the last failure's explanation
+    "waiting",  # another: why a ready task no live worker can take waits
 }
 POST_ROUTES = sorted(ROUTES)
 GET_ROUTES = ["tasks", "workers"]
@@ -737,6 +738,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
             "retry_count": st.none() | st.integers(),
             "explanation": any_text,
             "loader": any_text,
+            "labels": st.lists(ids, max_size=3),
         },
     )
     typed = {
@@ -776,6 +778,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "done": "reports",
         "failed": "reports",
         "not_retried": "str",
+        "labels": "str_list",
     }
 
     def route_fields(route: str) -> dict[str, tuple[str, bool]]:

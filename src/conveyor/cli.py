@@ -599,9 +599,12 @@ def _shown(task: TaskInfo) -> TaskInfo:
 
 
 def _task_note(task: TaskInfo) -> str:
-    """One line: why a failed task failed (secrets hidden), else its status message."""
+    """One line: why a failed task failed (secrets hidden), why a ready task waits, else its
+    status message."""
     if task.status in _FAILED_STATES and task.explanation:
         return first_line(task.explanation, 120)  # (hidden by _shown)
+    if task.status == TaskStatus.PENDING and task.waiting:
+        return task.waiting
     return task.status_message.replace("\n", " ")
 
 

@@ -291,6 +291,11 @@ class TaskSpec:
     retry: RetrySpec | None = None
     """The task's own retry schedule (its ``retry_policy``); None: the scheduler's. Sent only
     by a task that has one (left out at its default, a registration reads as before)."""
+    labels: tuple[str, ...] = field(default=(), metadata=_ID)
+    """What a worker must offer (its ``[worker] labels``, :attr:`GetWork.labels`) to be
+    handed the task; () for any worker. Left out at its default, a registration reads as
+    before; a server that predates it refuses a labelled task (422) rather than hand it to
+    any worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +346,9 @@ class TaskInfo:
     progress: float | None
     tracking_url: str
     explanation: str = ""
+    waiting: str = ""
+    """Why a ready ``PENDING`` task is not handed out ("" otherwise): no live worker has
+    its labels."""
 
 
 # --- requests and answers of the worker-facing routes ----------------------------------------
@@ -387,6 +395,9 @@ class GetWork:
     )
     done: tuple[TaskDone, ...] = ()
     failed: tuple[TaskFailed, ...] = ()
+    labels: tuple[str, ...] | None = field(default=None, metadata={**_ID, "droppable": True})
+    """What the worker offers (its ``[worker] labels``): it is handed only tasks whose
+    :attr:`TaskSpec.labels` are all among them. None (left out): as given before, or none."""
 
     def __post_init__(self) -> None:
         """The reports carried are the asking worker's own."""
@@ -1282,6 +1293,11 @@ class TaskDetail:
     next_retry: float | None = None
     """When (epoch seconds) a ``FAILED`` task is retried, or a ``DISABLED`` one enabled again
     (``disable_persist`` after it was disabled); None for any other status."""
+    labels: tuple[str, ...] = ()
+    """What a worker must offer to be handed it (:attr:`TaskSpec.labels`)."""
+    waiting: str = ""
+    """Why a ready ``PENDING`` task is not handed out: no live worker has its labels ("" when
+    one has, or for any other status)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,11 +254,11 @@ class Task:
     disabled: ClassVar[bool] = False
     owner_email: ClassVar[str | list[str] | None] = None
     task_loader: ClassVar[str] = DEFAULT_LOADER
+    """The :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that
+    rebuilds the task in an attempt's process: conveyor's own, ``"conveyor"``."""
     labels: ClassVar[Iterable[str]] = ()
     """What a worker must offer (``[worker] labels``) to be handed the task: a class
     attribute, or a property that does not depend on parameter values."""
-    """The :class:`~conveyor.TaskLoader` (entry point of ``conveyor.task_loaders``) that
-    rebuilds the task in an attempt's process: conveyor's own, ``"conveyor"``."""
     memory_limit: ClassVar[int | str | None] = None
     """The most memory an attempt's process tree may hold under a process executor
     (``"2GiB"``, or bytes; 0: no limit); None: the worker's ``[worker] memory_limit``."""

@@ -58,6 +58,8 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "worker": rec.worker,
         "retry_count": rec.retry_count,
         "retry": None if rec.retry is None else _retry_row(rec.retry),
+        "labels": list(rec.labels),
+        "waiting": rec.waiting,
         "failures": list(rec.failures or ()),
         "wake_at": rec.wake_at,
         "explanation": rec.explanation,
@@ -279,6 +281,8 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "worker": _optional(_text),
     "retry_count": _optional(_integer),
     "retry": _retry,
+    "labels": _texts,
+    "waiting": _text,
     "failures": _failures,
     "wake_at": _number,
     "explanation": _text,
@@ -293,7 +297,15 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
 """Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
 
 ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
-    {"attempt": 0, "reported": 0, "attempts": [], "loader": DEFAULT_LOADER, "retry": None}
+    {
+        "attempt": 0,
+        "reported": 0,
+        "attempts": [],
+        "loader": DEFAULT_LOADER,
+        "retry": None,
+        "labels": [],
+        "waiting": "",
+    }
 )
 """Fields added after rows were first written, and the value a row saved without one gets.
 A field added to :func:`to_row` later belongs here too, or every older row is unusable."""

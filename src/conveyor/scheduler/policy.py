@@ -263,6 +263,10 @@ class TaskRecord:
     retry_count: int | None = None
     retry: RetrySpec | None = None
     """The task's own retry schedule (:attr:`TaskSpec.retry`); None: the scheduler's."""
+    labels: tuple[str, ...] = ()
+    """What a worker must offer to be handed it (:attr:`TaskSpec.labels`)."""
+    waiting: str = ""
+    """Why it is ready but not handed out: no live worker has its labels ("" otherwise)."""
     failures: deque[float] | None = None  # allocated on the first failure
     wake_at: float = 0.0
     explanation: str = ""
@@ -286,14 +290,16 @@ class TaskRecord:
 
 
 _Entry = tuple[int, int, str]
+_NO_LABELS: frozenset[str] = frozenset()
 _READY_BEFORE = -1.0  # TaskRecord.ready_at of a task already ready when the state was loaded
 _CONVEYOR_ONLY = (DEFAULT_LOADER,)
 
 
-def _assistants_key(loader: str) -> str:
-    """The key of the assistants' heap of tasks rebuilt by ``loader`` (worker ids never start
-    with NUL, so no worker's heap shares it)."""
-    return _ASSISTANTS if loader == DEFAULT_LOADER else f"{_ASSISTANTS}\0{loader}"
+def _assistants_key(loader: str, labels: tuple[str, ...] = ()) -> str:
+    """The key of the assistants' heap of tasks rebuilt by ``loader`` that need ``labels``
+    (worker ids never start with NUL, so no worker's heap shares it; labels are printable)."""
+    key = _ASSISTANTS if loader == DEFAULT_LOADER else f"{_ASSISTANTS}\0{loader}"
+    return key if not labels else key + "\x01" + "\x01".join(labels)
 
 
 class SchedulerCore:
@@ -363,6 +369,9 @@ class SchedulerCore:
         self._used: dict[str, int] = {}
         self._wakeups: list[tuple[float, str]] = []
         self._workers: dict[str, float] = {}
+        self._worker_labels: dict[str, frozenset[str]] = {}  # what each worker offers
+        self._labelled: set[str] = set()  # ids of the tasks that have labels
+        self._label_sets: set[tuple[str, ...]] = {()}  # the distinct labels of tasks
         self._assistants: set[str] = set()
         self._by_worker: dict[str, set[str]] = {}
         self._running_on: dict[str, set[str]] = {}  # worker id -> ids of its RUNNING tasks
@@ -428,8 +437,16 @@ class SchedulerCore:
             rec.runners += (worker_id,)
         if spec.retry_count is not None:
             rec.retry_count = spec.retry_count
-        if spec.retry is not None:
+        if spec.runnable:  # (the registration of a worker that would run it: its class's)
             rec.retry = spec.retry
+        labels = tuple(sorted(set(spec.labels))) if spec.labels else ()
+        if labels != rec.labels and (first or spec.family):
+            rec.labels = labels
+            if labels:
+                self._labelled.add(rec.task_id)
+                self._label_sets.add(rec.labels)
+            else:
+                self._labelled.discard(rec.task_id)
         rec.resources = spec.resources
         added: tuple[str, ...] = ()
         if first or spec.deps or spec.status == PENDING:
@@ -587,12 +604,16 @@ class SchedulerCore:
         is no longer ready is dropped.
         """
         if rec.status != PENDING or rec.unmet > 0 or not rec.runners:
+            if rec.waiting:
+                self._update_waiting(rec)  # (not ready: nothing to wait for)
             if rec.status == PENDING:
                 rec.ready_at = 0.0  # (pending, not ready: a wait starts when it is; one that
                 # leaves PENDING is reset after its move's observer has read it)
             return
         if not rec.ready_at:
             rec.ready_at = self.clock()
+        if rec.labels:
+            self._update_waiting(rec)
         entry = (-rec.priority, rec.seq, rec.task_id)
         if only is None:
             targets: Iterable[str] = rec.runners
@@ -605,7 +626,7 @@ class SchedulerCore:
                 heap = heaps[worker_id] = []
             heapq.heappush(heap, entry)
         if self._assistants:
-            key = _assistants_key(rec.loader)
+            key = _assistants_key(rec.loader, rec.labels)
             heap = heaps.get(key)
             if heap is None:
                 heap = heaps[key] = []
@@ -626,7 +647,7 @@ class SchedulerCore:
                 and rec.status == PENDING
                 and not rec.unmet
                 and -entry[0] == rec.priority
-                and _assistants_key(rec.loader) == key
+                and _assistants_key(rec.loader, rec.labels) == key
             ):
                 kept[rec.task_id] = entry
         heap[:] = kept.values()
@@ -644,6 +665,7 @@ class SchedulerCore:
         max_tasks: Literal[0] = 0,
         done: Sequence[TaskDone] = (),
         failed: Sequence[TaskFailed] = (),
+        labels: Collection[str] | None = None,
     ) -> Work | None: ...
 
     @overload
@@ -656,6 +678,7 @@ class SchedulerCore:
         max_tasks: int = 0,
         done: Sequence[TaskDone] = (),
         failed: Sequence[TaskFailed] = (),
+        labels: Collection[str] | None = None,
     ) -> Work | WorkAnswer | None: ...
 
     def get_work(
@@ -667,13 +690,16 @@ class SchedulerCore:
         max_tasks: int = 0,
         done: Sequence[TaskDone] = (),
         failed: Sequence[TaskFailed] = (),
+        labels: Collection[str] | None = None,
     ) -> Work | WorkAnswer | None:
         """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None.
 
         When ``running`` is given, tasks recorded as running on this worker but missing from it
         (a hand-out whose answer never arrived) go back to PENDING, without a failure. An
         assistant is handed another worker's task only if its loader is one of ``loaders``
-        (None: conveyor's own only); see :class:`~conveyor.protocol.GetWork`.
+        (None: conveyor's own only); see :class:`~conveyor.protocol.GetWork`. ``labels`` are
+        what the worker offers (None: as told before, or none): a task with labels is handed
+        only to a worker that has them all.
 
         A batch (``max_tasks`` of 1 or more) is answered a :class:`WorkAnswer`: the carried
         reports ``done`` and ``failed`` applied first, as :meth:`task_done` and
@@ -691,6 +717,8 @@ class SchedulerCore:
                     route = route_of(report).name
                     refused.append(RefusedReport(route, report.task_id, report.attempt, str(exc)))
             now = self._seen(worker_id, assistant)
+            if labels is not None:
+                self._learn_labels(worker_id, labels)
             self._wake(now)
             if running is not None and self._running_on.get(worker_id):
                 self._reclaim(worker_id, set(running))
@@ -704,6 +732,44 @@ class SchedulerCore:
                     break
                 more.append(taken)
             return WorkAnswer(work, tuple(more), True, tuple(refused))
+
+    def _learn_labels(self, worker_id: str, labels: Collection[str]) -> None:
+        """Keep what ``worker_id`` offers; the tasks waiting for labels are looked at again
+        when it changed."""
+        offered = frozenset(labels)
+        if self._worker_labels.get(worker_id, _NO_LABELS) != offered:
+            self._worker_labels[worker_id] = offered
+            if offered:  # (a worker told of its labels first: its heap may hold theirs)
+                for task_id in self._by_worker.get(worker_id, ()):
+                    rec = self._tasks[task_id]
+                    if rec.labels:
+                        self._offer(rec, only=worker_id)
+            self._refresh_waiting()
+
+    def _refresh_waiting(self) -> None:
+        """Say again, for every task with labels, whether a live worker can take it."""
+        tasks = self._tasks
+        for task_id in self._labelled:
+            rec = tasks.get(task_id)
+            if rec is not None:
+                self._update_waiting(rec)
+
+    def _update_waiting(self, rec: TaskRecord) -> None:
+        """Set :attr:`TaskRecord.waiting` of a task with labels: why it is ready and yet no
+        live worker can be handed it ("" when one can, or when it is not ready)."""
+        text = ""
+        if rec.status == PENDING and not rec.unmet and rec.runners:
+            workers, offered = self._workers, self._worker_labels
+            able = any(
+                w in workers and offered.get(w, _NO_LABELS).issuperset(rec.labels)
+                for w in (*rec.runners, *self._assistants)
+            )
+            if not able:
+                text = f"waiting for a worker with the labels {', '.join(rec.labels)}"
+                text += ": no live worker that may run it has them"
+        if rec.waiting != text:
+            self._touch(rec)
+            rec.waiting = text
 
     def _hand_out(
         self, worker_id: str, assistant: bool, loaders: Collection[str] | None
@@ -733,9 +799,15 @@ class SchedulerCore:
     def _pop_for_assistant(self, worker_id: str, loaders: Collection[str]) -> Work | None:
         """The best ready task among the assistants' heaps of ``loaders`` (one heap per task
         loader, so a task no loader of this assistant rebuilds is never even looked at)."""
-        if len(loaders) <= 1:
+        if len(loaders) <= 1 and len(self._label_sets) == 1:  # (no task has labels)
             return self._pop(_assistants_key(next(iter(loaders))), worker_id) if loaders else None
-        keys = [_assistants_key(loader) for loader in loaders]
+        offered = self._worker_labels.get(worker_id, _NO_LABELS)
+        keys = [
+            _assistants_key(loader, labels)
+            for loader in loaders
+            for labels in self._label_sets
+            if offered.issuperset(labels)
+        ]
         heaps = self._heaps
         while True:
             tops = [(heap[0], key) for key in keys if (heap := heaps.get(key))]
@@ -754,10 +826,14 @@ class SchedulerCore:
         if rec is None or rec.status != PENDING or rec.unmet or -entry[0] != rec.priority:
             return None
         if key[0] == "\0":  # an assistants' heap: only tasks of the heap's loader
-            if key != _assistants_key(rec.loader):
+            if key != _assistants_key(rec.loader, rec.labels):
                 return None  # (registered again with another loader: queued there too)
         elif worker_id not in rec.stakeholders:
             return None  # released by this worker since it was queued for it
+        elif rec.labels and not self._worker_labels.get(worker_id, _NO_LABELS).issuperset(
+            rec.labels
+        ):
+            return None  # this worker lacks its labels: it waits for another
         blocked = self._blocking_resource(rec)
         if blocked is not None:
             heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
@@ -857,6 +933,9 @@ class SchedulerCore:
             for rec in records:
                 self._tasks[rec.task_id] = rec
                 self._seq = max(self._seq, rec.seq)
+                if rec.labels:
+                    self._labelled.add(rec.task_id)
+                    self._label_sets.add(rec.labels)
             for worker_id, assistant in workers:
                 self._workers[worker_id] = now
                 if assistant:
@@ -1054,6 +1133,7 @@ class SchedulerCore:
                 running = tuple(sorted(self._running_on.get(worker_id, ())))
                 self.on_worker(worker_id, "lost", running)
             self._assistants.discard(worker_id)
+            self._worker_labels.pop(worker_id, None)
             for task_id in list(self._running_on.get(worker_id, ())):
                 rec = self._tasks[task_id]
                 why = f"worker {worker_id} stopped responding"
@@ -1063,6 +1143,8 @@ class SchedulerCore:
             heapq.heappush(self._departures, (later, worker_id))
             for task_id in self._by_worker.get(worker_id, ()):
                 heapq.heappush(self._removals, (later, task_id))
+        if silent and self._labelled:
+            self._refresh_waiting()
 
     def _prune_tasks(self, now: float) -> None:
         """Remove the candidates whose time has come and that nobody needs any more."""
@@ -1110,6 +1192,7 @@ class SchedulerCore:
     def _remove(self, rec: TaskRecord, now: float) -> None:
         task_id = rec.task_id
         del self._tasks[task_id]
+        self._labelled.discard(task_id)
         if self._dirty is not None:
             self._dirty.discard(task_id)
             self._removed.add(task_id)
@@ -1401,4 +1484,5 @@ def _describe(rec: TaskRecord) -> TaskInfo:
         progress=rec.progress,
         tracking_url=rec.tracking_url,
         explanation=rec.explanation,
+        waiting=rec.waiting,
     )

@@ -360,7 +360,10 @@ def public_params(params: Mapping[str, str]) -> dict[str, str]:
 
 def _reason(row: Mapping[str, Any]) -> str:
     """Why a FAILED, DISABLED or UNKNOWN task is so, in one line ("" for another state, or
-    without an explanation), secrets hidden."""
+    without an explanation), secrets hidden; for a ready PENDING task no live worker can
+    take, why it waits."""
+    if row["status"] == TaskStatus.PENDING:
+        return row.get("waiting") or ""
     explanation = row["explanation"]
     if not explanation or row["status"] not in _STUCK:
         return ""
@@ -400,6 +403,7 @@ def task_info(row: Mapping[str, Any]) -> TaskInfo:
         progress=row["progress"],
         tracking_url=row["tracking_url"],
         explanation=row["explanation"],
+        waiting=row.get("waiting") or "",
     )
 
 
@@ -439,6 +443,8 @@ def task_detail(
         blocked_by=tuple(blocked),
         changed=changed,
         next_retry=_next_retry(row),
+        labels=tuple(row.get("labels") or ()),
+        waiting=row.get("waiting") or "",
     )
 
 

@@ -426,7 +426,11 @@ class Worker:
                 self._wait_for_message(_LINGER)
                 continue
             lingered = False
-            done, failed = self._outbox.take_held()
+            if self._batched:
+                done, failed = self._outbox.take_held(_CARRIED_TEXT)
+            else:  # (a scheduler that stopped taking them: after a fail-over, say)
+                self._outbox.send_held()
+                done, failed = (), ()
             ask = GetWork(
                 self.id,
                 self.settings.assistant,
@@ -435,6 +439,7 @@ class Worker:
                 min(slots - len(self._running), MAX_BATCH),
                 done,
                 failed,
+                self.settings.labels or None,
             )
             try:
                 answer: WorkAnswer = self._transport.call(ask)
@@ -442,6 +447,8 @@ class Worker:
             except SchedulerUnavailable as exc:
                 self._outbox.requeue((*done, *failed), exc)
                 log.error("scheduler unreachable; asking for no more work", error=str(exc))
+                if done or failed:
+                    continue  # the outbox retries them until rpc_give_up_after, as any report
                 if self._running:
                     self._wait_for_message(None)
                 elif self.settings.keep_alive:  # a long-running worker waits for it to return
@@ -449,6 +456,19 @@ class Worker:
                 else:
                     self._unreachable = str(exc)
                     return
+                continue
+            except Exception as exc:
+                if not (done or failed):
+                    raise
+                # refused with the results it carried (a scheduler older than batches after a
+                # fail-over): they go back, and from now on by their own routes
+                self._outbox.unhold((*done, *failed))
+                self._batched = False
+                log.warning(
+                    "the scheduler refused results carried by get_work; sending them by their "
+                    "own routes",
+                    error=str(exc),
+                )
                 continue
             self._batched = answer.batched
             for refused in answer.refused:
@@ -906,6 +926,10 @@ class Worker:
             raise Interrupted(signal_name)
 
 
+_CARRIED_TEXT = 65536
+"""The most characters of explanations one ``get_work`` carries with its results (the rest wait
+for the next ask), so that a request stays well under the server's ``max_request_bytes`` even
+when every character is escaped in JSON."""
 _LINGER = 0.01
 """Seconds a worker with most of its slots busy waits for more attempts to end before it
 asks for work with the results it holds (one request then carries several)."""

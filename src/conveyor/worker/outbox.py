@@ -72,13 +72,26 @@ class Outbox:
         else:
             self._held.append(result)
 
-    def take_held(self) -> tuple[tuple[TaskDone, ...], tuple[TaskFailed, ...]]:
-        """The held results, successes and failures apart, now the caller's to deliver (by a
-        ``get_work`` that carries them; :meth:`requeue` them if it could not be sent)."""
-        held, self._held = self._held, []
+    def take_held(self, text: int) -> tuple[tuple[TaskDone, ...], tuple[TaskFailed, ...]]:
+        """The oldest held results whose explanations come to at most ``text`` characters
+        (at least one), successes and failures apart, now the caller's to deliver (by a
+        ``get_work`` that carries them; :meth:`requeue` them if it could not be sent, or
+        :meth:`unhold` them if it was refused); the others stay held."""
+        taken = 0
+        for index, result in enumerate(self._held):
+            taken += len(result.explanation) + len(getattr(result, "not_retried", ""))
+            if taken > text and index:
+                held, self._held = self._held[:index], self._held[index:]
+                break
+        else:
+            held, self._held = self._held, []
         done = tuple(r for r in held if isinstance(r, TaskDone))
         failed = tuple(r for r in held if isinstance(r, TaskFailed))
         return done, failed
+
+    def unhold(self, results: Sequence[TaskDone | TaskFailed]) -> None:
+        """Hold ``results`` again (taken by :meth:`take_held`), before those held since."""
+        self._held[:0] = results
 
     def requeue(self, results: Sequence[TaskDone | TaskFailed], exc: SchedulerUnavailable) -> None:
         """Queue ``results`` (taken by :meth:`take_held`; a ``get_work`` that carried them

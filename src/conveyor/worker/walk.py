@@ -217,6 +217,7 @@ class GraphWalk:
             explanation=explanation,
             loader=policy.loader,
             retry=retry,
+            labels=policy.labels,
         )
 
 

@@ -173,6 +173,8 @@ function render(task, ctx) {
         ["Resources", resources(task.resources)],
         ["Failures", failures],
         ...(task.next_retry != null ? [["Retry", nextRetry(task)]] : []),
+        ...(task.labels?.length ? [["Labels", h("span", { class: "mono", "data-testid": "task-labels" }, task.labels.join(", "))]] : []),
+        ...(task.waiting ? [["Waiting", h("span", { "data-testid": "task-waiting" }, task.waiting)]] : []),
         ["Status message", h("span", { "data-testid": "task-status-message", class: "placeholder pre-wrap" }, task.status_message ?? "")],
         ["Progress", progress(task.progress)],
         ["Tracking URL", trackingUrl(task.tracking_url)],
