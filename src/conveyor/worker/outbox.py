@@ -77,8 +77,14 @@ class Outbox:
         (at least one), successes and failures apart, now the caller's to deliver (by a
         ``get_work`` that carries them; :meth:`requeue` them if it could not be sent, or
         :meth:`unhold` them if it was refused); the others stay held."""
+        held = self._held
+        if len(held) <= 1:  # (the common case: at least one is always taken)
+            self._held = []
+            if not held:
+                return (), ()
+            return ((held[0],), ()) if isinstance(held[0], TaskDone) else ((), (held[0],))
         taken = 0
-        for index, result in enumerate(self._held):
+        for index, result in enumerate(held):
             taken += len(result.explanation) + len(getattr(result, "not_retried", ""))
             if taken > text and index:
                 held, self._held = self._held[:index], self._held[index:]
