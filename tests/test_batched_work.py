@@ -126,18 +126,21 @@ def test_a_stale_report_is_named_and_the_rest_applied(server: SeamServer) -> Non
     assert statuses[one["task_id"]] == "RUNNING"
 
 
-def test_a_report_of_another_worker_is_refused_with_422(server: SeamServer) -> None:
-    """Reports ride only with their own worker's request: another's is a 422 naming it, and
-    nothing of the request is applied (nothing handed out either)."""
+def test_a_report_of_another_worker_is_refused_and_not_applied(server: SeamServer) -> None:
+    """Reports ride only with their own worker's request: another's is listed in ``refused``
+    (why, with its route) and not applied; the rest of the request is."""
     _add(server, ["X1", "X2"])
     (work,) = _handed(_ask(server, max_tasks=1))
     other = {"worker_id": "someone-else", "task_id": work["task_id"], "attempt": work["attempt"]}
-    reply = server.post("get_work", {"worker_id": W1, "max_tasks": 1, "done": [other]})
-    assert reply.status == 422, reply
-    assert reply.json()["field"] == "done[0].worker_id"
+    answer = _ask(server, max_tasks=1, running=[work["task_id"]], done=[other])
+    assert [(r["route"], r["task_id"]) for r in answer["refused"]] == [
+        ("task_done", work["task_id"])
+    ]
+    assert "must be of the asking worker batch-worker-1" in answer["refused"][0]["error"]
+    assert len(_handed(answer)) == 1  # (the other task, handed out as asked)
     statuses = _statuses(server)
     assert statuses[work["task_id"]] == "RUNNING"
-    assert list(statuses.values()).count("PENDING") == 1
+    assert list(statuses.values()) == ["RUNNING", "RUNNING"]
 
 
 def test_the_old_single_hand_out_is_unchanged(server: SeamServer) -> None:

@@ -382,8 +382,8 @@ class GetWork:
     reports of attempts that ended since the worker's last call (each as its own route would
     take it, of the same worker): the scheduler applies them first, in that order, and commits
     them with the hand-outs in one transaction before it answers. A worker sends them only to
-    a scheduler whose answer said ``batched``. A stale report among them does not refuse the
-    request: it is left out and named in :attr:`WorkAnswer.refused`.
+    a scheduler whose answer said ``batched``. A stale report among them, or one of another
+    worker, does not refuse the request: it is left out and named in :attr:`WorkAnswer.refused`.
     """
 
     worker_id: str = field(metadata=_ID)
@@ -398,21 +398,6 @@ class GetWork:
     labels: tuple[str, ...] | None = field(default=None, metadata={**_ID, "droppable": True})
     """What the worker offers (its ``[worker] labels``): it is handed only tasks whose
     :attr:`TaskSpec.labels` are all among them. None (left out): as given before, or none."""
-
-    def __post_init__(self) -> None:
-        """The reports carried are the asking worker's own."""
-        carried: tuple[tuple[str, tuple[TaskDone | TaskFailed, ...]], ...] = (
-            ("done", self.done),
-            ("failed", self.failed),
-        )
-        for name, reports in carried:
-            for index, report in enumerate(reports):
-                if report.worker_id != self.worker_id:
-                    raise FieldError(
-                        f"{name}[{index}].worker_id",
-                        f"a report carried by get_work must be of the asking worker "
-                        f"{self.worker_id!r}, not {report.worker_id!r}",
-                    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -703,18 +703,26 @@ class SchedulerCore:
 
         A batch (``max_tasks`` of 1 or more) is answered a :class:`WorkAnswer`: the carried
         reports ``done`` and ``failed`` applied first, as :meth:`task_done` and
-        :meth:`task_failed` apply them (a stale one is named in the answer's ``refused``
-        instead of refusing the call), then up to ``max_tasks`` hand-outs, best first. All of
-        it under the scheduler's lock, so a server commits it as one transaction.
+        :meth:`task_failed` apply them (a stale one, or one of another worker, is named in the
+        answer's ``refused`` instead of refusing the call), then up to ``max_tasks``
+        hand-outs, best first. All of it under the scheduler's lock, so a server commits it as
+        one transaction.
         """
         with self._lock:
             refused: list[RefusedReport] = []
             reports: tuple[TaskDone | TaskFailed, ...] = (*done, *failed)
             for report in reports:
+                route = route_of(report).name
+                if report.worker_id != worker_id:
+                    why = (
+                        f"a report carried by get_work must be of the asking worker {worker_id}, "
+                        f"not of {report.worker_id}"
+                    )
+                    refused.append(RefusedReport(route, report.task_id, report.attempt, why))
+                    continue
                 try:
                     self.call(report)
                 except StaleReport as exc:
-                    route = route_of(report).name
                     refused.append(RefusedReport(route, report.task_id, report.attempt, str(exc)))
             now = self._seen(worker_id, assistant)
             if labels is not None:
