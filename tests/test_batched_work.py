@@ -240,11 +240,13 @@ def test_a_worker_reports_with_its_next_ask(
 
 
 BIG = """
+import collections
 import threading
 
 import conveyor
 
 BARRIER = threading.Barrier(4)
+RUNS = collections.Counter()
 
 
 class Big(conveyor.Task):
@@ -254,6 +256,7 @@ class Big(conveyor.Task):
         return False
 
     def run(self):
+        RUNS[self.n] += 1
         BARRIER.wait(60)  # (all four end together: their results are held at once)
         raise RuntimeError("\\U0001F600" * 70000)
 
@@ -268,8 +271,9 @@ def test_long_explanations_never_make_a_request_too_large(
     server: SeamServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Four failures of 70,000 emoji each (about 840 kB each once escaped in JSON) end
-    together: one ask carries no more than fits, so no request is refused as too large (413)
-    and the server stores all four failures."""
+    together: one ask carries no more than fits, so no request is refused as too large (413),
+    the server stores all four failures, and none is run again (the results held back for the
+    next ask are listed as running, so the scheduler does not take their tasks back)."""
     module = f"bigtasks_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(BIG, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -286,6 +290,8 @@ def test_long_explanations_never_make_a_request_too_large(
     assert not any(code == 413 for _, code in codes), codes
     big = {t: s for t, s in _statuses(server).items() if t.startswith("Big")}
     assert sorted(big.values()) == ["FAILED"] * 4
+    # results held back for the next ask are of attempts the scheduler did not take back
+    assert tasks.RUNS == {0: 1, 1: 1, 2: 1, 3: 1}
 
 
 class _Flaky:

@@ -9,6 +9,7 @@ list and the task detail of the web UI show. In-process first (the policy itself
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -98,6 +99,44 @@ def test_waiting_follows_the_live_workers() -> None:
     assert scheduler.peek("G").waiting == ""  # type: ignore[union-attr]
 
 
+def test_a_worker_id_that_stops_offering_labels_is_not_handed_labelled_tasks() -> None:
+    """A later run under the same worker id without labels says so (an empty list) and is not
+    handed a task needing the labels the earlier run had."""
+    scheduler, _ = _scheduler()
+    scheduler.add_tasks("w", [TaskSpec("G1", "Fam", labels=("gpu",))])
+    assert _ask(scheduler, "w", ("gpu",)).task_id == "G1"
+    scheduler.add_tasks("w", [TaskSpec("G2", "Fam", labels=("gpu",))])
+    assert _ask(scheduler, "w", (), running=("G1",)) is None
+    assert scheduler.peek("G2").waiting == WAITING  # type: ignore[union-attr]
+
+
+def test_a_task_registered_again_without_labels_is_handed_out() -> None:
+    """A runner whose queue entry was dropped for lacking the labels gets the task once a
+    registration takes the labels away (a new version of the class), and the reason goes."""
+    scheduler, _ = _scheduler()
+    scheduler.add_tasks("plain", [TaskSpec("G", "Fam", labels=("gpu",))])
+    assert _ask(scheduler, "plain", ()) is None  # (its entry dropped: it lacks gpu)
+    assert scheduler.peek("G").waiting == WAITING  # type: ignore[union-attr]
+    scheduler.add_tasks("other", [TaskSpec("G", "Fam")])
+    assert scheduler.peek("G").waiting == ""  # type: ignore[union-attr]
+    assert _ask(scheduler, "plain", ()).task_id == "G"
+
+
+def test_a_worker_that_released_a_task_no_longer_counts_as_able() -> None:
+    """Once the only worker with the labels released the task (its run ended), the task says
+    it waits: the worker is no longer handed it."""
+    scheduler, _ = _scheduler()
+    scheduler.add_tasks("cpu", [TaskSpec("G", "Fam", labels=("gpu",), deps=("D",))])
+    scheduler.add_tasks("cpu", [TaskSpec("D", "Fam")])
+    scheduler.add_tasks("gpu-box", [TaskSpec("G", "Fam", labels=("gpu",), deps=("D",))])
+    _ask(scheduler, "gpu-box", ("gpu",))  # (says its labels; D is not its own)
+    assert _ask(scheduler, "cpu", ()).task_id == "D"
+    scheduler.task_done("cpu", "D")
+    assert scheduler.peek("G").waiting == ""  # type: ignore[union-attr]
+    scheduler.release("gpu-box", ["G"])
+    assert scheduler.peek("G").waiting == WAITING  # type: ignore[union-attr]
+
+
 def test_labels_and_waiting_survive_a_row_round_trip() -> None:
     """The store keeps a task's labels and its reason; rows saved before labels load."""
     scheduler, _ = _scheduler()
@@ -184,7 +223,8 @@ def _tasks(server: SchedulerProcess) -> dict[str, dict[str, Any]]:
 def _spawn(tmp_path: Path, name: str, toml: str, *args: str) -> subprocess.Popen[bytes]:
     config = tmp_path / f"{name}.toml"
     config.write_text(toml, encoding="utf-8")
-    env = {**child_env(tmp_path, MARKER, tmp_path.name), "PYTHONPATH": str(tmp_path)}
+    env = child_env(tmp_path, MARKER, tmp_path.name)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "conveyor", *args, "--config", str(config)]
     return subprocess.Popen(
         command,

@@ -111,7 +111,7 @@ def test_json_schema_matches_what_decode_accepts() -> None:
     assert schema["required"] == ["task_id"]
     assert set(schema["properties"]) == {
         "task_id", "family", "module", "params", "status", "deps", "priority", "resources",
-        "runnable", "retry_count", "explanation", "loader", "retry", "labels",
+        "runnable", "retry_count", "explanation", "loader", "retry", "labels", "batch",
     }  # fmt: skip
     assert schema["properties"]["status"]["enum"] == ["PENDING", "DONE", "DISABLED", "UNKNOWN"]
     assert schema["properties"]["resources"]["additionalProperties"]["minimum"] == 0

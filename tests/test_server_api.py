@@ -739,6 +739,8 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
             "explanation": any_text,
             "loader": any_text,
             "labels": st.lists(ids, max_size=3),
+            "batch": st.none()
+            | st.fixed_dictionaries({"key": ids}, optional={"max_size": st.integers() | any_text}),
         },
     )
     typed = {
@@ -779,6 +781,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "failed": "reports",
         "not_retried": "str",
         "labels": "str_list",
+        "batches": "bool",
     }
 
     def route_fields(route: str) -> dict[str, tuple[str, bool]]:

@@ -150,7 +150,11 @@ class WorkerSettings:
     )
     task_modules: tuple[str, ...] = _setting((), "str_list", "modules assistants may import")
     labels: tuple[str, ...] = _setting(
-        (), "str_list", "what this worker offers; it is handed tasks whose labels it all has"
+        (),
+        "str_list",
+        "what this worker offers; it is handed tasks whose labels it all has",
+        check=lambda items: all(item and item.isprintable() for item in items),
+        expect="a list of non-empty printable strings",
     )
     memory_limit: int = _setting(
         0, "bytes", 'per attempt under process executors (e.g. "2GiB"); 0 = none', ge=0

@@ -36,7 +36,7 @@ import numbers
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from enum import Enum
 from pathlib import Path
@@ -200,19 +200,38 @@ class Parameter(Generic[T]):
         *,
         significant: bool = ...,
         description: str = ...,
+        batch_method: Callable[[list[Any]], Any] | None = ...,
     ) -> None: ...
 
     @overload
     def __init__(
-        self, default: object = ..., *, significant: bool = ..., description: str = ...
+        self,
+        default: object = ...,
+        *,
+        significant: bool = ...,
+        description: str = ...,
+        batch_method: Callable[[list[Any]], Any] | None = ...,
     ) -> None: ...
 
     def __init__(
-        self, default: object = NO_DEFAULT, *, significant: bool = True, description: str = ""
+        self,
+        default: object = NO_DEFAULT,
+        *,
+        significant: bool = True,
+        description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         self.name = ""
         self.significant = significant
         self.description = description
+        if batch_method is not None and not callable(batch_method):
+            raise ParameterError(
+                f"batch_method must be a function of a list of values (max, min, "
+                f'",".join, ...), got {batch_method!r}'
+            )
+        self.batch_method = batch_method
+        """How a batch combines its members' values of this parameter into the batch task's
+        (Luigi's ``batch_method``): called with the list of parsed values; None: not batched."""
         self._default: T | _NoDefault = NO_DEFAULT
         if default is not NO_DEFAULT:
             try:
@@ -290,6 +309,8 @@ class Parameter(Generic[T]):
             args.append(f"default={self._default!r}")
         if not self.significant:
             args.append("significant=False")
+        if self.batch_method is not None:
+            args.append(f"batch_method={self.batch_method!r}")
         return f"{type(self).__name__}({', '.join(args)})"
 
 
@@ -357,11 +378,18 @@ class BoolParameter(Parameter[bool]):
     _FALSE: ClassVar[frozenset[str]] = frozenset({"false", "0", "no"})
 
     def __init__(
-        self, default: object = NO_DEFAULT, *, significant: bool = True, description: str = ""
+        self,
+        default: object = NO_DEFAULT,
+        *,
+        significant: bool = True,
+        description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         if default is NO_DEFAULT:
             default = False
-        super().__init__(default, significant=significant, description=description)
+        super().__init__(
+            default, significant=significant, description=description, batch_method=batch_method
+        )
 
     def parse(self, text: str) -> bool:
         """Parse true/false/1/0/yes/no, in any case."""
@@ -441,12 +469,15 @@ class EnumParameter(Parameter[E]):
         enum: type[E],
         significant: bool = True,
         description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         if not (isinstance(enum, type) and issubclass(enum, Enum)):
             raise ParameterError(f"EnumParameter(enum=...) needs an Enum class, got {enum!r}")
         self.enum = enum
         self.type_name = "{" + ",".join(enum.__members__) + "}"
-        super().__init__(default, significant=significant, description=description)
+        super().__init__(
+            default, significant=significant, description=description, batch_method=batch_method
+        )
 
     def parse(self, text: str) -> E:
         """Look a member up by name (case-sensitive)."""
@@ -478,10 +509,13 @@ class ChoiceParameter(Parameter[str]):
         choices: Sequence[str],
         significant: bool = True,
         description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         self.choices = _check_choices("ChoiceParameter", choices)
         self.type_name = "{" + ",".join(self.choices) + "}"
-        super().__init__(default, significant=significant, description=description)
+        super().__init__(
+            default, significant=significant, description=description, batch_method=batch_method
+        )
 
     def parse(self, text: str) -> str:
         """Accept ``text`` if it is one of the choices."""
@@ -927,6 +961,7 @@ class NumericalParameter(Parameter[N]):
         max_value: N,
         significant: bool = True,
         description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         if var_type not in (int, float):
             raise ParameterError(
@@ -949,7 +984,9 @@ class NumericalParameter(Parameter[N]):
         self.type_name = f"{var_type.__name__} in [{min_value}, {max_value})"
         article = "an" if var_type is int else "a"
         self._expected = f"{article} {self.type_name}"
-        super().__init__(default, significant=significant, description=description)
+        super().__init__(
+            default, significant=significant, description=description, batch_method=batch_method
+        )
 
     def parse(self, text: str) -> N:
         """Parse a number of ``var_type`` and check it is in range."""
@@ -1007,11 +1044,14 @@ class ChoiceListParameter(Parameter[tuple[str, ...]]):
         choices: Sequence[str],
         significant: bool = True,
         description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         self.choices = _check_choices("ChoiceListParameter", choices)
         self.type_name = "{" + ",".join(self.choices) + "},..."
         self._expected = f"a comma-separated list of {', '.join(map(repr, self.choices))}"
-        super().__init__(default, significant=significant, description=description)
+        super().__init__(
+            default, significant=significant, description=description, batch_method=batch_method
+        )
 
     def parse(self, text: str) -> tuple[str, ...]:
         """Parse ``a,b`` (or a JSON array of strings)."""
@@ -1232,13 +1272,16 @@ class OptionalKind(Parameter[T | None]):
         *,
         significant: bool = True,
         description: str = "",
+        batch_method: Callable[[list[Any]], Any] | None = None,
         **options: Any,
     ) -> None:
         """Wrap ``kind(**options)``; then initialise (and normalise the default) as usual."""
         self.inner: Parameter[T] = cast(Parameter[T], self.kind(**options))
         """The wrapped parameter, which parses and checks every value but ``None``."""
         self.type_name = self.inner.type_name
-        super().__init__(default, significant=significant, description=description)
+        super().__init__(
+            default, significant=significant, description=description, batch_method=batch_method
+        )
 
     def __getattr__(self, name: str) -> Any:
         """The wrapped kind's options (``.choices``, ``.enum``...) read through."""

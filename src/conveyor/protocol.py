@@ -50,6 +50,8 @@ __all__ = [
     "Annotate",
     "AttemptEnd",
     "AttemptOutcome",
+    "BatchMember",
+    "BatchSpec",
     "Explanation",
     "ExplanationAnswer",
     "FieldError",
@@ -267,6 +269,24 @@ class RetrySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchSpec:
+    """How a batchable task may share an attempt (Luigi's ``batch_method``): pending tasks
+    with equal ``key`` (their family and the values of their parameters that are not batched)
+    may be handed to one worker as one batch of at most ``max_size`` members (0: no limit)."""
+
+    key: str = field(metadata=_ID)
+    max_size: int = field(default=0, metadata=_NON_NEGATIVE)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMember:
+    """One member of a batch hand-out (:attr:`Work.batch`): its id and string params."""
+
+    task_id: str = field(metadata=_ID)
+    params: Mapping[str, str] = field(default_factory=dict, metadata=_PARAMS)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     """What a worker registers about one task (strings, numbers, lists; never a live task)."""
 
@@ -296,6 +316,10 @@ class TaskSpec:
     handed the task; () for any worker. Left out at its default, a registration reads as
     before; a server that predates it refuses a labelled task (422) rather than hand it to
     any worker."""
+    batch: BatchSpec | None = None
+    """Set for a task with a batched parameter (a ``batch_method``): which pending tasks may
+    share its attempt. None (left out): a registration reads as before; a server that
+    predates it refuses a batchable task (422)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +340,11 @@ class Work:
     lease: float = field(default=0.0, metadata=_NON_NEGATIVE)
     loader: str = field(default=DEFAULT_LOADER, metadata=_ID)
     """The task loader that rebuilds it, as registered (:attr:`TaskSpec.loader`)."""
+    batch: tuple[BatchMember, ...] = ()
+    """A batch hand-out (only to a worker that asked with :attr:`GetWork.batches`): every
+    member, this task first, all RUNNING under this one ``attempt``. The worker runs one task
+    made of them (each batched parameter combined by its ``batch_method``) and reports each
+    member with this attempt. () : a single task, as before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +427,9 @@ class GetWork:
     labels: tuple[str, ...] | None = field(default=None, metadata={**_ID, "droppable": True})
     """What the worker offers (its ``[worker] labels``): it is handed only tasks whose
     :attr:`TaskSpec.labels` are all among them. None (left out): as given before, or none."""
+    batches: bool = field(default=False, metadata={"droppable": True})
+    """The worker runs batch hand-outs (:attr:`Work.batch`); False (left out): it is handed
+    each task alone. A server that predates it refuses it (422): asked again without."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1283,6 +1315,9 @@ class TaskDetail:
     waiting: str = ""
     """Why a ready ``PENDING`` task is not handed out: no live worker has its labels ("" when
     one has, or for any other status)."""
+    batch: tuple[str, ...] = ()
+    """The ids of the members of the batch its latest attempt ran in, itself among them
+    (() when that attempt was not a batch; see :attr:`Work.batch`)."""
 
 
 @dataclass(frozen=True, slots=True)

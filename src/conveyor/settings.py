@@ -108,6 +108,8 @@ def _describe_str(f: Field) -> str:
 
 
 def _describe_str_list(f: Field) -> str:
+    if f.expect:
+        return f.expect
     return "a list of strings" + (", each one of: " + _choices_text(f) if f.choices else "")
 
 

@@ -18,7 +18,7 @@ import json
 import re
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar, cast, overload
@@ -271,7 +271,12 @@ class Task:
     them, so outputs named after task ids keep their names across a port; the exceptions are
     in docs/tasks.md), or ``None``: whatever ``[worker] task_id_style`` says."""
 
+    max_batch_size: ClassVar[int | None] = None
+    """The most pending tasks one batch attempt covers, for a class with a batched parameter
+    (a ``batch_method``): None for no limit (Luigi's ``float("inf")``)."""
+
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
+    _batched: ClassVar[tuple[str, ...]] = ()  # names of the batched (significant) parameters
     _param_names: ClassVar[frozenset[str]] = frozenset()
     _param_order: ClassVar[tuple[str, ...]] = ()
     _id_params: ClassVar[tuple[tuple[str, bool], ...]] = ()
@@ -311,6 +316,7 @@ class Task:
             (name, secret, f"{len(name)}:{name}") for name, secret in sorted(cls._id_params)
         )
         _check_scheduling_attributes(cls)
+        cls._batched = _batched_params(cls)
         cls._family = cls.get_task_family()
         cls._id_family = (f"{len(cls._family)}:{cls._family}", _id_safe(cls._family))
         cls._memoizable = cls.__init__ is Task.__init__ and all(
@@ -597,6 +603,68 @@ def _check_scheduling_attributes(cls: type[Task]) -> None:
     retry = vars(cls).get("retry_policy")
     if retry is not None and not isinstance(retry, property):
         _retry_policy_of(retry, cls)
+
+
+def _batched_params(cls: type[Task]) -> tuple[str, ...]:
+    """The names of ``cls``'s batched parameters (those with a ``batch_method``), after
+    checking ``max_batch_size`` and that each batched parameter is significant
+    (TaskDefinitionError otherwise)."""
+    size = cls.max_batch_size
+    if size is not None and (type(size) is not int or size < 1):
+        raise TaskDefinitionError(
+            f"{cls.__qualname__}.max_batch_size = {size!r}; expected a whole number of 1 or "
+            "more, or None (no limit)"
+        )
+    batched = tuple(name for name, param in cls._params if param.batch_method is not None)
+    for name in batched:
+        if not dict(cls._params)[name].significant:
+            raise TaskDefinitionError(
+                f"{cls.__qualname__}.{name} has a batch_method but is not significant: the "
+                "tasks of a batch differ in their batched parameters, which must be in the "
+                "task id"
+            )
+    return batched
+
+
+def batch_key(task: object) -> tuple[str, int] | None:
+    """``(key, max_size)`` of a task with batched parameters (None for any other task): tasks
+    of one class whose parameters other than the batched ones are equal share ``key`` (a
+    hash), and may run as one batch of at most ``max_size`` of them (0: no limit)."""
+    if not isinstance(task, Task):
+        return None
+    cls = type(task)
+    batched = cls._batched
+    if not batched:
+        return None
+    strings = task._string_params()
+    digest = hashlib.sha256()
+    for part in (cls.__module__, cls._family):
+        digest.update(f"{len(part)}:{part}".encode("utf-8", "surrogatepass"))
+    for name in sorted(strings):
+        if name not in batched:
+            value = strings[name]
+            digest.update(
+                f"{len(name)}:{name}{len(value)}:{value}".encode("utf-8", "surrogatepass")
+            )
+    return digest.hexdigest()[:32], cls.max_batch_size or 0
+
+
+def batch_task(tasks: Sequence[Task]) -> Task:
+    """The one task that runs for the batch of ``tasks`` (of one class, equal but for their
+    batched parameters): their class made with each batched parameter set to its
+    ``batch_method`` of the members' values (``max``: the largest; ``",".join``: them all
+    joined) and every other parameter as the first member has it."""
+    if not tasks:
+        raise ValueError("a batch needs at least one task")
+    first = tasks[0]
+    cls = type(first)
+    values = dict(first.param_kwargs)
+    params = dict(cls._params)
+    for name in cls._batched:
+        method = params[name].batch_method
+        assert method is not None  # (a batched parameter has one)
+        values[name] = method([task.param_kwargs[name] for task in tasks])
+    return cls(**values)
 
 
 def _retry_policy_of(retry: Any, owner: object) -> RetryPolicy:

@@ -60,6 +60,9 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "retry": None if rec.retry is None else _retry_row(rec.retry),
         "labels": list(rec.labels),
         "waiting": rec.waiting,
+        "batch_key": rec.batch_key,
+        "batch_max": rec.batch_max,
+        "batch": list(rec.batch),
         "failures": list(rec.failures or ()),
         "wake_at": rec.wake_at,
         "explanation": rec.explanation,
@@ -82,24 +85,62 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
     }
 
 
-def from_row(row: object) -> TaskRecord:
-    """A record from :func:`to_row`'s dict; RowError naming the field if ``row`` is not one."""
+def from_row(row: object, strings: dict[str, str] | None = None) -> TaskRecord:
+    """A record from :func:`to_row`'s dict; RowError naming the field if ``row`` is not one.
+
+    ``strings``, one dict kept for a whole load, makes the records share one string object
+    per distinct family, module, loader, worker id and parameter name (each loaded row has its
+    own copies otherwise); an empty attempt history is None then, as in a record never
+    saved. The record is equal either way.
+    """
     if not isinstance(row, dict):
         raise RowError(f"the row is {_json_kind(row)}; expected a JSON object")
-    missing = [name for name in _FIELDS if name not in row and name not in ADDED_FIELDS]
-    if missing:
-        raise RowError(f"field {missing[0]!r} is missing", missing[0])
-    unknown = sorted(str(name) for name in row if name not in _FIELDS)
-    if unknown:
-        raise RowError(f"field {unknown[0]!r} is not a field of a task row", unknown[0])
+    if row.keys() != _FIELD_NAMES:  # (a row of today has every field: nothing to look for)
+        missing = [name for name in _FIELDS if name not in row and name not in ADDED_FIELDS]
+        if missing:
+            raise RowError(f"field {missing[0]!r} is missing", missing[0])
+        unknown = sorted(str(name) for name in row if name not in _FIELDS)
+        if unknown:
+            raise RowError(f"field {unknown[0]!r} is not a field of a task row", unknown[0])
     values = {}
-    for name, check in _FIELDS.items():
+    for name, check, kept, empty in _CHECKS:
         value = row[name] if name in row else ADDED_FIELDS[name]
+        kind = type(value)
+        if kind in kept:  # (what the check would return as it is: no call)
+            values[name] = value
+            continue
+        if kind is list and not value and empty is not _NO_EMPTY:
+            values[name] = empty  # (what the check returns for [])
+            continue
         try:
             values[name] = check(value)
         except _Expected as exc:
             raise RowError(f"field {name!r} is {_shown(value)}; expected {exc}", name) from None
+    if strings is not None:
+        _share(values, strings)
     return TaskRecord(**values)
+
+
+def _share(values: dict[str, Any], strings: dict[str, str]) -> None:
+    """Replace the repeated strings of a checked row's ``values`` by those of ``strings``
+    (adding the new ones), and an empty attempt history by None."""
+    one = strings.setdefault
+    for name in ("family", "module", "loader"):
+        values[name] = one(values[name], values[name])
+    worker = values["worker"]
+    if worker is not None:
+        values["worker"] = one(worker, worker)
+    for name in ("stakeholders", "runners"):
+        if values[name]:
+            values[name] = tuple([one(w, w) for w in values[name]])
+    if values["params"]:
+        values["params"] = {one(k, k): v for k, v in values["params"].items()}
+    attempts = values["attempts"]
+    if not attempts:
+        values["attempts"] = None
+    else:
+        for attempt in attempts:
+            attempt.worker = one(attempt.worker, attempt.worker)
 
 
 # --- one check per field: the value converted, or _Expected saying what it should be ------------
@@ -283,6 +324,9 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "retry": _retry,
     "labels": _texts,
     "waiting": _text,
+    "batch_key": _text,
+    "batch_max": _count,
+    "batch": _texts,
     "failures": _failures,
     "wake_at": _number,
     "explanation": _text,
@@ -296,6 +340,41 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
 }
 """Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
 
+_FIELD_NAMES = frozenset(_FIELDS)
+_KEPT: Mapping[str, tuple[type, ...]] = {
+    "task_id": (str,),
+    "seq": (int,),
+    "family": (str,),
+    "module": (str,),
+    "loader": (str,),
+    "own_priority": (int,),
+    "priority": (int,),
+    "worker": (str, type(None)),
+    "retry_count": (int, type(None)),
+    "retry": (type(None),),
+    "waiting": (str,),
+    "batch_key": (str,),
+    "explanation": (str,),
+    "status_message": (str,),
+    "progress": (type(None),),
+    "tracking_url": (str,),
+    "registered": (bool,),
+}
+"""Per field, the exact types of value its check returns unchanged (``bool`` is not ``int``)."""
+_NO_EMPTY = object()
+_EMPTY: Mapping[str, Any] = {
+    "deps": (),
+    "stakeholders": (),
+    "runners": (),
+    "labels": (),
+    "failures": None,
+}
+"""Per field, what its check returns (immutable) for an empty list."""
+_CHECKS = tuple(
+    (name, check, _KEPT.get(name, ()), _EMPTY.get(name, _NO_EMPTY))
+    for name, check in _FIELDS.items()
+)
+
 ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
     {
         "attempt": 0,
@@ -305,6 +384,9 @@ ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
         "retry": None,
         "labels": [],
         "waiting": "",
+        "batch_key": "",
+        "batch_max": 0,
+        "batch": [],
     }
 )
 """Fields added after rows were first written, and the value a row saved without one gets.

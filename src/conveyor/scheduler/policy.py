@@ -63,6 +63,7 @@ from ..errors import InvalidTransition, StaleReport
 from ..protocol import (
     ROUTES,
     AttemptEnd,
+    BatchMember,
     GetWork,
     NoteKind,
     Ok,
@@ -283,6 +284,12 @@ class TaskRecord:
     """The attempt whose report was last applied (a report sent again is not applied twice)."""
     attempts: list[Attempt] | None = None
     """The latest :data:`ATTEMPT_HISTORY` hand-outs, oldest first (allocated on the first)."""
+    batch_key: str = ""
+    """Which pending tasks may share an attempt with it (:attr:`TaskSpec.batch`; "": none)."""
+    batch_max: int = 0
+    """The most members of its batches (0: no limit)."""
+    batch: tuple[str, ...] = ()
+    """The members of the batch its latest attempt ran in, itself first (): not a batch)."""
     ready_at: float = 0.0
     """When it last became ready (``PENDING``, every dependency done, a worker to run it):
     :attr:`clock` time; 0 while it is not, and -1 when it was ready before the state was
@@ -375,6 +382,7 @@ class SchedulerCore:
         self._assistants: set[str] = set()
         self._by_worker: dict[str, set[str]] = {}
         self._running_on: dict[str, set[str]] = {}  # worker id -> ids of its RUNNING tasks
+        self._batch_ready: dict[str, dict[str, None]] = {}  # batch key -> ids offered ready
         self._next_prune = 0.0
         if self._dirty is not None:
             self._dirty = set()
@@ -399,10 +407,13 @@ class SchedulerCore:
         named methods are the in-process convenience API, and every route has one (checked on
         import). What a method raises (:class:`~conveyor.errors.StaleReport`) is raised.
         """
-        if type(request) is GetWork and request.max_tasks and _own_get_work(self):
-            # a subclass's own get_work may predate batches: it is asked for one, as before
-            # (its answer is not batched, so nothing is ever carried to it)
-            request = dataclasses.replace(request, max_tasks=0)
+        if type(request) is GetWork and _own_get_work(self):
+            # a subclass's own get_work may predate batches, labels and batch tasks: it is
+            # asked for one task with the fields it had (its answer is not batched, so
+            # nothing is ever carried to it)
+            request = GetWork(
+                request.worker_id, request.assistant, request.running, request.loaders
+            )
         # (route_of: TypeError naming what was given, if it is not a request)
         handler = _DISPATCH.get(type(request)) or _DISPATCH[route_of(request).request]
         name, fields, answer, own = handler
@@ -439,6 +450,8 @@ class SchedulerCore:
             rec.retry_count = spec.retry_count
         if spec.runnable:  # (the registration of a worker that would run it: its class's)
             rec.retry = spec.retry
+            batch = spec.batch
+            rec.batch_key, rec.batch_max = ("", 0) if batch is None else (batch.key, batch.max_size)
         labels = tuple(sorted(set(spec.labels))) if spec.labels else ()
         if labels != rec.labels and (first or spec.family):
             rec.labels = labels
@@ -447,6 +460,9 @@ class SchedulerCore:
                 self._label_sets.add(rec.labels)
             else:
                 self._labelled.discard(rec.task_id)
+            if not first:  # queued for other workers (and assistants) under the old labels
+                self._offer(rec)
+                self._update_waiting(rec)
         rec.resources = spec.resources
         added: tuple[str, ...] = ()
         if first or spec.deps or spec.status == PENDING:
@@ -614,6 +630,11 @@ class SchedulerCore:
             rec.ready_at = self.clock()
         if rec.labels:
             self._update_waiting(rec)
+        if rec.batch_key:  # (an ordered set per key: who may join a batch of its family)
+            ready = self._batch_ready.get(rec.batch_key)
+            if ready is None:
+                ready = self._batch_ready[rec.batch_key] = {}
+            ready[rec.task_id] = None
         entry = (-rec.priority, rec.seq, rec.task_id)
         if only is None:
             targets: Iterable[str] = rec.runners
@@ -666,6 +687,7 @@ class SchedulerCore:
         done: Sequence[TaskDone] = (),
         failed: Sequence[TaskFailed] = (),
         labels: Collection[str] | None = None,
+        batches: bool = False,
     ) -> Work | None: ...
 
     @overload
@@ -679,6 +701,7 @@ class SchedulerCore:
         done: Sequence[TaskDone] = (),
         failed: Sequence[TaskFailed] = (),
         labels: Collection[str] | None = None,
+        batches: bool = False,
     ) -> Work | WorkAnswer | None: ...
 
     def get_work(
@@ -691,6 +714,7 @@ class SchedulerCore:
         done: Sequence[TaskDone] = (),
         failed: Sequence[TaskFailed] = (),
         labels: Collection[str] | None = None,
+        batches: bool = False,
     ) -> Work | WorkAnswer | None:
         """Hand the best ready task to ``worker_id`` (marking it RUNNING), or None.
 
@@ -699,7 +723,9 @@ class SchedulerCore:
         assistant is handed another worker's task only if its loader is one of ``loaders``
         (None: conveyor's own only); see :class:`~conveyor.protocol.GetWork`. ``labels`` are
         what the worker offers (None: as told before, or none): a task with labels is handed
-        only to a worker that has them all.
+        only to a worker that has them all. ``batches``: the worker runs batch hand-outs, so a
+        task with a batch key is handed out with the other ready tasks of its key
+        (:attr:`Work.batch`, see :meth:`_gather`).
 
         A batch (``max_tasks`` of 1 or more) is answered a :class:`WorkAnswer`: the carried
         reports ``done`` and ``failed`` applied first, as :meth:`task_done` and
@@ -730,47 +756,56 @@ class SchedulerCore:
             self._wake(now)
             if running is not None and self._running_on.get(worker_id):
                 self._reclaim(worker_id, set(running))
-            work = self._hand_out(worker_id, assistant, loaders)
+            work = self._hand_out(worker_id, assistant, loaders, batches)
             if not max_tasks:
                 return work
             more: list[Work] = []
             while work is not None and len(more) < max_tasks - 1:
-                taken = self._hand_out(worker_id, assistant, loaders)
+                taken = self._hand_out(worker_id, assistant, loaders, batches)
                 if taken is None:
                     break
                 more.append(taken)
             return WorkAnswer(work, tuple(more), True, tuple(refused))
 
     def _learn_labels(self, worker_id: str, labels: Collection[str]) -> None:
-        """Keep what ``worker_id`` offers; the tasks waiting for labels are looked at again
-        when it changed."""
+        """Keep what ``worker_id`` offers; when it changed, its own labelled tasks are queued
+        for it again, and whether they (all of them, for an assistant) wait is looked at."""
         offered = frozenset(labels)
-        if self._worker_labels.get(worker_id, _NO_LABELS) != offered:
-            self._worker_labels[worker_id] = offered
-            if offered:  # (a worker told of its labels first: its heap may hold theirs)
-                for task_id in self._by_worker.get(worker_id, ()):
-                    rec = self._tasks[task_id]
-                    if rec.labels:
-                        self._offer(rec, only=worker_id)
-            self._refresh_waiting()
+        if self._worker_labels.get(worker_id) == offered:
+            return
+        self._worker_labels[worker_id] = offered
+        if not self._labelled:
+            return
+        mine = [t for t in self._by_worker.get(worker_id, ()) if t in self._labelled]
+        heap = self._heaps.get(worker_id)
+        for task_id in mine:
+            rec = self._tasks[task_id]
+            if rec.status == PENDING and not rec.unmet and worker_id in rec.runners:
+                if heap is None:
+                    heap = self._heaps[worker_id] = []
+                heapq.heappush(heap, (-rec.priority, rec.seq, task_id))
+        self._refresh_waiting(self._labelled if worker_id in self._assistants else mine)
 
-    def _refresh_waiting(self) -> None:
-        """Say again, for every task with labels, whether a live worker can take it."""
+    def _refresh_waiting(self, task_ids: Iterable[str]) -> None:
+        """Say again, for each of these tasks with labels, whether a live worker can take it."""
         tasks = self._tasks
-        for task_id in self._labelled:
+        for task_id in list(task_ids):
             rec = tasks.get(task_id)
-            if rec is not None:
+            if rec is not None and rec.labels:
                 self._update_waiting(rec)
 
     def _update_waiting(self, rec: TaskRecord) -> None:
         """Set :attr:`TaskRecord.waiting` of a task with labels: why it is ready and yet no
         live worker can be handed it ("" when one can, or when it is not ready)."""
         text = ""
-        if rec.status == PENDING and not rec.unmet and rec.runners:
-            workers, offered = self._workers, self._worker_labels
+        if rec.labels and rec.status == PENDING and not rec.unmet and rec.runners:
+            workers, offered, stakeholders = self._workers, self._worker_labels, rec.stakeholders
             able = any(
-                w in workers and offered.get(w, _NO_LABELS).issuperset(rec.labels)
-                for w in (*rec.runners, *self._assistants)
+                w in workers
+                # (a worker that has not said its labels yet, one of an older release or
+                # one seen before a restart, is not taken to lack them)
+                and (w not in offered or offered[w].issuperset(rec.labels))
+                for w in (*(r for r in rec.runners if r in stakeholders), *self._assistants)
             )
             if not able:
                 text = f"waiting for a worker with the labels {', '.join(rec.labels)}"
@@ -780,15 +815,71 @@ class SchedulerCore:
             rec.waiting = text
 
     def _hand_out(
-        self, worker_id: str, assistant: bool, loaders: Collection[str] | None
+        self,
+        worker_id: str,
+        assistant: bool,
+        loaders: Collection[str] | None,
+        batches: bool = False,
     ) -> Work | None:
         """The best ready task for ``worker_id`` (its own first, then, for an assistant,
-        another worker's of one of ``loaders``), taken; None if there is none."""
+        another worker's of one of ``loaders``), taken; None if there is none. With
+        ``batches``, a task with a batch key comes with the others of its key (:meth:`_gather`)."""
         work = self._pop(worker_id, worker_id)
         if work is None and assistant:
             accepted = _CONVEYOR_ONLY if loaders is None else loaders
             work = self._pop_for_assistant(worker_id, accepted)
+        if work is not None and batches:
+            rec = self._tasks[work.task_id]
+            if rec.batch_key:
+                return self._gather(rec, work, worker_id, assistant)
         return work
+
+    def _gather(self, rec: TaskRecord, work: Work, worker_id: str, assistant: bool) -> Work:
+        """``work`` (of ``rec``, just taken) made a batch: up to ``rec.batch_max - 1`` other
+        ready tasks of its batch key that ``worker_id`` may run, taken under the same attempt
+        id. O(batch) plus the stale entries of the key's ready set, each dropped once."""
+        ready = self._batch_ready.get(rec.batch_key)
+        if not ready:
+            return work
+        limit = rec.batch_max or len(ready) + 1
+        offered = self._worker_labels.get(worker_id, _NO_LABELS)
+        taken: list[TaskRecord] = []
+        stale: list[str] = []
+        for task_id in ready:
+            if len(taken) + 1 >= limit:
+                break
+            other = self._tasks.get(task_id)
+            if (
+                other is None
+                or other.status != PENDING
+                or other.unmet
+                or not other.runners
+                or other.batch_key != rec.batch_key
+            ):
+                stale.append(task_id)  # (no longer ready: offered again when it is)
+                continue
+            own = worker_id in other.runners and worker_id in other.stakeholders
+            if not own and not (assistant and other.loader == rec.loader):
+                continue  # another worker's: it stays for that one
+            if other.labels and not offered.issuperset(other.labels):
+                continue
+            if self._blocking_resource(other) is not None:
+                continue
+            taken.append(other)
+        for task_id in stale:
+            del ready[task_id]
+        if not taken:
+            if not ready:
+                del self._batch_ready[rec.batch_key]
+            return work
+        for other in taken:
+            self._take(other, worker_id, rec.attempt)
+        members = (rec, *taken)
+        ids = tuple(member.task_id for member in members)
+        for member in members:
+            member.batch = ids
+        batch = tuple(BatchMember(member.task_id, member.params) for member in members)
+        return dataclasses.replace(work, batch=batch)
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
         for task_id in list(self._running_on.get(worker_id, ())):
@@ -856,12 +947,21 @@ class SchedulerCore:
                 return name
         return None
 
-    def _take(self, rec: TaskRecord, worker_id: str) -> None:
+    def _take(self, rec: TaskRecord, worker_id: str, attempt: int = 0) -> None:
+        """Hand ``rec`` to ``worker_id``: RUNNING under a new attempt id (``attempt``: the one
+        of the batch it joins)."""
         rec.held = rec.resources
         for name, amount in rec.held.items():
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
-        rec.attempt = self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
+        rec.attempt = attempt or self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
+        if rec.batch_key:
+            ready = self._batch_ready.get(rec.batch_key)
+            if ready is not None:
+                ready.pop(rec.task_id, None)
+                if not ready:
+                    del self._batch_ready[rec.batch_key]
+        rec.batch = ()
         if self.keep_history:
             history = rec.attempts
             if history is None:
@@ -1135,6 +1235,7 @@ class SchedulerCore:
         silent = [
             w for w, seen in self._workers.items() if seen < now - self.worker_disconnect_delay
         ]
+        gone_assistants = {w for w in silent if w in self._assistants}
         for worker_id in silent:
             del self._workers[worker_id]
             if self.on_worker is not None:
@@ -1152,7 +1253,12 @@ class SchedulerCore:
             for task_id in self._by_worker.get(worker_id, ()):
                 heapq.heappush(self._removals, (later, task_id))
         if silent and self._labelled:
-            self._refresh_waiting()
+            if any(w in gone_assistants for w in silent):
+                self._refresh_waiting(self._labelled)
+            else:
+                self._refresh_waiting(
+                    t for w in silent for t in self._by_worker.get(w, ()) if t in self._labelled
+                )
 
     def _prune_tasks(self, now: float) -> None:
         """Remove the candidates whose time has come and that nobody needs any more."""
@@ -1318,6 +1424,8 @@ class SchedulerCore:
                 self._touch(rec)
                 rec.stakeholders = tuple(w for w in rec.stakeholders if w != worker_id)
                 heapq.heappush(self._removals, (later, task_id))
+                if rec.labels:
+                    self._update_waiting(rec)
             if not mine:
                 del self._by_worker[worker_id]
 

@@ -43,7 +43,7 @@ from starlette.routing import Route
 
 from ..errors import ConfigError, StaleReport, StateStoreError
 from ..protocol import ROUTES, FieldError, TaskList, decode, encode
-from ..scheduler.persist import from_row, to_row
+from ..scheduler.persist import to_row
 from ..scheduler.policy import SchedulerCore, TaskRecord
 from .guard import Guard
 from .hooks import REPORT_REFUSED, REQUEST, ServerHooks
@@ -234,8 +234,11 @@ class SchedulerService:
         worker counts as just seen), the lease running until ``until`` (``clock``'s time).
         The store's saves carry ``term`` from here on, not before: a call still running under
         an earlier term has finished (it held the lock) or is refused."""
+        from .main import collector_paused
+
         with self.lock:
-            self.core.reload(records, workers)
+            with collector_paused():
+                self.core.reload(records, workers)
             self.hooks.discard()
             for forget in self.on_promote:
                 forget()
@@ -309,9 +312,12 @@ class SchedulerService:
         """Replace the scheduler's state with what the store holds, as a restart would. If
         the store cannot be read either, the state in memory is not trusted: writes and reads
         are refused until a later reload succeeds."""
+        from .main import collector_paused, records_of  # (main builds this module's app)
+
         try:
-            rows, workers = self.store.load()
-            self.core.reload([from_row(row) for row in rows], workers)
+            with collector_paused():
+                records, workers = records_of(self.store, self.where)
+                self.core.reload(records, workers)
             self._reloaded = True
         except Exception as exc:
             self._reloaded = False
@@ -397,8 +403,19 @@ def load_json(raw: bytes) -> Any:
         raise ValueError("the request body is nested too deeply") from None
     except ValueError as exc:
         raise ValueError(f"the request body is not valid JSON: {exc}") from None
-    _check_unicode(body)
+    if _may_hold_surrogates(raw):
+        _check_unicode(body)
     return body
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    """Whether parsing ``raw`` can have made a lone surrogate: False only for UTF-8 without a
+    ``\\ud``/``\\uD`` escape and without an encoded surrogate (``json.loads`` decodes bytes
+    with ``surrogatepass``: the bytes ED A0-BF ... become one; any ED byte counts here, which
+    is also the first of some valid characters, whose strings are then checked)."""
+    if not isinstance(raw, bytes | bytearray) or json.detect_encoding(raw) != "utf-8":
+        return True
+    return b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw
 
 
 def _check_unicode(value: Any) -> None:

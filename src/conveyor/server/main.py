@@ -10,9 +10,12 @@ aside instead, and the server starts, only with ``[server] on_corrupt_state = "q
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import socket
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -26,7 +29,15 @@ from ..scheduler.policy import TaskRecord
 from .hosts import OwnAddress, is_loopback, url_host
 from .stores import CanLead, CanQuarantine, CorruptState, StateStore, StoreContext, Workers
 
-__all__ = ["bind_listener", "build_service", "check_bind", "load_state", "serve"]
+__all__ = [
+    "bind_listener",
+    "build_service",
+    "check_bind",
+    "collector_paused",
+    "load_state",
+    "records_of",
+    "serve",
+]
 
 log = structlog.get_logger("conveyor.server")
 
@@ -70,10 +81,11 @@ def build_service(config: Config, holder: str = "") -> Any:
     shared = isinstance(store, CanLead)
     try:
         core = Scheduler(config)
-        loaded = load_state(store, server)  # (shared: checked now, loaded again when leading)
-        if not shared:
-            core.restore(*loaded)
-        del loaded
+        with collector_paused():
+            loaded = load_state(store, server)  # (shared: checked now, loaded again leading)
+            if not shared:
+                core.restore(*loaded)
+            del loaded
     except BaseException:
         store.close()
         raise
@@ -98,23 +110,64 @@ def build_service(config: Config, holder: str = "") -> Any:
 
 def load_state(store: StateStore, server: ServerSettings) -> tuple[list[TaskRecord], Workers]:
     """The store's records and workers, each row checked by
-    :func:`~conveyor.scheduler.persist.from_row`.
+    :func:`~conveyor.scheduler.persist.from_row`, with the cyclic garbage collector paused
+    (:func:`collector_paused`).
+
+    A store with a ``load_records()`` method (the built-in ones) makes the records itself,
+    each row parsed and checked once; any other store's rows are made records here, each
+    checked again.
 
     Unusable rows stop the start (ConfigError, nothing changed) unless ``on_corrupt_state`` is
     ``"quarantine"``: then the store moves them aside, the server says how many on stderr and
     in a warning, and the rest is loaded.
     """
+    with collector_paused():
+        try:
+            return records_of(store, server.state_store)
+        except CorruptState as exc:
+            if server.on_corrupt_state != "quarantine":
+                raise ConfigError(f"{exc}; {_RECOVER_HINT}", source=exc.location) from None
+            if not isinstance(store, CanQuarantine):
+                message = f"{exc}; the {server.state_store!r} state store cannot quarantine rows"
+                raise ConfigError(message, source=exc.location) from None
+            _announce(exc, store.quarantine(exc.bad))
+        return records_of(store, server.state_store)
+
+
+def records_of(store: StateStore, store_name: str) -> tuple[list[TaskRecord], Workers]:
+    """``store.load_records()`` if the store has it, else ``store.load()``'s rows as records
+    (each row let go once it is one; a row that is not one is a ConfigError naming the store
+    ``store_name``). CorruptState as the store raises it."""
+    load_records = getattr(store, "load_records", None)
+    if callable(load_records):
+        records, workers = load_records()
+        return list(records), list(workers)
+    rows, workers = store.load()
+    rows.reverse()
+    made = []
+    while rows:
+        made.append(_record(rows.pop(), store_name))
+    return made, workers
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: a load makes millions of objects and no garbage
+    cycles, and the collector would walk them all again and again. On the way out, one
+    collection, then everything alive is moved out of the collector's reach for good
+    (``gc.freeze()``: the loaded state lives as long as the server; reference counting still
+    frees what is let go) and collection resumes. Inside another, or with the collector off,
+    it does nothing."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
     try:
-        rows, workers = store.load()
-    except CorruptState as exc:
-        if server.on_corrupt_state != "quarantine":
-            raise ConfigError(f"{exc}; {_RECOVER_HINT}", source=exc.location) from None
-        if not isinstance(store, CanQuarantine):
-            message = f"{exc}; the {server.state_store!r} state store cannot quarantine rows"
-            raise ConfigError(message, source=exc.location) from None
-        _announce(exc, store.quarantine(exc.bad))
-        rows, workers = store.load()
-    return [_record(row, server.state_store) for row in rows], workers
+        yield
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.enable()
 
 
 def _record(row: Any, store_name: str) -> TaskRecord:

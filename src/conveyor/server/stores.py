@@ -445,6 +445,7 @@ def task_detail(
         next_retry=_next_retry(row),
         labels=tuple(row.get("labels") or ()),
         waiting=row.get("waiting") or "",
+        batch=tuple(row.get("batch") or ()),
     )
 
 

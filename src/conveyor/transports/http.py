@@ -507,23 +507,24 @@ class HttpTransport:
         """Send a protocol request to its route; its answer, checked against the protocol
         (``tries`` as for :meth:`_call`). A field of :data:`~conveyor.protocol.DROPPABLE` that
         the server refuses (422: it predates the field) is left at its default from then on,
-        and the request sent again without it."""
+        and the request sent again without it (as many times as the server refuses another
+        such field)."""
         kind = type(request)
         for name in self._dropped.get(kind, ()):
             request = replace(request, **{name: _DEFAULTS[kind][name]})
         route = route_of(request).name
-        try:
-            return self._post_json(route, _dumps(encode_request(request)), tries)
-        except _Refused as exc:
-            name = exc.field
-            if exc.status != 422 or name not in DROPPABLE.get(kind, ()):
-                raise
-            if getattr(request, name) == _DEFAULTS[kind][name]:
-                raise
-            self._dropped.setdefault(kind, set()).add(name)
-            log.info("the scheduler predates a field: sent without it", route=route, field=name)
-            request = replace(request, **{name: _DEFAULTS[kind][name]})
-            return self._post_json(route, _dumps(encode_request(request)), tries)
+        while True:  # (one more droppable field dropped each time, so this ends)
+            try:
+                return self._post_json(route, _dumps(encode_request(request)), tries)
+            except _Refused as exc:
+                name = exc.field
+                if exc.status != 422 or name not in DROPPABLE.get(kind, ()):
+                    raise
+                if getattr(request, name) == _DEFAULTS[kind][name]:
+                    raise
+                self._dropped.setdefault(kind, set()).add(name)
+                log.info("the scheduler predates a field: sent without it", route=route, field=name)
+                request = replace(request, **{name: _DEFAULTS[kind][name]})
 
     def _post_json(self, name: str, data: bytes, tries: int | None = None) -> Any:
         """POST the encoded request ``data`` to route ``name``; its answer, checked (``tries``

@@ -80,6 +80,7 @@ from ..task import (
     Task,
     TaskDefaults,
     as_task,
+    batch_task,
     load_task_class,
     requirements,
     take_id_style_in_use,
@@ -173,6 +174,12 @@ class Worker:
             self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
             self._requested: list[str] = []
             self._running: dict[str, Node] = {}
+            self._batches: dict[str, tuple[Node, ...]] = {}  # running batch task id -> members
+            self._in_batches: dict[str, str] = {}  # member id -> its running batch task's id
+            # whether get_work asks for batch hand-outs: an assistant always (it may be handed
+            # anyone's), another worker once it registered a batchable task (until then the
+            # field stays out, and an older scheduler never sees it)
+            self._batches_asked = self.settings.assistant
             self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
             # an assistant names the loaders it can rebuild tasks with, when there are others
             # than conveyor's (left out, the server hands it conveyor tasks only, as before)
@@ -316,6 +323,8 @@ class Worker:
     def _register(self, specs: list[TaskSpec]) -> None:
         """Registration's one path: to the scheduler now before the run; during it through the
         outbox, which survives an outage and keeps registrations in order with results."""
+        if not self._batches_asked and any(spec.batch is not None for spec in specs):
+            self._batches_asked = True  # (asked for from now on: see _loop)
         if self._in_run:
             self._outbox.send(AddTasks(self.id, tuple(specs), self.settings.assistant))
         else:
@@ -434,21 +443,23 @@ class Worker:
             ask = GetWork(
                 self.id,
                 self.settings.assistant,
-                tuple(self._running),
+                # (results still held are of attempts the scheduler must not take back)
+                (*self._running, *self._in_batches, *self._outbox.held_task_ids()),
                 self._loaders,
                 min(slots - len(self._running), MAX_BATCH),
                 done,
                 failed,
-                self.settings.labels or None,
+                self.settings.labels,  # (always: a run without labels has none)
+                batches=self._batches_asked,
             )
             try:
                 answer: WorkAnswer = self._transport.call(ask)
                 self._contact = self.clock.monotonic()
             except SchedulerUnavailable as exc:
                 self._outbox.requeue((*done, *failed), exc)
-                log.error("scheduler unreachable; asking for no more work", error=str(exc))
                 if done or failed:
                     continue  # the outbox retries them until rpc_give_up_after, as any report
+                log.error("scheduler unreachable; asking for no more work", error=str(exc))
                 if self._running:
                     self._wait_for_message(None)
                 elif self.settings.keep_alive:  # a long-running worker waits for it to return
@@ -482,6 +493,8 @@ class Worker:
                 self._start(work)
                 for more in answer.more:
                     self._start(more)
+            elif self._outbox.holding:
+                continue  # results the last ask had no room for go with the next
             elif self._running:
                 self._wait_for_message(None)
             elif not self._keep_waiting():
@@ -556,6 +569,9 @@ class Worker:
             self._inbox.put(message)
 
     def _start(self, work: Work) -> None:
+        if len(work.batch) > 1:
+            self._start_batch(work)
+            return
         if self._interrupted:
             # the signal came while get_work was on its way: never start it; report it
             # failed like the attempts the interruption stopped
@@ -626,6 +642,125 @@ class Worker:
                 for kind, value in node.notes.items():
                     self._transport.call(Annotate(node.task_id, NoteKind(kind), value))
         executor.start(request, self._post)
+
+    def _start_batch(self, work: Work) -> None:
+        """Run a batch hand-out (:attr:`Work.batch`) as one attempt: the task made of its
+        members (:func:`conveyor.task.batch_task`), under any executor; each member is
+        started here, and ends as the batch does (:meth:`_on_batch_outcome`)."""
+        members: list[Node] = []
+        for member in work.batch:
+            one = replace(work, task_id=member.task_id, params=member.params, batch=())
+            node = self._graph.get(member.task_id)
+            decision = on_hand_out(None if node is None else node.state)
+            if decision is HandOut.ADOPT:
+                node = self._adopt(one)
+            if node is None:
+                continue  # adoption refused it (reported failed)
+            if decision is HandOut.RECHECK:  # complete here: the walk registers it DONE
+                self._walker.walk([node.task], recheck=(node.task_id,))
+            elif decision is HandOut.IGNORE:
+                log.warning(
+                    "scheduler handed out a task in an unexpected state",
+                    task_id=node.task_id,
+                    state=node.state.name,
+                )
+            elif any(m.task_id == node.task_id for m in members):
+                continue  # (named twice)
+            else:
+                members.append(node)
+        if len(members) <= 1 or self._interrupted:
+            for node in members:  # (one left: an attempt of its own, as any task's)
+                self._start(replace(work, task_id=node.task_id, params=node.params, batch=()))
+            return
+        error = ""
+        try:
+            tasks = [node.task for node in members if isinstance(node.task, Task)]
+            if len(tasks) < len(members):
+                raise TaskLoadError("only conveyor.Task classes run as batches")
+            task = batch_task(tasks)
+            if task.task_id in self._running:
+                raise TaskLoadError(f"the batch's task {task.task_id} is running already")
+        except Exception as exc:  # a batch_method that raised, or a value it made refused
+            error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
+            error = f"the batch of {len(members)} tasks could not be made: {error}"
+        if error:
+            for node in members:
+                self._outbox.send(TaskFailed(self.id, node.task_id, error, work.attempt))
+            log.error("refused batch", task_id=work.task_id, error=error)
+            return
+        runner = Node(task, task.task_id, task.task_params)
+        runner.attempts, runner.hand_out = 1, work.attempt
+        self._lease = work.lease or self._lease
+        timeout = self._timeout_of(runner)
+        executor = self._executor_for(timeout)
+        runner.executor = executor.name
+        first: ev.Event | None = None
+        for node in members:
+            node.attempts += 1
+            node.hand_out = work.attempt
+            node.executor = executor.name
+            self._in_batches[node.task_id] = runner.task_id
+            started = self._transit(
+                node, Trigger.STARTED, executor=node.executor, attempt=node.attempts
+            )
+            first = first or started
+        self._running[runner.task_id] = runner
+        self._batches[runner.task_id] = tuple(members)
+        env, plugins, hooks = self._attempt_plugins(runner, first)
+        request = AttemptRequest(
+            task,
+            runner.task_id,
+            runner.attempts,
+            timeout,
+            self.settings.check_complete_on_run,
+            None,
+            None,
+            env,
+            plugins,
+            hooks,
+            memory_limit=self._memory_limit_of(runner),
+        )
+        log.info("batch started", task_id=runner.task_id, members=len(members))
+        executor.start(request, self._post)
+
+    def _on_batch_outcome(self, members: tuple[Node, ...], outcome: Outcome) -> None:
+        """End each member of a batch as its one attempt ended: done, or failed alike (a
+        batch's run() may not yield dependencies: that fails it)."""
+        for node in members:
+            self._in_batches.pop(node.task_id, None)
+        if outcome.suspended is not None:
+            outcome.suspended.close()
+        if outcome.kind is SUCCEEDED:
+            text = truncate(outcome.explanation)
+            for node in members:
+                node.last, node.notes = None, None
+                node.succeeded = True
+                node.found_complete = outcome.found_complete
+                self._report(TaskDone(self.id, node.task_id, node.hand_out, text))
+                ended = {**_ended_fields(node, outcome), "explanation": text}
+                if outcome.found_complete:
+                    self._transit(node, Trigger.SUCCEEDED, skipped=True, **ended)
+                else:
+                    self._transit(node, Trigger.SUCCEEDED, **ended)
+            return
+        if outcome.kind is NEEDS_DEPS:
+            names = ", ".join(repr(dep) for dep in outcome.new_deps[:3])
+            outcome = replace(
+                outcome,
+                kind=FAILED,
+                error=f"the run() of a batch yielded dependencies ({names}); a batch task's "
+                "run() may not yield (declare them in requires())",
+                exception_type="BatchYielded",
+                new_deps=(),
+            )
+        trigger = on_outcome(outcome.kind).trigger
+        error = truncate(outcome.error or outcome.kind)
+        how, no_retry = _ended(outcome), _not_retried(members[0].task, outcome)
+        for node in members:
+            node.last, node.notes, node.error = outcome, None, error
+            self._report(TaskFailed(self.id, node.task_id, error, node.hand_out, how, no_retry))
+            fields = _failure_fields(trigger, error, outcome)
+            self._transit(node, trigger, **fields, **_ended_fields(node, outcome))
 
     def _attempt_plugins(
         self, node: Node, started: ev.Event | None
@@ -737,17 +872,23 @@ class Worker:
         node = self._running.get(note.task_id)
         if node is None:
             return
-        trigger, field = _NOTES[note.kind]
-        self._transit(node, trigger, **{field: note.value})
-        node.notes = node.notes or {}
-        node.notes[note.kind] = note.value
-        # a lost status message is not worth holding the run for
-        with contextlib.suppress(SchedulerUnavailable):
-            self._transport.call(Annotate(note.task_id, NoteKind(note.kind), note.value))
+        # (a batch's note is each member's)
+        for one in self._batches.get(note.task_id, (node,)):
+            trigger, field = _NOTES[note.kind]
+            self._transit(one, trigger, **{field: note.value})
+            one.notes = one.notes or {}
+            one.notes[note.kind] = note.value
+            # a lost status message is not worth holding the run for
+            with contextlib.suppress(SchedulerUnavailable):
+                self._transport.call(Annotate(one.task_id, NoteKind(note.kind), note.value))
 
     def _on_outcome(self, outcome: Outcome) -> None:
         node = self._running.pop(outcome.task_id, None)
         if node is None:
+            return
+        members = self._batches.pop(outcome.task_id, None)
+        if members is not None:
+            self._on_batch_outcome(members, outcome)
             return
         # kept for the summary, which says how a failed task ended (nothing to keep for others)
         node.last = None if outcome.kind is SUCCEEDED else outcome

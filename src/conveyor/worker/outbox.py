@@ -63,6 +63,10 @@ class Outbox:
         """True while results are held for the next ``get_work``."""
         return bool(self._held)
 
+    def held_task_ids(self) -> tuple[str, ...]:
+        """The tasks whose results are held (their attempts ended; not reported yet)."""
+        return tuple([r.task_id for r in self._held]) if self._held else ()
+
     def hold(self, result: TaskDone | TaskFailed) -> None:
         """Keep the result ``result`` to go with the worker's next ``get_work``
         (:meth:`take_held`), or queue it behind undelivered reports. Whatever is sent by

@@ -14,8 +14,8 @@ from ..config import WorkerSettings
 from ..core.machine import registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
-from ..protocol import TaskSpec, TaskStatus
-from ..task import requirements
+from ..protocol import BatchSpec, TaskSpec, TaskStatus
+from ..task import batch_key, requirements
 from ..tasklike import TaskLike
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
@@ -205,6 +205,10 @@ class GraphWalk:
             if own.count is not None:
                 retry_count = own.count
             retry = own.spec()
+        batch = None
+        if runnable and getattr(node.task, "_batched", None):  # (a batchable Task class)
+            found = batch_key(node.task)
+            batch = None if found is None else BatchSpec(*found)
         return TaskSpec(
             node.task_id,
             *self._identity(node),
@@ -218,6 +222,7 @@ class GraphWalk:
             loader=policy.loader,
             retry=retry,
             labels=policy.labels,
+            batch=batch,
         )
 
 

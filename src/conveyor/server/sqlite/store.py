@@ -41,6 +41,7 @@ from ...protocol import (
     TaskSummary,
 )
 from ...scheduler.persist import RowError, from_row
+from ...scheduler.policy import TaskRecord
 from ...settings import Field
 from ..statelock import StateLock
 from ..stores import (
@@ -134,7 +135,9 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._readers = threading.local()  # a read-only connection per reading thread
         self._reader_list: list[sqlite3.Connection] = []
-        self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
+        # what the edges table holds, per task with edges; complete once _edges_known
+        self._deps: dict[str, tuple[str, ...]] = {}
+        self._edges_known = False  # (True once loaded, or for a new file)
         self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
         self._seq = 0  # the latest change number (the changes table's)
         self._rescued: str | None = None  # what _rescue() did, once it did
@@ -152,6 +155,7 @@ class SqliteStore:
             if self._version == 0:  # a new file: nothing in it to keep as it was
                 self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # (before any table)
                 self._upgrade()
+                self._edges_known = True
             elif self._version == SCHEMA_VERSION:
                 self._seq = _latest(self._db)
             self._identity = _identity(self._path)
@@ -285,21 +289,48 @@ class SqliteStore:
 
     def load(self) -> tuple[Rows, Workers]:
         """Every saved row and worker; CorruptState (nothing changed) naming unusable rows."""
+        rows: Rows = []
+        workers = self._read_back(lambda row, _record: rows.append(row), None)
+        return rows, workers
+
+    def load_records(self) -> tuple[list[TaskRecord], Workers]:
+        """What :meth:`load` returns, as records: the rows are read a chunk at a time and each
+        is parsed and checked once, so no more than a chunk of them exists at once; records
+        share their repeated strings. The server loads with this when a store has it."""
+        records: list[TaskRecord] = []
+        workers = self._read_back(lambda _row, record: records.append(record), {})
+        return records, workers
+
+    def _read_back(
+        self, keep: Callable[[dict[str, Any], TaskRecord], object], strings: dict[str, str] | None
+    ) -> Workers:
+        """Read every task row (``keep(row, record)`` for each usable one, until one is not)
+        and return the workers; CorruptState (nothing changed) naming every unusable row.
+        ``strings`` is :func:`~conveyor.scheduler.persist.from_row`'s."""
+        deps: dict[str, tuple[str, ...]] = {}
+        digests: dict[str, bytes] = {}
+        bad: list[BadRow] = []
         with self._lock:
-            tasks = self._db.execute("SELECT rowid, task_id, data FROM tasks").fetchall()
+            # (one statement: one snapshot of the table, read in chunks)
+            cursor = self._db.execute("SELECT rowid, task_id, data FROM tasks")
+            while chunk := cursor.fetchmany(_LOAD_CHUNK):
+                for rowid, task_id, data in chunk:
+                    try:
+                        row, record = _task_row(task_id, data, strings)
+                    except RowError as exc:
+                        where = f"task row {rowid} (task_id {task_id!r})"
+                        bad.append(BadRow(("tasks", rowid), where, str(exc)))
+                        continue
+                    if record.deps:
+                        unique = tuple(dict.fromkeys(record.deps))
+                        deps[task_id] = record.deps if unique == record.deps else unique
+                    digests[task_id] = _digest(data)
+                    if not bad:
+                        keep(row, record)
+                del chunk
             workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
             worker_rows = workers.fetchall()
-        rows: Rows = []
         pairs: Workers = []
-        bad: list[BadRow] = []
-        for rowid, task_id, data in tasks:
-            try:
-                rows.append(_task_row(task_id, data))
-                self._deps[task_id] = tuple(dict.fromkeys(rows[-1]["deps"]))
-                self._digests[task_id] = _digest(data)
-            except RowError as exc:
-                where = f"task row {rowid} (task_id {task_id!r})"
-                bad.append(BadRow(("tasks", rowid), where, str(exc)))
         for rowid, worker_id, assistant in worker_rows:
             problem = _worker_problem(worker_id, assistant)
             if problem:
@@ -309,9 +340,11 @@ class SqliteStore:
                 pairs.append((worker_id, bool(assistant)))
         if bad:
             raise CorruptState(f"state database {self._path!r}", bad)
+        self._deps, self._digests = deps, digests
+        self._edges_known = True
         self._upgrade()
         self._vacuum_incrementally()
-        return rows, pairs
+        return pairs
 
     def _vacuum_incrementally(self) -> None:
         """Switch a file created before conveyor vacuumed incrementally to doing so: one full
@@ -383,6 +416,8 @@ class SqliteStore:
             changed.append((task_id, data, *_ui_columns(row), digest))
             deps = tuple(dict.fromkeys(row["deps"]))
             old = self._deps.get(task_id)
+            if old is None and not deps and self._edges_known:
+                continue  # (no edges stored, none to store: no statement)
             if old != deps:
                 edges.append((task_id, deps, *_edge_changes(old, deps)))
         worker_data = [(w, int(a)) for w, a in workers]
@@ -398,16 +433,17 @@ class SqliteStore:
                 [(*c[:-1], now, first + i) for i, c in enumerate(changed)],
             )
             db.executemany("INSERT OR REPLACE INTO workers VALUES (?, ?)", worker_data)
-            for task_id, _deps, every, removed, added in edges:
-                if every:
-                    db.execute("DELETE FROM edges WHERE task_id = ?", (task_id,))
-                db.executemany(
-                    "DELETE FROM edges WHERE task_id = ? AND dep_id = ?",
-                    [(task_id, d) for d in removed],
-                )
-                db.executemany(
-                    "INSERT OR IGNORE INTO edges VALUES (?, ?)", [(task_id, d) for d in added]
-                )
+            # (one statement of each kind for all the tasks: the three touch disjoint edges
+            # of a task but for the first, which goes first)
+            db.executemany("DELETE FROM edges WHERE task_id = ?", [(e[0],) for e in edges if e[2]])
+            db.executemany(
+                "DELETE FROM edges WHERE task_id = ? AND dep_id = ?",
+                [(e[0], d) for e in edges for d in e[3]],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO edges VALUES (?, ?)",
+                [(e[0], d) for e in edges for d in e[4]],
+            )
             db.executemany("DELETE FROM tasks WHERE task_id = ?", gone)
             db.executemany("DELETE FROM edges WHERE task_id = ?", gone)
             db.executemany("DELETE FROM workers WHERE worker_id = ?", [(w,) for w in gone_workers])
@@ -418,7 +454,10 @@ class SqliteStore:
         for c in changed:
             self._digests[c[0]] = c[-1]
         for task_id, deps, *_ in edges:
-            self._deps[task_id] = deps
+            if deps:
+                self._deps[task_id] = deps
+            else:
+                self._deps.pop(task_id, None)
         for task_id in gone_tasks:
             self._deps.pop(task_id, None)
             self._digests.pop(task_id, None)
@@ -489,6 +528,8 @@ class SqliteStore:
             self._state_lock.release()
 
 
+_LOAD_CHUNK = 10_000
+"""Task rows fetched from SQLite at a time by a load."""
 _WAL_SIZE_LIMIT = 64 * 2**20
 """Bytes the write-ahead log is cut back to after a checkpoint (SQLite's journal_size_limit)."""
 _VACUUM_AT = 256
@@ -554,7 +595,7 @@ def _fill_ui_columns(db: sqlite3.Connection) -> None:
     now = time.time()
     for rowid, task_id, data in found:
         try:
-            row = _task_row(task_id, data)
+            row, _ = _task_row(task_id, data)
         except RowError:
             continue
         columns = _ui_columns(row)
@@ -631,23 +672,30 @@ def _apply(db: sqlite3.Connection, version: int) -> None:
 # --- reading rows back ----------------------------------------------------------------------------
 
 
-def _task_row(task_id: object, data: object) -> dict[str, Any]:
-    """The row saved as ``data`` under ``task_id``; RowError if it is not a valid one."""
+def _task_row(
+    task_id: object, data: object, strings: dict[str, str] | None = None
+) -> tuple[dict[str, Any], TaskRecord]:
+    """The row saved as ``data`` under ``task_id`` and its record (``from_row(row,
+    strings)``); RowError if it is not a valid one."""
     if not isinstance(data, str):
         raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
     try:
-        row = json.loads(data, parse_constant=_not_a_number)
+        row = _DECODER.decode(data)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
-    from_row(row)
+    record = from_row(row, strings)
     if row["task_id"] != task_id:
         message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
-    return dict(row)
+    return row, record
 
 
 def _not_a_number(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_not_a_number)
+"""``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
 
 
 def _worker_problem(worker_id: object, assistant: object) -> str:

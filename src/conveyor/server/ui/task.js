@@ -183,6 +183,14 @@ function render(task, ctx) {
     section("Parameters", paramsTable(task.params)),
     section("Last failure", h("pre", { "data-testid": "task-error", class: "explanation placeholder" }, task.explanation ?? "")),
     section("Attempts", attempts(task.attempts, task.attempts_kept)),
+    ...(task.batch?.length
+      ? [
+          section(
+            `Batch (${task.batch.length} tasks, one attempt)`,
+            h("ul", { class: "refs", "data-testid": "task-batch" }, task.batch.map((id) => h("li", null, taskLink(id)))),
+          ),
+        ]
+      : []),
     section(`Dependencies (${task.deps?.length ?? 0})`, task.deps?.length ? refList(task.deps) : h("p", { class: "muted" }, "None.")),
     section(
       `Dependents (${task.dependents_total ?? task.dependents?.length ?? 0})`,
