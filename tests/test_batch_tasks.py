@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -71,6 +72,29 @@ class Joined(conveyor.Task):
 
 class Sized(Joined):
     max_batch_size = 20
+
+
+def _explode(values):
+    raise ValueError("these items do not combine")
+
+
+class Exploding(conveyor.Task):
+    root = conveyor.Parameter()
+    item = conveyor.Parameter(batch_method=_explode)
+
+    def complete(self):
+        return False
+
+    def run(self):
+        with open(_runs(self.root), "a", encoding="utf-8") as out:
+            out.write(f"{self.task_family} {self.item}\\n")
+
+
+class AllExploding(conveyor.WrapperTask):
+    root = conveyor.Parameter()
+
+    def requires(self):
+        return [Exploding(root=self.root, item=str(i)) for i in range(3)]
 
 
 class Latest(conveyor.Task):
@@ -264,6 +288,45 @@ def test_a_batch_takes_only_what_the_worker_may_run() -> None:
     work = scheduler.get_work("w", batches=True)
     assert isinstance(work, Work) and {m.task_id for m in work.batch} == {"T000", "T001", "T002"}
     assert scheduler.statuses(["X1"]) == {"X1": TaskStatus.PENDING}
+
+
+def test_members_hold_their_resources_within_the_capacity() -> None:
+    """Each member holds its resources like any running task: with a capacity of 2 and each
+    task needing 1, a batch has two members, and the next ask gets the next two."""
+    scheduler = Scheduler(resources={"db": 2})
+    specs = [replace(spec, resources={"db": 1}) for spec in _batchable(10)]
+    scheduler.add_tasks("w", specs)
+    work = scheduler.get_work("w", batches=True)
+    assert isinstance(work, Work) and len(work.batch) == 2
+    assert scheduler.get_work("w", batches=True) is None  # (db is taken up)
+    for member in work.batch:
+        scheduler.task_done("w", member.task_id, work.attempt)
+    again = scheduler.get_work("w", batches=True)
+    assert isinstance(again, Work) and len(again.batch) == 2
+
+
+def test_ready_sets_are_let_go_with_their_tasks() -> None:
+    """A batchable task that stops being ready other than by a hand-out (found done, here)
+    leaves its key's ready set, so nothing of it stays once it is gone."""
+    scheduler = Scheduler()
+    scheduler.add_tasks("w", _batchable(5, key="K"))
+    scheduler.add_tasks("w", [replace(spec, status=TaskStatus.DONE) for spec in _batchable(5, "K")])
+    assert scheduler._batch_ready == {}  # (the scheduler's index of ready tasks per key)
+
+
+def test_a_batch_that_cannot_be_made_fails_the_run(tasks: ModuleType, root: Path) -> None:
+    """A batch_method that raises: every member fails with why, nothing runs, and the run
+    says it failed."""
+    scheduler = Scheduler()
+    config = worker_config(root.parent, '[worker]\nexecutor = "inline"\n')
+    top = tasks.AllExploding(root=str(root))
+    with conveyor.Worker(scheduler, config=config, worker_id="bw") as worker:
+        assert worker.add(top)
+        assert worker.run() is False
+    assert _runs(root) == []
+    for task in top.requires():
+        assert "could not be made" in scheduler.explanation(task.task_id)
+        assert "these items do not combine" in scheduler.explanation(task.task_id)
 
 
 def test_a_records_batch_is_persisted() -> None:

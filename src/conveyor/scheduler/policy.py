@@ -61,6 +61,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from ..errors import InvalidTransition, StaleReport
 from ..protocol import (
+    MAX_BATCH,
     ROUTES,
     AttemptEnd,
     BatchMember,
@@ -298,6 +299,7 @@ class TaskRecord:
 
 _Entry = tuple[int, int, str]
 _NO_LABELS: frozenset[str] = frozenset()
+_GATHER_PASSES = 64  # entries of a batch key's ready set one gathering may pass over
 _READY_BEFORE = -1.0  # TaskRecord.ready_at of a task already ready when the state was loaded
 _CONVEYOR_ONLY = (DEFAULT_LOADER,)
 
@@ -408,6 +410,9 @@ class SchedulerCore:
         import). What a method raises (:class:`~conveyor.errors.StaleReport`) is raised.
         """
         if type(request) is GetWork and _own_get_work(self):
+            if request.done or request.failed:  # (never sent to it: its answers are not
+                # batched; refused rather than acknowledged without being applied)
+                raise TypeError("this scheduler's get_work does not take carried reports")
             # a subclass's own get_work may predate batches, labels and batch tasks: it is
             # asked for one task with the fields it had (its answer is not batched, so
             # nothing is ever carried to it)
@@ -587,6 +592,8 @@ class SchedulerCore:
             raise InvalidStatusMove(rec.task_id, StatusMove(old, status, cause))
         self._touch(rec)
         rec.status = status
+        if old == PENDING and rec.batch_key:
+            self._unready(rec.task_id, rec.batch_key)  # (not ready while not PENDING)
         if old == RUNNING:
             self._release(rec)  # leaving RUNNING, however: free its worker slot and resources
             history = rec.attempts
@@ -738,17 +745,18 @@ class SchedulerCore:
             refused: list[RefusedReport] = []
             reports: tuple[TaskDone | TaskFailed, ...] = (*done, *failed)
             for report in reports:
-                route = route_of(report).name
                 if report.worker_id != worker_id:
                     why = (
                         f"a report carried by get_work must be of the asking worker {worker_id}, "
                         f"not of {report.worker_id}"
                     )
+                    route = route_of(report).name
                     refused.append(RefusedReport(route, report.task_id, report.attempt, why))
                     continue
                 try:
                     self.call(report)
                 except StaleReport as exc:
+                    route = route_of(report).name
                     refused.append(RefusedReport(route, report.task_id, report.attempt, str(exc)))
             now = self._seen(worker_id, assistant)
             if labels is not None:
@@ -770,10 +778,12 @@ class SchedulerCore:
     def _learn_labels(self, worker_id: str, labels: Collection[str]) -> None:
         """Keep what ``worker_id`` offers; when it changed, its own labelled tasks are queued
         for it again, and whether they (all of them, for an assistant) wait is looked at."""
-        offered = frozenset(labels)
-        if self._worker_labels.get(worker_id) == offered:
+        known = self._worker_labels.get(worker_id)
+        if known is not None and len(known) == len(labels) and known.issuperset(labels):
+            return  # (as told before: the usual case, without making a set)
+        offered = self._worker_labels[worker_id] = frozenset(labels)
+        if offered == known:
             return
-        self._worker_labels[worker_id] = offered
         if not self._labelled:
             return
         mine = [t for t in self._by_worker.get(worker_id, ()) if t in self._labelled]
@@ -837,7 +847,9 @@ class SchedulerCore:
     def _gather(self, rec: TaskRecord, work: Work, worker_id: str, assistant: bool) -> Work:
         """``work`` (of ``rec``, just taken) made a batch: up to ``rec.batch_max - 1`` other
         ready tasks of its batch key that ``worker_id`` may run, taken under the same attempt
-        id. O(batch) plus the stale entries of the key's ready set, each dropped once."""
+        id, each member within the resources left. It looks at no more than
+        ``_GATHER_PASSES`` entries beyond four per member wanted (others' tasks of the key stay
+        in the set for them), and drops the stale entries it meets."""
         ready = self._batch_ready.get(rec.batch_key)
         if not ready:
             return work
@@ -845,9 +857,14 @@ class SchedulerCore:
         offered = self._worker_labels.get(worker_id, _NO_LABELS)
         taken: list[TaskRecord] = []
         stale: list[str] = []
+        extra: dict[str, int] = {}  # what the members taken so far hold of each resource
+        passes = _GATHER_PASSES + 4 * min(limit, MAX_BATCH)  # (entries looked at, at most)
         for task_id in ready:
             if len(taken) + 1 >= limit:
                 break
+            passes -= 1
+            if passes < 0:
+                break  # (a bounded look: the rest of the set is others' or blocked)
             other = self._tasks.get(task_id)
             if (
                 other is None
@@ -863,8 +880,13 @@ class SchedulerCore:
                 continue  # another worker's: it stays for that one
             if other.labels and not offered.issuperset(other.labels):
                 continue
-            if self._blocking_resource(other) is not None:
-                continue
+            if any(
+                self._used.get(name, 0) + extra.get(name, 0) + amount > self.capacity.get(name, 1)
+                for name, amount in other.resources.items()
+            ):
+                continue  # (members hold their resources too: within the capacity)
+            for name, amount in other.resources.items():
+                extra[name] = extra.get(name, 0) + amount
             taken.append(other)
         for task_id in stale:
             del ready[task_id]
@@ -880,6 +902,14 @@ class SchedulerCore:
             member.batch = ids
         batch = tuple(BatchMember(member.task_id, member.params) for member in members)
         return dataclasses.replace(work, batch=batch)
+
+    def _unready(self, task_id: str, batch_key: str) -> None:
+        """Take ``task_id`` out of the ready set of ``batch_key`` (and the set, once empty)."""
+        ready = self._batch_ready.get(batch_key)
+        if ready is not None:
+            ready.pop(task_id, None)
+            if not ready:
+                del self._batch_ready[batch_key]
 
     def _reclaim(self, worker_id: str, running: set[str]) -> None:
         for task_id in list(self._running_on.get(worker_id, ())):
@@ -955,12 +985,6 @@ class SchedulerCore:
             self._used[name] = self._used.get(name, 0) + amount
         rec.worker = worker_id
         rec.attempt = attempt or self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
-        if rec.batch_key:
-            ready = self._batch_ready.get(rec.batch_key)
-            if ready is not None:
-                ready.pop(rec.task_id, None)
-                if not ready:
-                    del self._batch_ready[rec.batch_key]
         rec.batch = ()
         if self.keep_history:
             history = rec.attempts
@@ -1307,6 +1331,8 @@ class SchedulerCore:
         task_id = rec.task_id
         del self._tasks[task_id]
         self._labelled.discard(task_id)
+        if rec.batch_key:
+            self._unready(task_id, rec.batch_key)
         if self._dirty is not None:
             self._dirty.discard(task_id)
             self._removed.add(task_id)

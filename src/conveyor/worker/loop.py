@@ -580,6 +580,12 @@ class Worker:
                 TaskFailed(self.id, work.task_id, explanation, work.attempt, AttemptEnd.INTERRUPTED)
             )
             return
+        if work.task_id in self._running:  # (a batch's own task: ",".join made a real id)
+            log.warning(
+                "scheduler handed out a task whose id a running batch has; it waits for it",
+                task_id=work.task_id,
+            )
+            return
         node = self._graph.get(work.task_id)
         decision = on_hand_out(None if node is None else node.state)
         if decision is HandOut.ADOPT:
@@ -683,10 +689,16 @@ class Worker:
         except Exception as exc:  # a batch_method that raised, or a value it made refused
             error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
             error = f"the batch of {len(members)} tasks could not be made: {error}"
-        if error:
-            for node in members:
-                self._outbox.send(TaskFailed(self.id, node.task_id, error, work.attempt))
+        if error:  # each member started and failed, as if the batch's attempt had failed
             log.error("refused batch", task_id=work.task_id, error=error)
+            for node in members:
+                node.attempts += 1
+                node.hand_out = work.attempt
+                self._transit(
+                    node, Trigger.STARTED, executor=self._executor.name, attempt=node.attempts
+                )
+            failed = Outcome(work.task_id, FAILED, error=error, exception_type="BatchNotMade")
+            self._on_batch_outcome(tuple(members), failed)
             return
         runner = Node(task, task.task_id, task.task_params)
         runner.attempts, runner.hand_out = 1, work.attempt
@@ -696,6 +708,9 @@ class Worker:
         runner.executor = executor.name
         first: ev.Event | None = None
         for node in members:
+            suspended = self._suspended.pop(node.task_id, None)
+            if suspended is not None:  # (a run() paused alone: the batch runs from the top)
+                suspended.close()
             node.attempts += 1
             node.hand_out = work.attempt
             node.executor = executor.name
