@@ -7,13 +7,15 @@ configuration file, and a real ``conveyor scheduler`` with ``[plugins] local`` m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import conveyor
-from conveyor.testing.processes import Reply, SchedulerProcess, child_env
+from conveyor.testing.processes import Reply, SchedulerProcess, child_env, kill_marked
 
 PROBE = "CONVEYOR_TEST_ATTEMPT_PROBE"
 """Turns the ``attemptprobe`` plugin of tests/thirdparty-plugin on: the directory it writes to."""
@@ -78,3 +80,19 @@ def json_file_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+@contextlib.contextmanager
+def plain_scheduler(directory: Path, config: str = "") -> Iterator[SchedulerProcess]:
+    """A started ``conveyor scheduler`` without a token (its web UI answers without signing
+    in) and with the ``config`` text as its configuration; it and every process it started are
+    killed at the end."""
+    marker = uuid.uuid4().hex
+    path = directory / "server.toml"
+    path.write_text(config, encoding="utf-8")
+    started = SchedulerProcess(directory, path, child_env(directory, SEAM_MARKER, marker))
+    try:
+        started.start()
+        yield started
+    finally:
+        kill_marked(SEAM_MARKER, marker)

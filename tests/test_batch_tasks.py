@@ -35,8 +35,8 @@ from conveyor.protocol import (
 from conveyor.scheduler import Scheduler
 from conveyor.scheduler.persist import from_row, to_row
 from conveyor.task import batch_key, batch_task
-from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
-from seam_support import worker_config
+from conveyor.testing.processes import SchedulerProcess
+from seam_support import plain_scheduler, worker_config
 
 TASKS = """
 import os
@@ -451,22 +451,12 @@ def test_an_assistant_is_handed_a_batch_of_another_workers_tasks() -> None:
 
 # --- over HTTP -----------------------------------------------------------------------------------
 
-MARKER = "BATCHTASKS_MARKER"
-
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[SchedulerProcess]:
-    """A started ``conveyor scheduler`` (no token: its web UI answers without signing in);
-    killed at the end."""
-    marker = uuid.uuid4().hex
-    config = tmp_path / "server.toml"
-    config.write_text("[scheduler]\nworker_disconnect_delay = 60\n", encoding="utf-8")
-    started = SchedulerProcess(tmp_path, config, child_env(tmp_path, MARKER, marker))
-    try:
-        started.start()
+    """A started ``conveyor scheduler`` (no token: its web UI answers without signing in)."""
+    with plain_scheduler(tmp_path, "[scheduler]\nworker_disconnect_delay = 60\n") as started:
         yield started
-    finally:
-        kill_marked(MARKER, marker)
 
 
 @pytest.mark.timeout(180)

@@ -26,7 +26,8 @@ from conveyor.protocol import GetWork, TaskSpec, TaskStatus
 from conveyor.scheduler import Scheduler
 from conveyor.scheduler.persist import from_row, to_row
 from conveyor.testing import FakeClock
-from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked, wait_for
+from conveyor.testing.processes import SchedulerProcess, child_env, wait_for
+from seam_support import plain_scheduler
 
 MARKER = "LABELTEST_MARKER"
 
@@ -203,15 +204,9 @@ class Top(conveyor.WrapperTask):
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[SchedulerProcess]:
-    marker = uuid.uuid4().hex
-    config = tmp_path / "server.toml"
-    config.write_text("[scheduler]\nworker_disconnect_delay = 60\n", encoding="utf-8")
-    started = SchedulerProcess(tmp_path, config, child_env(tmp_path, MARKER, marker))
-    try:
-        started.start()
+    """A started ``conveyor scheduler`` (no token: its web UI answers without signing in)."""
+    with plain_scheduler(tmp_path, "[scheduler]\nworker_disconnect_delay = 60\n") as started:
         yield started
-    finally:
-        kill_marked(MARKER, marker)
 
 
 def _tasks(server: SchedulerProcess) -> dict[str, dict[str, Any]]:
