@@ -11,8 +11,8 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from . import __version__
@@ -86,6 +86,32 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+@dataclass(frozen=True)
+class TaskCommand:
+    """A command that takes ``TASK [--<param> VALUE ...]`` and options of its own
+    (``conveyor run``, ``plan``, ``invalidate``, ``submit``): how to parse and describe it."""
+
+    name: str
+    options: Mapping[str, tuple[str, bool]]  # flag → (dest, takes a value)
+    help: Mapping[str, tuple[str | None, str]]  # flag → (metavar, text)
+    description: str
+    epilog: str
+
+    @property
+    def prog(self) -> str:
+        """``conveyor <name>``."""
+        return f"conveyor {self.name}"
+
+
+@dataclass(frozen=True)
+class BuiltTask:
+    """What :func:`build_task` made of a command line: the task and the command's options."""
+
+    task: TaskLike
+    options: dict[str, Any]
+    config: Config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -143,22 +169,37 @@ commands:
 # --- conveyor run ---------------------------------------------------------------------------
 
 
+_RUN = TaskCommand(
+    "run",
+    _RUN_OPTIONS,
+    _RUN_HELP,
+    "Run TASK (package.module.Family, or Family with --module) and everything it needs. "
+    "'conveyor run TASK --help' lists TASK's parameters.",
+    _RUN_EPILOG,
+)
+
+
 def _run_parser(task_cls: type[Task] | None) -> _Parser:
     """The parser for run's options; with a task class, its parameters take precedence."""
+    return command_parser(_RUN, task_cls)
+
+
+def command_parser(command: TaskCommand, task_cls: type[Task] | None) -> _Parser:
+    """The parser for ``command``'s options; with a task class, its parameters take
+    precedence."""
     if task_cls is None:
         parser = _Parser(
-            prog="conveyor run",
-            usage="conveyor run TASK [--<param> VALUE ...] [options]",
-            description="Run TASK (package.module.Family, or Family with --module) and "
-            "everything it needs. 'conveyor run TASK --help' lists TASK's parameters.",
-            epilog=_RUN_EPILOG,
+            prog=command.prog,
+            usage=f"{command.prog} TASK [--<param> VALUE ...] [options]",
+            description=command.description,
+            epilog=command.epilog,
         )
     else:
         parser = _Parser(
-            prog=f"conveyor run {task_cls.__module__}.{task_cls.__name__}",
+            prog=f"{command.prog} {task_cls.__module__}.{task_cls.__name__}",
             add_help=False,
             description=(task_cls.__doc__ or "").strip().split("\n\n")[0] or None,
-            epilog=_RUN_EPILOG,
+            epilog=command.epilog,
         )
     taken: set[str] = set()
     if task_cls is not None:
@@ -181,11 +222,11 @@ def _run_parser(task_cls: type[Task] | None) -> _Parser:
                     metavar=_metavar(param.type_name),
                     help=_param_help(param),
                 )
-    own = parser.add_argument_group("conveyor run options")
-    for flag, (dest, takes_value) in _RUN_OPTIONS.items():
+    own = parser.add_argument_group(f"{command.prog} options")
+    for flag, (dest, takes_value) in command.options.items():
         if flag in taken:
             continue
-        metavar, text = _RUN_HELP[flag]
+        metavar, text = command.help[flag]
         if takes_value:
             own.add_argument(flag, dest=dest, metavar=metavar, help=text)
         else:
@@ -216,87 +257,119 @@ def _param_help(param: Any) -> str:
     return "; ".join(parts)
 
 
-def _split_at_task(args: list[str]) -> tuple[list[str], str, list[str]]:
+def _split_at_task(command: TaskCommand, args: list[str]) -> tuple[list[str], str, list[str]]:
     """Find TASK: the first word that is neither an option nor an option's value."""
+    options = command.options
     index = 0
     while index < len(args):
         word = args[index]
         if not word.startswith("-"):
             return args[:index], word, args[index + 1 :]
         flag = word.split("=", 1)[0]
-        if flag not in _RUN_OPTIONS and flag not in ("-h", "--help"):
+        if flag not in options and flag not in ("-h", "--help"):
             raise UsageError(
-                f"conveyor run: unknown option {word!r} before TASK; task parameters go after "
-                "TASK, and run's own options are: " + ", ".join(_RUN_OPTIONS)
+                f"{command.prog}: unknown option {word!r} before TASK; task parameters go "
+                f"after TASK, and {command.name}'s own options are: " + ", ".join(options)
             )
-        takes_value = flag in _RUN_OPTIONS and _RUN_OPTIONS[flag][1] and "=" not in word
+        takes_value = flag in options and options[flag][1] and "=" not in word
         index += 2 if takes_value else 1
     if "-h" in args or "--help" in args:
         raise _HelpRequested()
-    raise UsageError("conveyor run: missing TASK (package.module.Family, or Family with --module)")
+    raise UsageError(
+        f"{command.prog}: missing TASK (package.module.Family, or Family with --module)"
+    )
 
 
-def cmd_run(args: list[str]) -> int:
-    """``conveyor run``: build the task from flags and run it with a worker."""
+def build_task(
+    command: TaskCommand,
+    args: list[str],
+    config_of: Callable[[dict[str, Any]], Config] | None = None,
+) -> BuiltTask | int:
+    """The task ``args`` name (``TASK [--<param> VALUE ...]``, ``command``'s own options
+    before or after TASK), built with the ``[tasks.*]`` defaults and task id style of the
+    configuration ``config_of(options)`` makes (default: the file ``--config`` names); or the
+    exit code when help or usage was printed instead.
+    A task class of another framework (a ``luigi.Task``) is built by the first installed task
+    loader that parses command lines. Mistakes raise :class:`UsageError` and friends."""
     if not args:
-        _run_parser(None).print_usage(sys.stderr)
+        command_parser(command, None).print_usage(sys.stderr)
         print(
-            "conveyor run: error: missing TASK; 'conveyor run --help' lists the options",
+            f"{command.prog}: error: missing TASK; '{command.prog} --help' lists the options",
             file=sys.stderr,
         )
         return USAGE_ERROR
     if args[0] in ("-h", "--help"):
-        _run_parser(None).print_help()
+        command_parser(command, None).print_help()
         return 0
     try:
-        before, task_name, after = _split_at_task(args)
+        before, task_name, after = _split_at_task(command, args)
     except _HelpRequested:
-        _run_parser(None).print_help()
+        command_parser(command, None).print_help()
         return 0
-    early = vars(_run_parser(None).parse_args(before))
-    module, family = _task_location(task_name, _module_from(early, after))
-    sys.path.insert(0, os.getcwd())
+    early = vars(command_parser(command, None).parse_args(before))
+    module, family = _task_location(command, task_name, _module_from(early, after))
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         task_cls = load_task_class(module, family)
     except TaskLoadError as not_ours:  # perhaps a task of another framework (a luigi.Task)
-        return _run_foreign(module, family, early, after, not_ours)
-    parser = _run_parser(task_cls)
+        return _build_foreign(command, module, family, early, after, not_ours, config_of)
+    parser = command_parser(command, task_cls)
     if "-h" in after or "--help" in after:
         parser.print_help()
         return 0
-    late = _parse_task_args(parser, after, task_cls)
+    late = _parse_task_args(command, parser, after, task_cls)
     merged = {**early, **{k: v for k, v in late.items() if v is not None}}
     options = {k: v for k, v in merged.items() if not k.startswith("param:")}
     params = {k[6:]: v for k, v in late.items() if k.startswith("param:") and v is not None}
-    config = _run_config(options)
+    config = (config_of or _config_named)(options)
     # [tasks.*] and the task id style of this run's file
     use_task_defaults(config.tasks, config.task_sources, config.worker.task_id_style)
     # a task-class flag (--of mymod.Daily) may import the module it names: the user typed it
     with allow_task_modules(task_modules_named(task_cls.parameters(), params)):
         task = task_cls(**{k: _flag_value(v) for k, v in params.items()})
+    return BuiltTask(task, options, config)
+
+
+def _config_named(options: dict[str, Any]) -> Config:
+    return load_config(options.get("config"))
+
+
+def cmd_run(args: list[str]) -> int:
+    """``conveyor run``: build the task from flags and run it with a worker."""
+    built = build_task(_RUN, args, _run_config)
+    if isinstance(built, int):
+        return built
+    config = built.config
     # on a terminal, log lines and the progress line share one stream that keeps them apart
     terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
     # level "auto": warning under the progress line, else info (also for the attempts' logs)
     level = resolve_level(config.logging.level, progress_line=terminal is not None)
     config = config.with_overrides(log_level=level)
     configure_logging(config.logging, terminal)
-    return _run_task(task, config, terminal)
+    return _run_task(built.task, config, terminal)
 
 
-def _run_foreign(
-    module: str, family: str, early: dict[str, Any], after: list[str], not_ours: TaskLoadError
-) -> int:
-    """``conveyor run`` of a task class of another framework: the first installed task loader
-    that parses command lines (:class:`~conveyor.tasklike.ParsesCommandLines`) and claims
-    ``module``/``family`` builds the task from the words after TASK that are not run's own
-    options; with none, the error of conveyor's own loader stands."""
+def _build_foreign(
+    command: TaskCommand,
+    module: str,
+    family: str,
+    early: dict[str, Any],
+    after: list[str],
+    not_ours: TaskLoadError,
+    config_of: Callable[[dict[str, Any]], Config] | None,
+) -> BuiltTask | int:
+    """A task class of another framework: the first installed task loader that parses command
+    lines (:class:`~conveyor.tasklike.ParsesCommandLines`) and claims ``module``/``family``
+    builds the task from the words after TASK that are not the command's own options; with
+    none, the error of conveyor's own loader stands."""
     if module not in sys.modules:  # (it could not be imported: no loader can do better)
         raise not_ours
-    own, rest = _split_run_options(after)
+    own, rest = _split_own_options(command, after)
     wants_help = "-h" in rest or "--help" in rest
-    if wants_help:  # the loader's own help (its parser exits), then run's options
+    if wants_help:  # the loader's own help (its parser exits), then the command's options
         rest = ["--help"]
-    late = vars(_run_parser(None).parse_args(own))
+    late = vars(command_parser(command, None).parse_args(own))
     options = {**early, **{k: v for k, v in late.items() if v is not None}}
     task: TaskLike | None = None
     for loader in other_task_loaders():
@@ -304,18 +377,18 @@ def _run_foreign(
             try:
                 task = loader.task_from_command_line(module, family, rest)
             except ParameterError as exc:
-                raise UsageError(f"conveyor run: {exc}") from None
+                raise UsageError(f"{command.prog}: {exc}") from None
             except ConveyorError:
                 raise
             except Exception as exc:  # a third party's loader failing: its error, no traceback
                 raise PluginError(
-                    f"conveyor run: the task loader {type(loader).__name__} failed on "
+                    f"{command.prog}: the task loader {type(loader).__name__} failed on "
                     f"{module}.{family}: {type(exc).__name__}: {exc}"
                 ) from None
             except SystemExit as exc:  # a framework's parser that printed its --help, or gave up
                 if wants_help:
-                    print(f"\nconveyor run's own options, for {module}.{family} too:")
-                    _run_parser(None).print_help()
+                    print(f"\n{command.prog}'s own options, for {module}.{family} too:")
+                    command_parser(command, None).print_help()
                 if exc.code is None or isinstance(exc.code, int):
                     return exc.code or 0
                 print(exc.code, file=sys.stderr)  # (as Python itself does with sys.exit(text))
@@ -324,24 +397,19 @@ def _run_foreign(
                 break
     if task is None:
         raise not_ours
-    config = _run_config(options)
-    terminal = TerminalStream(sys.stderr) if sys.stderr.isatty() else None
-    level = resolve_level(config.logging.level, progress_line=terminal is not None)
-    config = config.with_overrides(log_level=level)
-    configure_logging(config.logging, terminal)
-    return _run_task(task, config, terminal)
+    return BuiltTask(task, options, (config_of or _config_named)(options))
 
 
-def _split_run_options(words: list[str]) -> tuple[list[str], list[str]]:
-    """``words`` split into run's own options (with their values) and the rest, in order."""
+def _split_own_options(command: TaskCommand, words: list[str]) -> tuple[list[str], list[str]]:
+    """``words`` split into the command's own options (with their values) and the rest."""
     own: list[str] = []
     rest: list[str] = []
     index = 0
     while index < len(words):
         word = words[index]
         flag = word.split("=", 1)[0]
-        if flag in _RUN_OPTIONS:
-            takes_value = _RUN_OPTIONS[flag][1] and "=" not in word
+        if flag in command.options:
+            takes_value = command.options[flag][1] and "=" not in word
             own += words[index : index + (2 if takes_value else 1)]
             index += 2 if takes_value else 1
         else:
@@ -350,7 +418,9 @@ def _split_run_options(words: list[str]) -> tuple[list[str], list[str]]:
     return own, rest
 
 
-def _parse_task_args(parser: _Parser, after: list[str], task_cls: type[Task]) -> dict[str, Any]:
+def _parse_task_args(
+    command: TaskCommand, parser: _Parser, after: list[str], task_cls: type[Task]
+) -> dict[str, Any]:
     """Parse what follows TASK; an unknown flag is named along with the valid ones."""
     namespace, unknown = parser.parse_known_args(after)
     if unknown:
@@ -359,9 +429,9 @@ def _parse_task_args(parser: _Parser, after: list[str], task_cls: type[Task]) ->
             for name, p in task_cls.parameters()
         ]
         raise UsageError(
-            f"conveyor run: unknown argument {unknown[0]!r} for task {task_cls.get_task_family()}; "
-            f"its parameters are: {', '.join(flags) or '(none)'}; run's own options are: "
-            + ", ".join(_RUN_OPTIONS)
+            f"{command.prog}: unknown argument {unknown[0]!r} for task "
+            f"{task_cls.get_task_family()}; its parameters are: {', '.join(flags) or '(none)'}; "
+            f"{command.name}'s own options are: " + ", ".join(command.options)
         )
     return vars(namespace)
 
@@ -378,13 +448,13 @@ def _module_from(early: dict[str, Any], after: list[str]) -> str | None:
     return None
 
 
-def _task_location(task_name: str, module: str | None) -> tuple[str, str]:
+def _task_location(command: TaskCommand, task_name: str, module: str | None) -> tuple[str, str]:
     if module:
         return module, task_name
     mod, _, family = task_name.rpartition(".")
     if not mod:
         raise UsageError(
-            f"conveyor run: TASK {task_name!r} has no module; write package.module.{task_name} "
+            f"{command.prog}: TASK {task_name!r} has no module; write package.module.{task_name} "
             "or add --module package.module"
         )
     return mod, family
