@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import events
     from .config import Config, load_config
+    from .control.client import Client
+    from .control.invalidate import Invalidation, invalidate
+    from .control.plan import Plan, PlannedTask, plan
     from .errors import (
         BackendNotFound,
         ConfigError,
@@ -182,6 +185,12 @@ _EXPORTS = {
     "RangeHourly": ("conveyor.ranges", "RangeHourly"),
     "RangeMonthly": ("conveyor.ranges", "RangeMonthly"),
     "RetryPolicy": ("conveyor.retry", "RetryPolicy"),
+    "plan": ("conveyor.control.plan", "plan"),
+    "Plan": ("conveyor.control.plan", "Plan"),
+    "PlannedTask": ("conveyor.control.plan", "PlannedTask"),
+    "invalidate": ("conveyor.control.invalidate", "invalidate"),
+    "Invalidation": ("conveyor.control.invalidate", "Invalidation"),
+    "Client": ("conveyor.control.client", "Client"),
     "inherits": ("conveyor.util", "inherits"),
     "requires": ("conveyor.util", "requires"),
     "Target": ("conveyor.targets", "Target"),
@@ -227,6 +236,7 @@ __all__ = [
     "BoolParameter",
     "ChoiceListParameter",
     "ChoiceParameter",
+    "Client",
     "Config",
     "ConfigError",
     "ConveyorError",
@@ -245,6 +255,7 @@ __all__ = [
     "FloatParameter",
     "IntParameter",
     "InvalidTransition",
+    "Invalidation",
     "ListParameter",
     "LocalTarget",
     "MonthParameter",
@@ -275,6 +286,8 @@ __all__ = [
     "ParameterError",
     "ParsesCommandLines",
     "PathParameter",
+    "Plan",
+    "PlannedTask",
     "PluginError",
     "ProcessDied",
     "RangeDaily",
@@ -308,6 +321,8 @@ __all__ = [
     "flatten",
     "hookimpl",
     "inherits",
+    "invalidate",
     "load_config",
+    "plan",
     "requires",
 ]

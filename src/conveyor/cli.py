@@ -143,6 +143,10 @@ def _dispatch(args: list[str]) -> int:
         "scheduler": cmd_scheduler,
         "worker": cmd_worker,
         "tasks": cmd_tasks,
+        "plan": cmd_plan,
+        "invalidate": cmd_invalidate,
+        "submit": cmd_submit,
+        "cancel": cmd_cancel,
     }
     if command in handlers:
         return handlers[command](rest)
@@ -161,6 +165,14 @@ commands:
                                    a long-running assistant of a central scheduler
   tasks --scheduler-url URL [--json] [--state S] [--family F] [--match TEXT]
                                    the central scheduler's task list
+  plan TASK [--<param> VALUE ...] [--json]
+                                   what a run would do, and why (a dry run)
+  invalidate TASK [--<param> VALUE ...] [--downstream-of ROOT] [--yes]
+                                   remove TASK's outputs (and those downstream of it)
+  submit TASK [--<param> VALUE ...] --scheduler-url URL
+                                   have the central scheduler's assistants run TASK
+  cancel TASK_ID [--downstream] --scheduler-url URL
+                                   stop a task (and what needs it) on the central scheduler
   --version                        print the version
 
 'conveyor run --help' lists run's options."""
@@ -676,6 +688,42 @@ def _task_note(task: TaskInfo) -> str:
     if task.status == TaskStatus.PENDING and task.waiting:
         return task.waiting
     return task.status_message.replace("\n", " ")
+
+
+# --- conveyor plan (region: plan) -----------------------------------------------------------
+
+
+def cmd_plan(args: list[str]) -> int:
+    """``conveyor plan``: a dry run (to be written)."""
+    raise UsageError("conveyor plan: not built yet")
+
+
+# --- end of region: plan ---------------------------------------------------------------------
+
+# --- conveyor invalidate (region: invalidate) -----------------------------------------------
+
+
+def cmd_invalidate(args: list[str]) -> int:
+    """``conveyor invalidate``: remove outputs (to be written)."""
+    raise UsageError("conveyor invalidate: not built yet")
+
+
+# --- end of region: invalidate ---------------------------------------------------------------
+
+# --- conveyor submit and cancel (region: submit) --------------------------------------------
+
+
+def cmd_submit(args: list[str]) -> int:
+    """``conveyor submit``: to be written."""
+    raise UsageError("conveyor submit: not built yet")
+
+
+def cmd_cancel(args: list[str]) -> int:
+    """``conveyor cancel``: to be written."""
+    raise UsageError("conveyor cancel: not built yet")
+
+
+# --- end of region: submit -------------------------------------------------------------------
 
 
 def cmd_config(args: list[str]) -> int:
