@@ -32,6 +32,7 @@ TASK_LIST_KEYS = {
     "tracking_url",
     "explanation",  # an addition to SPEC §7's keys: the last failure's explanation
     "waiting",  # another: why a ready task no live worker can take waits
+    "submitted_by",  # another: who submitted it (conveyor submit), "" if nobody did
 }
 
 MakeCore = Callable[..., SchedulerCore]
@@ -364,6 +365,7 @@ def test_annotations_show_in_the_task_list(core: SchedulerCore):
         "tracking_url": "http://example.invalid/job",
         "explanation": "",
         "waiting": "",
+        "submitted_by": "",
     }
     assert entries["dep"]["status"] == "DONE"
 

@@ -53,6 +53,7 @@ TASK_KEYS = {
     "tracking_url",
     "explanation",  # an addition to SPEC §7's keys: the last failure's explanation
     "waiting",  # another: why a ready task no live worker can take waits
+    "submitted_by",  # another: who submitted it (conveyor submit), "" if nobody did
 }
 POST_ROUTES = sorted(ROUTES)
 GET_ROUTES = ["tasks", "workers"]
@@ -465,6 +466,8 @@ def test_every_route_takes_a_request_without_its_defaulted_fields(api: Server) -
         p.Statuses(("compat-t",)),
         p.Explanation("compat-t"),
         p.Release("compat"),
+        p.Submit(p.TaskSpec("compat-s")),
+        p.Cancel("compat-s"),
     ]
     assert {type(r) for r in requests} == {route.request for route in ROUTES.values()}
     for request in requests:
@@ -748,6 +751,7 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "bool": st.booleans(),
         "str_list": st.lists(ids, max_size=4),
         "tasks": st.lists(task, max_size=3),
+        "task": task,
         "note": st.sampled_from(["status_message", "progress", "tracking_url"]),
         "outcome": st.sampled_from(["failed", "timed_out", "process_died", "interrupted"]),
         "any": any_text | numbers,
@@ -782,6 +786,9 @@ def test_fuzzed_bodies_never_get_a_500(fuzz_server: Server) -> None:
         "not_retried": "str",
         "labels": "str_list",
         "batches": "bool",
+        "task": "task",
+        "downstream": "bool",
+        "by": "str",
     }
 
     def route_fields(route: str) -> dict[str, tuple[str, bool]]:

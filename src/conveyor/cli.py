@@ -19,7 +19,14 @@ from . import __version__
 from .backends import check_selected, describe_installed, other_task_loaders
 from .config import Config, load_config, to_toml
 from .core.summary import first_line
-from .errors import ConfigError, ConveyorError, ParameterError, PluginError, TaskLoadError
+from .errors import (
+    ConfigError,
+    ConveyorError,
+    ParameterError,
+    PluginError,
+    SchedulerUnavailable,
+    TaskLoadError,
+)
 from .log import configure_logging, resolve_level
 from .parameters import allow_task_modules, task_modules_named
 from .progress import ProgressPlugin, TerminalStream
@@ -32,6 +39,7 @@ from .worker.loop import Worker
 __all__ = ["main"]
 
 USAGE_ERROR = 2
+UNREACHABLE = 3  # a command that talks to the central scheduler could not reach it
 
 # conveyor run's own options: flag → (dest, takes a value)
 _RUN_OPTIONS: dict[str, tuple[str, bool]] = {
@@ -117,6 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _dispatch(args)
+    except SchedulerUnavailable as exc:  # (a command that talks to the central scheduler)
+        print(f"conveyor: error: {exc}", file=sys.stderr)
+        return UNREACHABLE
     except (UsageError, ConfigError, PluginError, TaskLoadError, ConveyorError) as exc:
         print(f"conveyor: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -713,14 +724,121 @@ def cmd_invalidate(args: list[str]) -> int:
 # --- conveyor submit and cancel (region: submit) --------------------------------------------
 
 
+_SUBMIT_OPTIONS: dict[str, tuple[str, bool]] = {
+    "--scheduler-url": ("scheduler_url", True),
+    "--as": ("by", True),
+    "--json": ("json", False),
+    "--module": ("module", True),
+    "--config": ("config", True),
+}
+_SUBMIT_HELP: dict[str, tuple[str | None, str]] = {
+    "--scheduler-url": (
+        "URL",
+        "the central scheduler (default: [scheduler] url of the config, with transport http)",
+    ),
+    "--as": ("NAME", "who submits, as the server records it (default: user@host)"),
+    "--json": (None, 'print {"task_id": ..., "status": ...} instead of the id alone'),
+    "--module": ("MODULE", "the module TASK is in, when TASK is a bare Family"),
+    "--config": ("PATH", "the worker.toml to read (default: $CONVEYOR_CONFIG, ./worker.toml)"),
+}
+_SUBMIT = TaskCommand(
+    "submit",
+    _SUBMIT_OPTIONS,
+    _SUBMIT_HELP,
+    "Have the central scheduler's assistants ('conveyor worker') run TASK: it is registered "
+    "(not its graph) and an assistant whose [worker] task_modules allow its module walks its "
+    "graph and runs it. Prints the task id at once.",
+    "Exit codes: 0 submitted, 2 usage or configuration error (or refused by the scheduler), "
+    "3 the scheduler could not be reached.",
+)
+
+
+def _control_config(command: str, options: dict[str, Any]) -> Config:
+    """The configuration of a command that talks to the central scheduler: ``--config``'s
+    file, with ``--scheduler-url``; a UsageError when neither names a scheduler."""
+    config = load_config(options.get("config"))
+    url = options.get("scheduler_url")
+    if url:
+        return config.with_overrides(scheduler_url=url)
+    if config.scheduler.transport != "http":
+        raise UsageError(
+            f"conveyor {command}: no central scheduler: give --scheduler-url URL, or set "
+            '[scheduler] url (and transport = "http") in the config'
+        )
+    return config
+
+
+def _caller(options: dict[str, Any]) -> str:
+    """Who runs a control command, as it tells the server: --as, else user@host."""
+    if options.get("by"):
+        return str(options["by"])
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # (no user name in the environment nor the password database)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
 def cmd_submit(args: list[str]) -> int:
-    """``conveyor submit``: to be written."""
-    raise UsageError("conveyor submit: not built yet")
+    """``conveyor submit``: register TASK with the central scheduler for its assistants;
+    print its id."""
+    built = build_task(_SUBMIT, args, lambda o: _control_config("submit", o))
+    if isinstance(built, int):
+        return built
+    from .control.client import Client
+
+    with Client.from_config(built.config) as client:
+        answer = client.submit_answer(built.task, by=_caller(built.options))
+    if built.options.get("json"):
+        print(json.dumps({"task_id": answer.task_id, "status": str(answer.status)}))
+    else:
+        print(answer.task_id)
+    return 0
 
 
 def cmd_cancel(args: list[str]) -> int:
-    """``conveyor cancel``: to be written."""
-    raise UsageError("conveyor cancel: not built yet")
+    """``conveyor cancel``: disable a task (and, with --downstream, what needs it) on the
+    central scheduler, stopping its running attempts."""
+    parser = _Parser(
+        prog="conveyor cancel",
+        description="Cancel TASK_ID on the central scheduler: it becomes DISABLED with the "
+        'reason "cancelled", and a running attempt is stopped through its worker. DONE tasks '
+        "stay DONE.",
+        epilog="Exit codes: 0 cancelled, 2 usage or configuration error or a task id the "
+        "scheduler does not know, 3 the scheduler could not be reached.",
+    )
+    parser.add_argument(
+        "task_id",
+        metavar="TASK_ID",
+        help="the task's id, as `conveyor tasks` or `conveyor submit` print it",
+    )
+    parser.add_argument(
+        "--downstream", action="store_true", help="cancel every task that needs it too"
+    )
+    parser.add_argument("--scheduler-url", metavar="URL", help=_SUBMIT_HELP["--scheduler-url"][1])
+    parser.add_argument("--as", dest="by", metavar="NAME", help=_SUBMIT_HELP["--as"][1])
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+    parser.add_argument("--config", metavar="PATH", help=_SUBMIT_HELP["--config"][1])
+    options = vars(parser.parse_args(args))
+    config = _control_config("cancel", options)
+    from .control.client import Client
+
+    with Client.from_config(config) as client:
+        answer = client.cancel_answer(
+            options["task_id"], downstream=options["downstream"], by=_caller(options)
+        )
+    if options["json"]:
+        print(json.dumps(encode(answer), indent=2))
+        return 0
+    for task_id in answer.cancelled:
+        stopping = " (its running attempt is being stopped)" if task_id in answer.stopping else ""
+        print(f"cancelled {task_id}{stopping}")
+    for task_id in answer.kept:
+        print(f"kept {task_id}: it is DONE")
+    return 0
 
 
 # --- end of region: submit -------------------------------------------------------------------

@@ -48,6 +48,7 @@ __all__ = [
     "TaskDefinitionError",
     "TaskLoadError",
     "TaskTimeout",
+    "UnknownTask",
 ]
 
 
@@ -131,6 +132,15 @@ class SchedulerUnavailable(ConveyorError):
 class StaleReport(ConveyorError):
     """The scheduler refused a report about an attempt that is no longer the task's current
     one (the task was handed to another worker since): nothing was changed."""
+
+
+class UnknownTask(ConveyorError, LookupError):
+    """A request named a task the scheduler does not know (``cancel``: HTTP 404)."""
+
+    def __init__(self, task_id: str) -> None:
+        """Name the task."""
+        super().__init__(f"no task {task_id!r} is known to this scheduler")
+        self.task_id = task_id
 
 
 class StateStoreError(ConveyorError):

@@ -52,6 +52,8 @@ __all__ = [
     "AttemptOutcome",
     "BatchMember",
     "BatchSpec",
+    "Cancel",
+    "CancelAnswer",
     "Explanation",
     "ExplanationAnswer",
     "FieldError",
@@ -60,12 +62,16 @@ __all__ = [
     "NotifyKind",
     "Ok",
     "Ping",
+    "PingAnswer",
     "RefusedReport",
     "Release",
     "RetrySpec",
     "Route",
     "Statuses",
     "StatusesAnswer",
+    "StopAttempt",
+    "Submit",
+    "SubmitAnswer",
     "TaskDone",
     "TaskFailed",
     "TaskFailedAnswer",
@@ -345,6 +351,10 @@ class Work:
     member, this task first, all RUNNING under this one ``attempt``. The worker runs one task
     made of them (each batched parameter combined by its ``batch_method``) and reports each
     member with this attempt. () : a single task, as before."""
+    walk: bool = False
+    """A submitted task whose graph no worker has walked yet (:class:`Submit`): the assistant
+    walks it (``complete()``, ``requires()``), registers what it needs, and runs it when it is
+    handed out again. False (left out): run it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +388,8 @@ class TaskInfo:
     waiting: str = ""
     """Why a ready ``PENDING`` task is not handed out ("" otherwise): no live worker has
     its labels."""
+    submitted_by: str = ""
+    """Who submitted it (:class:`Submit`), as the server recorded them; "" if nobody did."""
 
 
 # --- requests and answers of the worker-facing routes ----------------------------------------
@@ -547,6 +559,68 @@ class Ok:
 
 
 @dataclass(frozen=True, slots=True)
+class StopAttempt:
+    """An attempt its worker is to stop (the task was cancelled, :class:`Cancel`), as a
+    SIGTERM would stop it, reporting it failed (interrupted)."""
+
+    task_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class PingAnswer:
+    """The answer to :class:`Ping`: ``stop`` lists the attempts of this worker that were
+    cancelled and are still running (an older server answers only ``ok``)."""
+
+    ok: bool = True
+    stop: tuple[StopAttempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """``POST /api/v1/submit``: register ``task`` (not its graph: its ``deps`` are not looked
+    at) as runnable by the scheduler's assistants (``conveyor worker``), which walk its graph
+    and run it. A task the scheduler knows already keeps its dependencies; one that is
+    ``DONE``, ``FAILED``, ``DISABLED`` or ``UNKNOWN`` becomes ``PENDING`` again (its
+    assistant re-checks ``complete()`` first). ``by`` is who submits, as the caller says;
+    the server records it with how the caller was let in (the token, a UI session)."""
+
+    task: TaskSpec
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitAnswer:
+    """The answer to :class:`Submit`: the task's id and status now."""
+
+    task_id: str
+    status: TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """``POST /api/v1/cancel``: the task (with ``downstream``, every task that needs it,
+    directly or not) becomes ``DISABLED`` with the explanation "cancelled"; a running attempt
+    is stopped through its worker, which learns it from the answer to its next ping or
+    ``get_work``. ``DONE`` tasks stay ``DONE``. ``by`` as in :class:`Submit`."""
+
+    task_id: str = field(metadata=_ID)
+    downstream: bool = False
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelAnswer:
+    """The answer to :class:`Cancel`: the tasks it disabled (``cancelled``), the running ones
+    among them whose workers are told to stop them (``stopping``), and those it left as they
+    were (``kept``: ``DONE``)."""
+
+    cancelled: tuple[str, ...]
+    stopping: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RefusedReport:
     """A report carried by :class:`GetWork` that the scheduler refused as stale (what its own
     route would have answered with HTTP 409): the task was handed out again since."""
@@ -570,6 +644,9 @@ class WorkAnswer:
     more: tuple[Work, ...] = ()
     batched: bool = False
     refused: tuple[RefusedReport, ...] = ()
+    stop: tuple[StopAttempt, ...] = ()
+    """The attempts of this worker that were cancelled and are still running (as in
+    :class:`PingAnswer`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -640,6 +717,9 @@ class Route:
             return _OK
         if isinstance(result, answer):
             return result
+        if result is None and answer is PingAnswer:  # (a subclass's ping of the time when
+            # it was answered Ok: nothing to stop)
+            return _PING_OK
         return answer(result)
 
 
@@ -652,10 +732,12 @@ ROUTES: dict[str, Route] = {
         Route("task_done", TaskDone, Ok),
         Route("task_failed", TaskFailed, TaskFailedAnswer),
         Route("annotate", Annotate, Ok),
-        Route("ping", Ping, Ok),
+        Route("ping", Ping, PingAnswer),
         Route("statuses", Statuses, StatusesAnswer, query=True),
         Route("explanation", Explanation, ExplanationAnswer, query=True),
         Route("release", Release, Ok),
+        Route("submit", Submit, SubmitAnswer),
+        Route("cancel", Cancel, CancelAnswer),
     )
 }
 """Every request a worker sends a scheduler, by route name: the one registry the in-process
@@ -663,6 +745,7 @@ scheduler's dispatcher, the server's routes, ``/openapi.json`` and the ``http`` 
 built from."""
 
 _OK = Ok()
+_PING_OK = PingAnswer()
 _ROUTE_OF: dict[type[Any], Route] = {route.request: route for route in ROUTES.values()}
 
 DROPPABLE: Mapping[type[Any], frozenset[str]] = {
@@ -1318,6 +1401,8 @@ class TaskDetail:
     batch: tuple[str, ...] = ()
     """The ids of the members of the batch its latest attempt ran in, itself among them
     (() when that attempt was not a batch; see :attr:`Work.batch`)."""
+    submitted_by: str = ""
+    """Who submitted it (:class:`Submit`), as the server recorded them; "" if nobody did."""
 
 
 @dataclass(frozen=True, slots=True)

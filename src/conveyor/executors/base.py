@@ -37,6 +37,7 @@ __all__ = [
     "Note",
     "Outcome",
     "Sink",
+    "StopsOneAttempt",
     "Suspended",
     "complete_executor",
 ]
@@ -197,6 +198,19 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Wait for running attempts and release resources."""
+
+
+@runtime_checkable
+class StopsOneAttempt(Protocol):
+    """An executor that can stop one attempt (of a task cancelled on the scheduler) while the
+    others run on: the process executors. Optional: the worker asks every executor for it,
+    and one without it lets a cancelled attempt run to its end."""
+
+    def stop_attempt(self, task_id: str, reason: str) -> bool:
+        """Stop the running attempt of ``task_id`` as :meth:`Executor.interrupt` would (its
+        process tree TERM, then KILL after the grace) and report it failed with exception
+        type ``Interrupted`` and the error ``interrupted by <reason>``; False if no attempt
+        of it runs here."""
 
 
 class _Completed:

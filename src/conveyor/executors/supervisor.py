@@ -268,6 +268,18 @@ class Supervisor:
         self._terminate(child, hard)
         self._wake()
 
+    def stop_task(self, task_id: str, reason: str) -> bool:
+        """Stop the running attempt of ``task_id`` (TERM, then KILL after the grace) as
+        interrupted by ``reason``; False if no attempt of it runs here."""
+        with self._lock:
+            found = [c for c in self._children.values() if c.task_id == task_id and not c.closed]
+        for child in found:
+            child.stop_for(_Stop.INTERRUPTED, reason)
+            self._terminate(child, False)
+        if found:
+            self._wake()
+        return bool(found)
+
     def sweep(self) -> int:
         """Kill every process carrying the mark of an attempt that has ended; how many."""
         self._swept = time.monotonic()
@@ -676,6 +688,11 @@ class ProcessExecutor:
     def interrupt(self, reason: str, hard: bool = False) -> None:
         """Kill every running attempt's tree, reporting them as interrupted by ``reason``."""
         self.supervisor.interrupt(reason, hard)
+
+    def stop_attempt(self, task_id: str, reason: str) -> bool:
+        """Stop one running attempt, of ``task_id``, as :meth:`interrupt` stops them all
+        (the task was cancelled); False if none of it runs here."""
+        return self.supervisor.stop_task(task_id, reason)
 
     def close(self) -> None:
         """Wait for every attempt process to end and be reaped."""

@@ -63,6 +63,8 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "batch_key": rec.batch_key,
         "batch_max": rec.batch_max,
         "batch": list(rec.batch),
+        "submitted_by": rec.submitted_by,
+        "cancelled": rec.cancelled,
         "failures": list(rec.failures or ()),
         "wake_at": rec.wake_at,
         "explanation": rec.explanation,
@@ -327,6 +329,8 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "batch_key": _text,
     "batch_max": _count,
     "batch": _texts,
+    "submitted_by": _text,
+    "cancelled": _boolean,
     "failures": _failures,
     "wake_at": _number,
     "explanation": _text,
@@ -354,6 +358,8 @@ _KEPT: Mapping[str, tuple[type, ...]] = {
     "retry": (type(None),),
     "waiting": (str,),
     "batch_key": (str,),
+    "submitted_by": (str,),
+    "cancelled": (bool,),
     "explanation": (str,),
     "status_message": (str,),
     "progress": (type(None),),
@@ -387,6 +393,8 @@ ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
         "batch_key": "",
         "batch_max": 0,
         "batch": [],
+        "submitted_by": "",
+        "cancelled": False,
     }
 )
 """Fields added after rows were first written, and the value a row saved without one gets.

@@ -59,18 +59,22 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple, overload
 
-from ..errors import InvalidTransition, StaleReport
+from ..errors import InvalidTransition, StaleReport, UnknownTask
 from ..protocol import (
     MAX_BATCH,
     ROUTES,
     AttemptEnd,
     BatchMember,
+    CancelAnswer,
     GetWork,
     NoteKind,
     Ok,
+    PingAnswer,
     RefusedReport,
     RetrySpec,
     Route,
+    StopAttempt,
+    SubmitAnswer,
     TaskDone,
     TaskFailed,
     TaskInfo,
@@ -85,6 +89,7 @@ from ..tasklike import DEFAULT_LOADER
 
 __all__ = [
     "ATTEMPT_HISTORY",
+    "CANCELLED",
     "STATUS_MOVES",
     "Attempt",
     "Cause",
@@ -111,6 +116,9 @@ _ASSISTANTS = "\0assistants"
 _ATTEMPT_BITS = 53  # attempt ids stay exact integers in JSON (and JavaScript)
 _FOR_NOW = "for now"  # _kept_by(): kept, and to be looked at again after remove_delay
 _NOTHING_HELD: Mapping[str, int] = MappingProxyType({})
+_PINGED = PingAnswer()
+CANCELLED = "cancelled"
+"""The explanation of a cancelled task (:meth:`SchedulerCore.cancel`)."""
 ATTEMPT_HISTORY = 20
 """How many attempts (the latest) the scheduler keeps per task, for the UI's history."""
 
@@ -147,6 +155,11 @@ class Cause(Enum):
     """An operator retried a failed task at once (:meth:`SchedulerCore.retry_now`)."""
     REENABLED = "re-enabled"
     """An operator re-enabled a disabled task (:meth:`SchedulerCore.reenable`)."""
+    SUBMITTED = "submitted"
+    """Somebody submitted the task (:meth:`SchedulerCore.submit`): run it again if need be
+    (its assistant re-checks ``complete()`` first)."""
+    CANCELLED = "cancelled"
+    """Somebody cancelled the task, or one it needs (:meth:`SchedulerCore.cancel`)."""
 
     __hash__ = object.__hash__  # members are singletons; identity hashing keeps the check fast
 
@@ -186,6 +199,8 @@ STATUS_MOVES: tuple[StatusMove, ...] = (
     StatusMove(DISABLED, PENDING, C.RETRY_DUE),
     StatusMove(FAILED, PENDING, C.RETRIED),
     StatusMove(DISABLED, PENDING, C.REENABLED),
+    *_into(PENDING, C.SUBMITTED, (DONE, FAILED, DISABLED, UNKNOWN)),
+    *_into(DISABLED, C.CANCELLED, (PENDING, RUNNING, FAILED, UNKNOWN)),
 )
 """Every status move the scheduler makes, and why: the one table ``_set_status`` checks.
 
@@ -291,6 +306,12 @@ class TaskRecord:
     """The most members of its batches (0: no limit)."""
     batch: tuple[str, ...] = ()
     """The members of the batch its latest attempt ran in, itself first (): not a batch)."""
+    submitted_by: str = ""
+    """Who submitted it (:meth:`SchedulerCore.submit`), as the server recorded them ("": nobody):
+    queued for the assistants even when no worker registered it."""
+    cancelled: bool = False
+    """``DISABLED`` by :meth:`SchedulerCore.cancel` (until it leaves ``DISABLED``): the late
+    report of its stopped attempt leaves it so."""
     ready_at: float = 0.0
     """When it last became ready (``PENDING``, every dependency done, a worker to run it):
     :attr:`clock` time; 0 while it is not, and -1 when it was ready before the state was
@@ -394,6 +415,7 @@ class SchedulerCore:
         self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
         self._removed: set[str] = set()  # task ids removed, not yet taken by the store
         self._removed_workers: set[str] = set()
+        self._stops: dict[str, dict[str, int]] = {}  # worker id -> cancelled running attempts
 
     # --- the transport protocol -----------------------------------------------------------
 
@@ -592,6 +614,8 @@ class SchedulerCore:
             raise InvalidStatusMove(rec.task_id, StatusMove(old, status, cause))
         self._touch(rec)
         rec.status = status
+        if old == DISABLED:
+            rec.cancelled = False
         if old == PENDING and rec.batch_key:
             self._unready(rec.task_id, rec.batch_key)  # (not ready while not PENDING)
         if old == RUNNING:
@@ -626,7 +650,7 @@ class SchedulerCore:
         queued for the others). Duplicate entries are harmless: a popped entry whose record
         is no longer ready is dropped.
         """
-        if rec.status != PENDING or rec.unmet > 0 or not rec.runners:
+        if rec.status != PENDING or rec.unmet > 0 or not (rec.runners or rec.submitted_by):
             if rec.waiting:
                 self._update_waiting(rec)  # (not ready: nothing to wait for)
             if rec.status == PENDING:
@@ -773,7 +797,7 @@ class SchedulerCore:
                 if taken is None:
                     break
                 more.append(taken)
-            return WorkAnswer(work, tuple(more), True, tuple(refused))
+            return WorkAnswer(work, tuple(more), True, tuple(refused), self._stops_for(worker_id))
 
     def _learn_labels(self, worker_id: str, labels: Collection[str]) -> None:
         """Keep what ``worker_id`` offers; when it changed, its own labelled tasks are queued
@@ -969,6 +993,17 @@ class SchedulerCore:
             return None
         self._take(rec, worker_id)
         lease = self.worker_disconnect_delay
+        if rec.submitted_by and not rec.stakeholders:  # (no worker has walked its graph)
+            return Work(
+                rec.task_id,
+                rec.family,
+                rec.module,
+                rec.params,
+                rec.attempt,
+                lease,
+                rec.loader,
+                walk=True,
+            )
         return Work(rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader)
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:
@@ -1160,7 +1195,7 @@ class SchedulerCore:
                 # taken back already (its worker seemed gone) and counted then: now that its
                 # report came after all, the history and explanation say what really happened
                 _end_attempt(rec, attempt, AttemptEnd(outcome), now)
-                if rec.status in (FAILED, DISABLED):
+                if rec.status in (FAILED, DISABLED) and not rec.cancelled:
                     rec.explanation = explanation
                 return rec.status
             cause = Cause.FAILED if attempt else Cause.FAILED_UNFENCED
@@ -1267,6 +1302,7 @@ class SchedulerCore:
                 self.on_worker(worker_id, "lost", running)
             self._assistants.discard(worker_id)
             self._worker_labels.pop(worker_id, None)
+            self._stops.pop(worker_id, None)
             for task_id in list(self._running_on.get(worker_id, ())):
                 rec = self._tasks[task_id]
                 why = f"worker {worker_id} stopped responding"
@@ -1323,6 +1359,8 @@ class SchedulerCore:
                 return "registered"
         if rec.dependents:
             return "needed"
+        if rec.submitted_by and rec.status != DONE:
+            return _FOR_NOW
         if rec.status == RUNNING or (self._assistants and rec.status in (PENDING, FAILED)):
             return _FOR_NOW
         return ""
@@ -1412,10 +1450,113 @@ class SchedulerCore:
 
     # --- liveness and queries -------------------------------------------------------------
 
-    def ping(self, worker_id: str) -> None:
-        """Record that ``worker_id`` is alive."""
+    def ping(self, worker_id: str) -> PingAnswer:
+        """Record that ``worker_id`` is alive; the answer lists its cancelled attempts that
+        still run (:meth:`cancel`)."""
         with self._lock:
             self._seen(worker_id)
+            return PingAnswer(stop=self._stops_for(worker_id)) if self._stops else _PINGED
+
+    def _stops_for(self, worker_id: str) -> tuple[StopAttempt, ...]:
+        """The cancelled attempts ``worker_id`` is to stop: those neither handed out again nor
+        reported since (the others are forgotten here)."""
+        mine = self._stops.get(worker_id)
+        if not mine:
+            return ()
+        tasks = self._tasks
+        for task_id, attempt in list(mine.items()):
+            rec = tasks.get(task_id)
+            if rec is None or rec.attempt != attempt or rec.reported == attempt:
+                del mine[task_id]
+        if not mine:
+            del self._stops[worker_id]
+            return ()
+        return tuple(StopAttempt(task_id, attempt) for task_id, attempt in mine.items())
+
+    # --- control for embedders and operators ----------------------------------------------
+
+    def submit(self, task: TaskSpec, by: str = "") -> SubmitAnswer:
+        """Register ``task`` (not its graph: ``task.deps`` are not looked at) as runnable by
+        the assistants, submitted by ``by``; see :class:`~conveyor.protocol.Submit`.
+
+        A task new here (or known only as another's dependency) takes the spec's identity,
+        labels, resources and retry settings, and has no dependencies until an assistant walks
+        it (:attr:`Work.walk`); one already registered keeps what its workers said. ``DONE``,
+        ``FAILED``, ``DISABLED`` or ``UNKNOWN`` becomes ``PENDING`` (a disabled task's failures
+        forgotten, as :meth:`reenable` does); ``PENDING`` and ``RUNNING`` stay.
+        """
+        with self._lock:
+            rec = self._record(task.task_id)
+            self._touch(rec)
+            if not rec.registered:
+                rec.registered = True
+                rec.family, rec.module, rec.params = task.family, task.module, task.params
+                rec.loader = task.loader
+                rec.resources = task.resources
+                rec.retry_count, rec.retry = task.retry_count, task.retry
+                labels = tuple(sorted(set(task.labels)))
+                if labels:
+                    rec.labels = labels
+                    self._labelled.add(rec.task_id)
+                    self._label_sets.add(labels)
+            rec.submitted_by = by or "anonymous"
+            if rec.status in (DONE, FAILED, DISABLED, UNKNOWN):
+                if rec.status == DISABLED:
+                    rec.failures = None
+                rec.wake_at = 0.0  # (its entry in the wake-up heap no longer matches)
+                self._set_status(rec, PENDING, Cause.SUBMITTED)
+            rec.own_priority = max(rec.own_priority, task.priority)
+            self._raise_priority(rec, rec.own_priority)
+            self._offer(rec)
+            if rec.labels:
+                self._update_waiting(rec)
+            return SubmitAnswer(rec.task_id, rec.status)
+
+    def cancel(self, task_id: str, downstream: bool = False, by: str = "") -> CancelAnswer:
+        """Disable ``task_id`` (with ``downstream``, every task that needs it, directly or
+        not) with the explanation "cancelled"; see :class:`~conveyor.protocol.Cancel`.
+
+        A running attempt ends at once here (its resources and slot freed, its history entry
+        ``interrupted``) and its worker is told to stop it (:meth:`ping`, ``get_work``); its
+        late failure report leaves the task cancelled, while a success that came first counts
+        (the work is done). A cancelled task stays ``DISABLED`` (it is not enabled again by
+        time) until it is re-enabled or submitted. ``DONE`` tasks are kept as they are.
+        :class:`~conveyor.errors.UnknownTask` if the scheduler does not know ``task_id``.
+        """
+        with self._lock:
+            start = self._tasks.get(task_id)
+            if start is None or not start.registered:
+                raise UnknownTask(task_id)
+            now = self.clock()
+            order = [start]
+            if downstream:
+                seen = {task_id}
+                for rec in order:  # (grows while it is walked: breadth first)
+                    for dependent in sorted(rec.dependents):
+                        if dependent not in seen:
+                            seen.add(dependent)
+                            order.append(self._tasks[dependent])
+            cancelled: list[str] = []
+            stopping: list[str] = []
+            kept: list[str] = []
+            for rec in order:
+                if rec.status == DONE:
+                    kept.append(rec.task_id)
+                    continue
+                if rec.status == RUNNING and rec.worker is not None:
+                    mine = self._stops.get(rec.worker)
+                    if mine is None:
+                        mine = self._stops[rec.worker] = {}
+                    mine[rec.task_id] = rec.attempt
+                    stopping.append(rec.task_id)
+                    _end_attempt(rec, rec.attempt, AttemptEnd.INTERRUPTED, now)
+                rec.wake_at = 0.0  # (never enabled again by time)
+                self._set_status(rec, DISABLED, Cause.CANCELLED)
+                self._touch(rec)
+                rec.explanation = CANCELLED
+                rec.cancelled = True
+                cancelled.append(rec.task_id)
+            return CancelAnswer(tuple(cancelled), tuple(stopping), tuple(kept))
 
     def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:
         """``worker_id``'s run ended: it no longer needs the tasks ``task_ids`` it registered
@@ -1627,4 +1768,5 @@ def _describe(rec: TaskRecord) -> TaskInfo:
         tracking_url=rec.tracking_url,
         explanation=rec.explanation,
         waiting=rec.waiting,
+        submitted_by=rec.submitted_by,
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import threading
@@ -41,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..errors import ConfigError, StaleReport, StateStoreError
+from ..errors import ConfigError, StaleReport, StateStoreError, UnknownTask
 from ..protocol import ROUTES, FieldError, TaskList, decode, encode
 from ..scheduler.persist import to_row
 from ..scheduler.policy import SchedulerCore, TaskRecord
@@ -443,7 +444,28 @@ def _error(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _post_route(name: str, handler: Callable[[Any], Any], hooks: ServerHooks) -> Route:
+_CLAIMED_MAX = 200  # characters of who a submit or cancel says it is from
+
+
+_STAMPED = frozenset({"submit", "cancel"})  # the routes whose ``by`` the server fills in
+
+
+def caller_of(decoded: Any, token: str) -> Any:
+    """A :class:`~conveyor.protocol.Submit` or :class:`~conveyor.protocol.Cancel` whose ``by``
+    says who asks as this server let them in: ``"<what they said> via API token"`` (or
+    ``via API, no token`` on a server without one); what a caller says cannot be checked, how
+    it was let in can."""
+    how = "API token" if token else "API, no token"
+    claimed = " ".join(str(decoded.by).split())[:_CLAIMED_MAX]
+    return dataclasses.replace(decoded, by=f"{claimed} via {how}" if claimed else how)
+
+
+def _post_route(
+    name: str,
+    handler: Callable[[Any], Any],
+    hooks: ServerHooks,
+    stamp: Callable[[Any], Any] | None = None,
+) -> Route:
     request_cls = ROUTES[name].request
 
     async def endpoint(request: Request) -> JSONResponse:
@@ -455,8 +477,12 @@ def _post_route(name: str, handler: Callable[[Any], Any], hooks: ServerHooks) ->
             decoded = decode(request_cls, body)
         except FieldError as exc:
             return _error(422, str(exc), exc.field)
+        if stamp is not None:
+            decoded = stamp(decoded)
         try:
             result = await asyncio.to_thread(handler, decoded)
+        except UnknownTask as exc:  # (cancel: nothing changed)
+            return _error(404, str(exc), "task_id")
         except StaleReport as exc:  # fenced: another attempt owns the task; nothing changed
             log.warning("stale report refused", route=name, error=str(exc))
             if hooks.wants(REPORT_REFUSED):
@@ -496,6 +522,9 @@ def create_app(
         address=address,
         luigi_rpc=luigi_rpc,
     )
+
+    def stamp(decoded: Any) -> Any:
+        return caller_of(decoded, token)
 
     async def health(request: Request) -> JSONResponse:
         service.leading()  # (a lease that ran out shows at once, not at the next look)
@@ -560,7 +589,10 @@ def create_app(
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/api/v1/tasks", tasks, methods=["GET"]),
         Route("/api/v1/workers", workers, methods=["GET"]),
-        *(_post_route(name, handlers[name], service.hooks) for name in ROUTES),
+        *(
+            _post_route(name, handlers[name], service.hooks, stamp if name in _STAMPED else None)
+            for name in ROUTES
+        ),
         *ui_routes(service, token=token),
         *(luigi_routes(service) if luigi_rpc else ()),
     ]

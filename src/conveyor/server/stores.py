@@ -404,6 +404,7 @@ def task_info(row: Mapping[str, Any]) -> TaskInfo:
         tracking_url=row["tracking_url"],
         explanation=row["explanation"],
         waiting=row.get("waiting") or "",
+        submitted_by=row.get("submitted_by") or "",
     )
 
 
@@ -446,6 +447,7 @@ def task_detail(
         labels=tuple(row.get("labels") or ()),
         waiting=row.get("waiting") or "",
         batch=tuple(row.get("batch") or ()),
+        submitted_by=row.get("submitted_by") or "",
     )
 
 

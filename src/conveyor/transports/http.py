@@ -635,6 +635,10 @@ class HttpTransport:
         """The server's worker list."""
         return list(self._call("GET", "/api/v1/workers", check=_worker_rows))
 
+    def close(self) -> None:
+        """Close the calling thread's kept-alive connection (the next call opens another)."""
+        self._drop_connection()
+
 
 _OK = Ok()
 _SPLIT: dict[type[Any], Callable[[HttpTransport, Any], Any]] = {

@@ -16,7 +16,7 @@ import random
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -67,6 +67,7 @@ from ..protocol import (
     NoteKind,
     Ping,
     Release,
+    StopAttempt,
     TaskDone,
     TaskFailed,
     TaskSpec,
@@ -99,6 +100,16 @@ __all__ = ["Worker"]
 log = structlog.get_logger("conveyor.worker")
 _ids = itertools.count(1)
 _WAKE = object()
+_CANCELLED = "a cancel on the scheduler"  # what stopped a cancelled attempt ("interrupted by …")
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """Through the inbox, from the pinger: the scheduler said to stop these attempts."""
+
+    attempts: tuple[StopAttempt, ...]
+
+
 ATTEMPT_ENVIRONMENT = "conveyor_attempt_environment"
 _NO_ENV: Mapping[str, str] = {}
 
@@ -174,6 +185,7 @@ class Worker:
             self._walker = GraphWalk(self.settings, self._graph, self._transit, self._register)
             self._requested: list[str] = []
             self._running: dict[str, Node] = {}
+            self._stopping: set[str] = set()  # running ids the scheduler said to stop
             self._batches: dict[str, tuple[Node, ...]] = {}  # running batch task id -> members
             self._in_batches: dict[str, str] = {}  # member id -> its running batch task's id
             # whether get_work asks for batch hand-outs: an assistant always (it may be handed
@@ -482,6 +494,8 @@ class Worker:
                 )
                 continue
             self._batched = answer.batched
+            if answer.stop:
+                self._stop_attempts(answer.stop)
             for refused in answer.refused:
                 log.warning(
                     "the scheduler refused a stale report; dropped",
@@ -579,6 +593,9 @@ class Worker:
             self._outbox.send(
                 TaskFailed(self.id, work.task_id, explanation, work.attempt, AttemptEnd.INTERRUPTED)
             )
+            return
+        if work.walk:  # a submitted task whose graph nobody walked: walk it first
+            self._walk_submitted(work)
             return
         if work.task_id in self._running:  # (a batch's own task: ",".join made a real id)
             log.warning(
@@ -843,6 +860,21 @@ class Worker:
         self._transit(node, Trigger.ADOPTED, dependencies=node.deps, dynamic=False)
         return node
 
+    def _walk_submitted(self, work: Work) -> None:
+        """A submitted task (:attr:`Work.walk`): load it from task_modules only, then walk its
+        graph as ``conveyor run`` would, registering what it needs; the registration ends the
+        hand-out, and the scheduler hands the task out again once its dependencies are done
+        (or takes it as done if it is complete)."""
+        try:
+            task = self._load_foreign(work)
+        except Exception as exc:  # a refused module, bad parameters, or an __init__ that raised
+            error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
+            self._outbox.send(TaskFailed(self.id, work.task_id, error, work.attempt))
+            log.error("refused submitted task", task_id=work.task_id, error=error)
+            return
+        log.info("walking a submitted task", task_id=work.task_id)
+        self._walker.walk([task], recheck=(work.task_id,))
+
     def _load_foreign(self, work: Work) -> TaskLike:
         allowed = self.settings.task_modules
         if not _allowed(work.module, allowed):
@@ -877,11 +909,40 @@ class Worker:
 
     # --- messages from executors ----------------------------------------------------------
 
-    def _handle(self, message: Message) -> None:
-        if isinstance(message, Note):
+    def _handle(self, message: Message | _Stop) -> None:
+        if isinstance(message, _Stop):
+            self._stop_attempts(message.attempts)
+        elif isinstance(message, Note):
             self._on_note(message)
         else:
             self._on_outcome(message)
+
+    def _stop_attempts(self, attempts: Sequence[StopAttempt]) -> None:
+        """Stop the running attempts the scheduler names (their tasks were cancelled) as a
+        SIGTERM would, through the executor running each; they end failed (interrupted). An
+        executor that cannot stop one attempt (``inline``, ``thread``) lets it run to its end;
+        the scheduler keeps the task cancelled either way."""
+        for stop in attempts:
+            node = self._running.get(stop.task_id)
+            if node is None or node.hand_out != stop.attempt or node.task_id in self._stopping:
+                continue  # (ended meanwhile, or already being stopped)
+            self._stopping.add(node.task_id)
+            runner = next(
+                (e for e in (self._executor, self._isolator) if e and e.name == node.executor),
+                None,
+            )
+            stop_one = getattr(runner, "stop_attempt", None)
+            if stop_one is not None and stop_one(node.task_id, _CANCELLED):
+                log.warning(
+                    "task cancelled on the scheduler; stopping its attempt", task_id=node.task_id
+                )
+            else:
+                log.warning(
+                    "task cancelled on the scheduler; this executor cannot stop one attempt, "
+                    "so it runs to its end",
+                    task_id=node.task_id,
+                    executor=node.executor,
+                )
 
     def _on_note(self, note: Note) -> None:
         node = self._running.get(note.task_id)
@@ -901,6 +962,7 @@ class Worker:
         node = self._running.pop(outcome.task_id, None)
         if node is None:
             return
+        self._stopping.discard(outcome.task_id)
         members = self._batches.pop(outcome.task_id, None)
         if members is not None:
             self._on_batch_outcome(members, outcome)
@@ -997,8 +1059,11 @@ class Worker:
         def ping() -> None:
             while not stop.wait(interval):
                 try:
-                    self._transport.call(Ping(self.id))
+                    answered = self._transport.call(Ping(self.id))
                     self._contact = self.clock.monotonic()
+                    told = getattr(answered, "stop", ())  # (an older scheduler: Ok)
+                    if told:
+                        self._inbox.put(_Stop(tuple(told)))
                 except Exception as exc:  # the pinger must survive any error
                     log.warning("ping failed", error=str(exc))
 

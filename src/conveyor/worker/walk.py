@@ -16,12 +16,12 @@ from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import BatchSpec, TaskSpec, TaskStatus
 from ..task import batch_key, requirements
-from ..tasklike import TaskLike
+from ..tasklike import TaskLike, TaskPolicy
 from .checks import ParallelChecks, SequentialChecks
 from .graph import Node, find_cycle, label
 from .transitions import Transitions
 
-__all__ = ["GraphWalk", "requires_error"]
+__all__ = ["GraphWalk", "requires_error", "task_spec"]
 
 
 class GraphWalk:
@@ -199,31 +199,57 @@ class GraphWalk:
     ) -> TaskSpec:
         """The registration of ``node``; ``deps`` defaults to all its dependencies (the
         scheduler merges the dependencies of a task it knows, so fewer may be named)."""
-        policy = node.task_policy()
-        retry_count, own, retry = policy.retry_count, policy.retry_policy, None
-        if own is not None:  # (rare: a task's own retry policy, whose count wins)
-            if own.count is not None:
-                retry_count = own.count
-            retry = own.spec()
-        batch = None
-        if runnable and getattr(node.task, "_batched", None):  # (a batchable Task class)
-            found = batch_key(node.task)
-            batch = None if found is None else BatchSpec(*found)
-        return TaskSpec(
-            node.task_id,
-            *self._identity(node),
-            status=status,
+        return task_spec(
+            node.task,
+            status,
+            runnable,
             deps=node.all_deps() if deps is None else deps,
-            priority=policy.priority,
-            resources=policy.resources,
-            runnable=runnable,
-            retry_count=retry_count,
             explanation=explanation,
-            loader=policy.loader,
-            retry=retry,
-            labels=policy.labels,
-            batch=batch,
+            policy=node.task_policy(),
+            params=node.params,
         )
+
+
+def task_spec(
+    task: TaskLike,
+    status: TaskStatus = TaskStatus.PENDING,
+    runnable: bool = True,
+    *,
+    deps: tuple[str, ...] = (),
+    explanation: str = "",
+    policy: TaskPolicy | None = None,
+    params: Mapping[str, str] | None = None,
+) -> TaskSpec:
+    """The registration of ``task`` (its ``policy`` and string ``params``, when already
+    known, spare asking the task again): what a worker sends, and what ``conveyor submit``
+    sends for a task it does not walk."""
+    policy = task.task_policy() if policy is None else policy
+    retry_count, own, retry = policy.retry_count, policy.retry_policy, None
+    if own is not None:  # (rare: a task's own retry policy, whose count wins)
+        if own.count is not None:
+            retry_count = own.count
+        retry = own.spec()
+    batch = None
+    if runnable and getattr(task, "_batched", None):  # (a batchable Task class)
+        found = batch_key(task)
+        batch = None if found is None else BatchSpec(*found)
+    return TaskSpec(
+        task.task_id,
+        task.task_family,
+        task.task_module,
+        task.task_params if params is None else params,
+        status=status,
+        deps=deps,
+        priority=policy.priority,
+        resources=policy.resources,
+        runnable=runnable,
+        retry_count=retry_count,
+        explanation=explanation,
+        loader=policy.loader,
+        retry=retry,
+        labels=policy.labels,
+        batch=batch,
+    )
 
 
 def requires_error(task: TaskLike, exc: Exception) -> str:
