@@ -36,33 +36,44 @@ BATCH = 500
 
 
 class Client:
-    """One keep-alive connection to the server, posting JSON to ``/api/v1/<route>``."""
+    """One keep-alive connection to the server on loopback ``port``."""
 
-    def __init__(self, port: int) -> None:
-        """Connect to the server on loopback ``port``."""
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    def __init__(self, port: int, timeout: float = 60) -> None:
+        """Connect to ``port`` (``timeout``: per call)."""
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
 
-    def post(self, route: str, body: dict[str, Any]) -> Any:
-        """The decoded answer of one call (RuntimeError for a status other than 200)."""
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Host": "127.0.0.1"}
-        self.connection.request("POST", f"/api/v1/{route}", data, headers)
+    def call(self, method: str, route: str, body: bytes | None = None) -> Any:
+        """The decoded answer of one call; RuntimeError for a status other than 200."""
+        headers = {"Host": "127.0.0.1"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        self.connection.request(method, route, body, headers)
         answer = self.connection.getresponse()
         text = answer.read()
         if answer.status != 200:
-            raise RuntimeError(f"{route}: {answer.status} {text[:200]!r}")
+            raise RuntimeError(f"{method} {route}: {answer.status} {text[:300]!r}")
         return json.loads(text)
 
+    def post(self, route: str, body: dict[str, Any]) -> Any:
+        """``POST /api/v1/<route>`` with ``body`` as JSON."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        return self.call("POST", f"/api/v1/{route}", data)
 
-def drive(port: int, worker: str, times: dict[str, list[float]], done: list[int]) -> None:
-    """Take work as an assistant and report it done until the server has none left."""
-    client = Client(port)
+    def close(self) -> None:
+        """Close the connection."""
+        self.connection.close()
+
+
+def take_and_report(
+    client: Client, worker: str, assistant: bool, limit: int | None = None
+) -> tuple[list[float], list[float]]:
+    """Ask ``get_work`` and report each task done (one task per request, as an older worker
+    does) until nothing is left or ``limit`` asks were made; each call's time, in seconds."""
     asks: list[float] = []
     reports: list[float] = []
-    count = 0
-    while True:
+    while limit is None or len(asks) < limit:
         started = time.perf_counter()
-        work = client.post("get_work", {"worker_id": worker, "assistant": True})["work"]
+        work = client.post("get_work", {"worker_id": worker, "assistant": assistant})["work"]
         asks.append(time.perf_counter() - started)
         if work is None:
             break
@@ -70,10 +81,15 @@ def drive(port: int, worker: str, times: dict[str, list[float]], done: list[int]
         body = {"worker_id": worker, "task_id": work["task_id"], "attempt": work["attempt"]}
         client.post("task_done", body)
         reports.append(time.perf_counter() - started)
-        count += 1
+    return asks, reports
+
+
+def drive(port: int, worker: str, times: dict[str, list[float]], done: list[int]) -> None:
+    """Take work as an assistant and report it done until the server has none left."""
+    asks, reports = take_and_report(Client(port), worker, True)
     times.setdefault("get_work", []).extend(asks)
     times.setdefault("task_done", []).extend(reports)
-    done.append(count)
+    done.append(len(reports))
 
 
 def drive_batched(
@@ -101,7 +117,7 @@ def drive_batched(
     done.append(count)
 
 
-def _ms(values: list[float], q: float) -> float:
+def quantile_ms(values: list[float], q: float) -> float:
     """The ``q`` quantile of ``values`` in milliseconds."""
     if not values:
         return 0.0
@@ -170,12 +186,15 @@ def run(n: int, clients: int, batch: int = 0) -> dict[str, Any]:
         "register_s": round(registered, 2),
         "wall_s": round(wall, 2),
         "completions_per_s": round(completed / wall, 1) if wall else 0.0,
-        "get_work_ms": {"p50": _ms(times["get_work"], 0.5), "p99": _ms(times["get_work"], 0.99)},
+        "get_work_ms": {
+            "p50": quantile_ms(times["get_work"], 0.5),
+            "p99": quantile_ms(times["get_work"], 0.99),
+        },
         **(
             {
                 "task_done_ms": {
-                    "p50": _ms(times["task_done"], 0.5),
-                    "p99": _ms(times["task_done"], 0.99),
+                    "p50": quantile_ms(times["task_done"], 0.5),
+                    "p99": quantile_ms(times["task_done"], 0.99),
                     "mean": round(statistics.fmean(times["task_done"]) * 1000, 3),
                 }
             }

@@ -31,7 +31,6 @@ routes run in worker threads) and their stats go to ``DIR/first.prof`` and ``DIR
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import shutil
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from bench_capacity import Client, quantile_ms, take_and_report
 from bench_server import free_port
 
 WORKER = "bench-million"
@@ -71,36 +71,6 @@ def wrapper_spec(first: int, last: int) -> dict[str, Any]:
         "params": {"n": "million"},
         "deps": [leaf_id(i) for i in range(first, last)],
     }
-
-
-class Client:
-    """One keep-alive connection to the server on loopback."""
-
-    def __init__(self, port: int, timeout: float = 3600) -> None:
-        """Connect to ``port`` (``timeout``: per call; a slow registration is measured, not
-        cut short)."""
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-
-    def call(self, method: str, route: str, body: bytes | None = None) -> Any:
-        """The decoded answer of one call; RuntimeError for a status other than 200."""
-        headers = {"Host": "127.0.0.1"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        self.connection.request(method, route, body, headers)
-        answer = self.connection.getresponse()
-        text = answer.read()
-        if answer.status != 200:
-            raise RuntimeError(f"{method} {route}: {answer.status} {text[:300]!r}")
-        return json.loads(text)
-
-    def post(self, route: str, body: dict[str, Any]) -> Any:
-        """``POST /api/v1/<route>`` with ``body`` as JSON."""
-        data = json.dumps(body, separators=(",", ":")).encode()
-        return self.call("POST", f"/api/v1/{route}", data)
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.connection.close()
 
 
 class Sampler:
@@ -205,14 +175,6 @@ def stop_server(server: subprocess.Popen[bytes], timeout: float = 120) -> float:
     return time.perf_counter() - started
 
 
-def quantile_ms(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` (seconds) in milliseconds."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
-
-
 def mib(value: float) -> float:
     """Bytes in MiB, rounded to 0.1."""
     return round(value / 2**20, 1)
@@ -256,18 +218,7 @@ def register(client: Client, n: int, batch: int, limit: int) -> dict[str, Any]:
 
 def hand_out(client: Client, calls: int) -> dict[str, Any]:
     """``calls`` hand-outs, each reported done; the latencies."""
-    asks: list[float] = []
-    reports: list[float] = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        work = client.post("get_work", {"worker_id": WORKER})["work"]
-        asks.append(time.perf_counter() - started)
-        if work is None:
-            break
-        started = time.perf_counter()
-        body = {"worker_id": WORKER, "task_id": work["task_id"], "attempt": work["attempt"]}
-        client.post("task_done", body)
-        reports.append(time.perf_counter() - started)
+    asks, reports = take_and_report(client, WORKER, False, calls)
     return {
         "calls": len(asks),
         "get_work_ms": {
