@@ -90,7 +90,9 @@ def test_the_transport_check_catches_a_broken_transport() -> None:
 def test_the_transport_check_catches_answers_of_the_wrong_type() -> None:
     """A transport answering plain dicts instead of the route's answer type fails the check,
     naming the request and the type expected."""
-    expected = r"call\(Ping\) answered \{'ok': True\}, expected an answer of type Ok"
+    expected = (
+        r"call\(Ping\) answered \{'ok': True, 'stop': \[\]\}, expected an answer of type PingAnswer"
+    )
     with pytest.raises(AssertionError, match=expected):
         check_transport(_UntypedAnswers())
 

@@ -104,6 +104,8 @@ def make(core: SchedulerCore, clock: FakeClock, move: StatusMove, attempt: int) 
         C.FAILED_UNFENCED: lambda: core.task_failed(W, TASK, "boom"),
         C.RETRIED: lambda: core.retry_now([TASK]),
         C.REENABLED: lambda: core.reenable([TASK]),
+        C.SUBMITTED: lambda: core.submit(spec()),
+        C.CANCELLED: lambda: core.cancel(TASK),
     }
     if move.cause is C.WORKER_GONE:
         clock.advance(DISCONNECT + 1)

@@ -110,6 +110,8 @@ def test_the_scheduler_has_a_method_for_every_route_and_answers_its_type() -> No
         p.Statuses(("a", "b", "nope")),
         p.Explanation("a"),
         p.Release("w", ("a",)),
+        p.Submit(TaskSpec("s")),
+        p.Cancel("s"),
     ]
     assert {type(r) for r in requests} == {route.request for route in ROUTES.values()}
     answers = {route_of(r).name: scheduler.call(r) for r in requests}
@@ -130,7 +132,7 @@ def test_a_subclass_override_of_a_named_method_serves_its_route() -> None:
             seen.append(worker_id)
             super().ping(worker_id)
 
-    assert Counting().call(p.Ping("w1")) == p.Ok()
+    assert Counting().call(p.Ping("w1")) == p.PingAnswer()
     assert seen == ["w1"]
 
 
@@ -266,7 +268,7 @@ def test_a_method_style_transport_is_wrapped_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match=r"Legacy has no call\(\) method"):
         wrapped = as_transport(Legacy())
     assert isinstance(wrapped, MethodTransport)
-    assert wrapped.call(p.Ping("w")) == p.Ok()
+    assert wrapped.call(p.Ping("w")) == p.PingAnswer()
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (its own test checks it)

@@ -642,9 +642,10 @@ def cmd_tasks(args: list[str]) -> int:
             + ", ".join(TaskStatus)
         )
     config = load_config(opts.config).with_overrides(scheduler_url=opts.scheduler_url)
-    from .transports.http import HttpTransport
+    from .control.client import Client
 
-    listed = _select(HttpTransport(config).task_list(), states, set(opts.family), opts.match)
+    with Client.from_config(config) as client:  # (gives up on a silent scheduler after 30 s)
+        listed = _select(client.tasks(), states, set(opts.family), opts.match)
     tasks = [_shown(t) for t in listed]
     if opts.json:
         print(json.dumps(encode(TaskList(tuple(tasks))), indent=2))
@@ -714,9 +715,157 @@ def cmd_plan(args: list[str]) -> int:
 # --- conveyor invalidate (region: invalidate) -----------------------------------------------
 
 
+_INVALIDATE_OPTIONS: dict[str, tuple[str, bool]] = {
+    "--downstream-of": ("downstream_of", True),
+    "--yes": ("yes", False),
+    "--dry-run": ("dry_run", False),
+    "--module": ("module", True),
+    "--config": ("config", True),
+}
+_INVALIDATE_HELP: dict[str, tuple[str | None, str]] = {
+    "--downstream-of": (
+        "ROOT",
+        "also remove the outputs of every task of ROOT's graph that needs TASK (directly or "
+        "not); ROOT is package.module.Family, with its parameters in the same quoted "
+        "argument: --downstream-of 'pkg.mod.Report --date 2024-01-01'",
+    ),
+    "--yes": (None, "remove without asking (required when stdin is not a terminal)"),
+    "--dry-run": (None, "list what would be removed, and remove nothing"),
+    "--module": ("MODULE", "the module TASK (and a bare ROOT) is in, when given as a Family"),
+    "--config": (
+        "PATH",
+        "the worker.toml whose [tasks.*] defaults build the tasks (default: "
+        "$CONVEYOR_CONFIG, ./worker.toml)",
+    ),
+}
+_INVALIDATE = TaskCommand(
+    "invalidate",
+    _INVALIDATE_OPTIONS,
+    _INVALIDATE_HELP,
+    "Remove the outputs of TASK (package.module.Family, or Family with --module) through each "
+    "target's remove(), and with --downstream-of ROOT those of every task of ROOT's graph "
+    "that needs TASK, so that the next 'conveyor run ROOT' makes them again. Lists them and "
+    "asks first. 'conveyor invalidate TASK --help' lists TASK's parameters.",
+    "Exit codes: 0 removed (or nothing to remove), 1 an output could not be removed (or the "
+    "answer was no), 2 usage or configuration error (TASK not in ROOT's graph; no terminal "
+    "to ask on and no --yes), 3 ROOT's graph could not be walked (a requires() failed).",
+)
+_INVALIDATE_ROOT = TaskCommand(
+    "invalidate --downstream-of",
+    {"--module": ("module", True)},
+    {"--module": _INVALIDATE_HELP["--module"]},
+    "ROOT of 'conveyor invalidate --downstream-of': package.module.Family [--<param> VALUE ...]"
+    ", given as one quoted argument.",
+    "",
+)
+_GRAPH_BROKEN = 3  # as conveyor run's "scheduling error": a requires() raised
+
+
 def cmd_invalidate(args: list[str]) -> int:
-    """``conveyor invalidate``: remove outputs (to be written)."""
-    raise UsageError("conveyor invalidate: not built yet")
+    """``conveyor invalidate``: list the outputs of TASK (and of what needs it in ROOT's
+    graph), ask, and remove them."""
+    built = build_task(_INVALIDATE, args)
+    if isinstance(built, int):
+        return built
+    options = built.options
+    root: TaskLike | None = None
+    if options.get("downstream_of") is not None:
+        made = _invalidate_root(str(options["downstream_of"]), options.get("module"), built)
+        if isinstance(made, int):
+            return made
+        root = made
+    from .control.invalidate import GraphError, invalidate
+
+    try:
+        found = invalidate(built.task, root, dry_run=True)
+    except GraphError as exc:
+        print(f"conveyor: error: {exc}", file=sys.stderr)
+        return _GRAPH_BROKEN
+    print(_invalidation_listing(found))
+    if found.nothing_to_remove:
+        print("Nothing to remove: none of these outputs exists.")
+        return 0
+    if options.get("dry_run") or not found.removed:
+        if not found.removed:
+            print(f"Nothing can be removed: {_count(len(found.unremovable), 'output')} stay.")
+        else:
+            print(f"Dry run: nothing removed ({_invalidation_size(found)} would be).")
+        return 0 if found.ok else 1
+    if not options.get("yes"):
+        refused = _invalidation_refused(found)
+        if refused is not None:
+            return refused
+    done = found.apply()
+    print(_invalidation_outcome(done))
+    return 0 if done.ok else 1
+
+
+def _invalidate_root(text: str, module: str | None, built: BuiltTask) -> TaskLike | int:
+    """ROOT from ``--downstream-of``'s one argument, parsed as TASK is (a bare Family gets
+    TASK's --module), under the same configuration."""
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"conveyor invalidate: --downstream-of {text!r}: {exc}") from None
+    if module and words and "." not in words[0] and not words[0].startswith("-"):
+        words = ["--module", module, *words]
+    made = build_task(_INVALIDATE_ROOT, words, lambda _options: built.config)
+    return made if isinstance(made, int) else made.task
+
+
+def _invalidation_listing(found: Any) -> str:
+    """Each task of an :class:`~conveyor.Invalidation` and what happens to its outputs."""
+    if found.root_id is None:
+        lines = [f"Outputs of {found.task_id}:"]
+    else:
+        others = _count(len(found.tasks) - 1, "task")
+        lines = [f"Outputs of {found.task_id} and of the {others} needing it in {found.root_id}:"]
+    for task in found.tasks:
+        lines.append(f"  {task.task_id}")
+        rows = [f"remove    {path}" for path in task.removed]
+        rows += [f"absent    {path}" for path in task.absent]
+        rows += [f"keep      {path} (external data, made elsewhere)" for path in task.external]
+        rows += [f"CANNOT    {item.path}: {item.reason}" for item in task.unremovable]
+        lines += [f"    {row}" for row in rows or ["(no outputs)"]]
+    return "\n".join(lines)
+
+
+def _invalidation_refused(found: Any) -> int | None:
+    """Ask on the terminal; None when the answer is yes, else the exit code."""
+    if not sys.stdin.isatty():
+        print(
+            "conveyor: error: conveyor invalidate: stdin is not a terminal to ask on; pass "
+            "--yes to remove these outputs without asking (--dry-run only lists them)",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
+    sys.stdout.flush()
+    print(f"Remove {_invalidation_size(found)}? [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() in ("y", "yes"):
+        return None
+    print("Nothing removed.")
+    return 1
+
+
+def _invalidation_outcome(done: Any) -> str:
+    """What was removed, and each output that stays with the reason."""
+    lines = [f"Removed {_invalidation_size(done)}."]
+    if done.unremovable:
+        lines.append(f"Could not remove {_count(len(done.unremovable), 'output')}:")
+        lines += [f"  {u.path} ({u.task_id}): {u.reason}" for u in done.unremovable]
+    return "\n".join(lines)
+
+
+def _invalidation_size(found: Any) -> str:
+    """``N outputs of M tasks``: what was (or would be) removed."""
+    tasks = sum(1 for task in found.tasks if task.removed)
+    return f"{_count(len(found.removed), 'output')} of {_count(tasks, 'task')}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 # --- end of region: invalidate ---------------------------------------------------------------

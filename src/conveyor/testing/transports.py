@@ -32,7 +32,9 @@ from ..protocol import (
     Explanation,
     GetWork,
     NoteKind,
+    Ok,
     Ping,
+    PingAnswer,
     Release,
     Statuses,
     TaskDone,
@@ -62,6 +64,8 @@ class _Checked:
         answer = self.transport.call(request)
         expected = route_of(request).answer
         name, wanted = type(request).__name__, expected.__name__
+        if expected is PingAnswer and isinstance(answer, Ok):  # (a transport of the time when
+            return answer  # ping answered Ok: the worker takes it as nothing to stop)
         assert isinstance(answer, expected), (
             f"call({name}) answered {answer!r}, expected an answer of type {wanted}"
         )
