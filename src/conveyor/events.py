@@ -346,7 +346,7 @@ class SchedulerUiAction(Event):
 
     hook: ClassVar[str] = "conveyor_scheduler_ui_action"
     action: str
-    """``"retry"``, ``"reenable"`` or ``"retry all failed"``."""
+    """``"retry"``, ``"reenable"``, ``"retry all failed"`` or ``"cancel"``."""
     task_ids: tuple[str, ...]
     """The ids of the tasks it changed (the first 100; ``changed`` counts them all)."""
     changed: int

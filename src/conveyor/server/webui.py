@@ -19,9 +19,9 @@ DOM text APIs only, so nothing a task or worker supplies is ever interpreted as 
   nothing keeps the server from stopping. The same answer carries the server's ``role`` and
   the ``leader``'s URL, so the page learns within a second that the server it shows leads,
   or stands by.
-- **Actions** (``POST /ui/api/retry``, ``reenable``, ``retry-failed``) go through the
-  scheduler's lock like a worker's call, are committed before the answer, and each is one audit
-  log line naming the action, the tasks and the session. *Retry all failed* reads the ids it
+- **Actions** (``POST /ui/api/retry``, ``reenable``, ``retry-failed``, ``cancel``) go through
+  the scheduler's lock like a worker's call, are committed before the answer, and each is one
+  audit log line naming the action, the tasks and the session. *Retry all failed* reads the ids it
   changes in one read from a store that can list them (:class:`~.stores.CanListIds`), else
   page by page through the list.
 - **A standby** (a server that shares its store with a leader, :mod:`.leadership`) serves the
@@ -60,11 +60,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..errors import UnknownTask
 from ..protocol import TaskFilters, TaskStatus, encode
 from .hooks import UI_ACTION
 from .stores import PAGE_MAX, CanListIds, Unstored
 
 if TYPE_CHECKING:
+    from ..protocol import CancelAnswer
+    from ..scheduler.policy import SchedulerCore
     from .app import SchedulerService
     from .stores import TaskReads
 
@@ -445,6 +448,13 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
                 break
         done = set(changed)
         skipped = [t for t in dict.fromkeys(ids) if t not in done]
+        await audit(request, action, changed, skipped)
+        return {"changed": changed, "skipped": skipped, **({"error": refused} if refused else {})}
+
+    async def audit(
+        request: Request, action: str, changed: list[str], skipped: list[str], **more: Any
+    ) -> None:
+        """One audit log line for an applied action, then the plugins' ``ui_action`` hook."""
         who = session_name(session_of(request)) if expected else "open"
         log.info(
             "ui action",
@@ -453,12 +463,12 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
             changed=len(changed),
             skipped=len(skipped),
             session=who,
+            **more,
         )
         if service.hooks.wants(UI_ACTION):
             await asyncio.to_thread(
                 service.hooks.ui_action, action, changed, len(skipped), who, _LOGGED_IDS
             )
-        return {"changed": changed, "skipped": skipped, **({"error": refused} if refused else {})}
 
     async def retry(request: Request) -> Any:
         must_lead()
@@ -480,6 +490,24 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         ids = await read(_matching_ids, store, filters)
         return await act(request, "retry all failed", core.retry_now, ids)
 
+    async def cancel(request: Request) -> Any:
+        must_lead()
+        body = await _body(request)
+        task_id = body.get("task_id")
+        if not isinstance(task_id, str) or not task_id:
+            raise _Problem(422, "task_id (the id of the task to cancel) is required", "task_id")
+        downstream = body.get("downstream", False)
+        if not isinstance(downstream, bool):
+            raise _Problem(422, "downstream must be true or false", "downstream")
+        by = f"UI session {session_name(session_of(request))}" if expected else "UI (open)"
+        # committed before the answer, through the scheduler's lock, like a worker's call
+        done = await asyncio.to_thread(service.call, _cancel_known, core, task_id, downstream, by)
+        if done is None:
+            raise _Problem(404, f"the scheduler has no task {task_id!r}", "task_id")
+        changed, kept = list(done.cancelled), list(done.kept)
+        await audit(request, "cancel", changed, kept, downstream=downstream)
+        return {"changed": changed, "skipped": kept, "stopping": list(done.stopping)}
+
     api = [
         ("summary", summary, "GET"),
         ("changes", changes, "GET"),
@@ -491,6 +519,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         ("retry", retry, "POST"),
         ("reenable", reenable, "POST"),
         ("retry-failed", retry_failed, "POST"),
+        ("cancel", cancel, "POST"),
     ]
     return [
         Route("/", to_ui, methods=["GET"]),
@@ -502,6 +531,20 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
         *(Route(f"/ui/api/{name}", guarded(fn), methods=[method]) for name, fn, method in api),
         Route("/ui/{name:str}", file, methods=["GET"]),
     ]
+
+
+def _cancel_known(
+    core: SchedulerCore, task_id: str, downstream: bool, by: str
+) -> CancelAnswer | None:
+    """:meth:`~.policy.SchedulerCore.cancel`, or None for a task the scheduler does not know.
+
+    The unknown task is answered as a value, not raised through :meth:`SchedulerService.call`:
+    an exception there rolls the scheduler back by reloading the whole state from the store,
+    which a mistyped id must not cost (``cancel`` refuses one before it changes anything)."""
+    try:
+        return core.cancel(task_id, downstream, by)
+    except UnknownTask:
+        return None
 
 
 def _matching_ids(store: TaskReads, filters: TaskFilters) -> list[str]:

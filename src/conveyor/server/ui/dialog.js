@@ -2,20 +2,28 @@
 
 let pending = null;
 
-/** Ask `question` in the <dialog>; resolves true on Confirm, false on Cancel or Escape. */
-export function confirm(question) {
+/** Ask `question` in the <dialog>; resolves true on Confirm, false on Cancel or Escape.
+ * `extra` (a node: a checkbox, say) is shown under the question while the dialog is open;
+ * `ok` and `dismiss` name its two buttons ("Confirm" and "Cancel" unless given). */
+export function confirm(question, { extra = null, ok = "Confirm", dismiss = "Cancel" } = {}) {
   const dialog = document.getElementById("confirm");
   const text = document.getElementById("confirm-q");
+  const okButton = document.getElementById("confirm-ok");
+  const dismissButton = document.getElementById("confirm-cancel");
   if (pending) pending(false);
   text.textContent = question;
+  okButton.textContent = ok;
+  dismissButton.textContent = dismiss;
+  if (extra) text.after(extra);
   return new Promise((resolve) => {
     pending = (answer) => {
       pending = null;
       if (dialog.open) dialog.close();
+      extra?.remove();
       resolve(answer);
     };
     dialog.showModal();
-    document.getElementById("confirm-cancel").focus();
+    dismissButton.focus();
   });
 }
 
@@ -40,14 +48,19 @@ export function notify(message, isError = false) {
   }, 8000);
 }
 
-/** Run an action POST after confirmation; report its result; `after` refreshes the view. */
-export async function confirmed(question, action, after) {
-  if (!(await confirm(question))) return;
+const nowPending = (result) => {
+  const changed = result?.changed?.length ?? 0;
+  const skipped = result?.skipped?.length ?? 0;
+  return `${changed} task${changed === 1 ? "" : "s"} now PENDING` + (skipped ? `, ${skipped} skipped` : "") + ".";
+};
+
+/** Run an action POST after confirmation; report its result; `after` refreshes the view.
+ * `options` go to confirm(), and `report(result)` words the result (default: how many tasks
+ * are now PENDING). */
+export async function confirmed(question, action, after, { report = nowPending, ...options } = {}) {
+  if (!(await confirm(question, options))) return;
   try {
-    const result = await action();
-    const changed = result?.changed?.length ?? 0;
-    const skipped = result?.skipped?.length ?? 0;
-    notify(`${changed} task${changed === 1 ? "" : "s"} now PENDING` + (skipped ? `, ${skipped} skipped` : "") + ".");
+    notify(report(await action()));
   } catch (err) {
     if (err.name !== "Unauthorized") notify(`Failed: ${err.message}`, true);
   }

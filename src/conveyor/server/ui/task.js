@@ -67,7 +67,30 @@ function actions(task, ctx) {
       h("button", { type: "button", "data-action": "reenable", onclick: () => confirmed(q, run, ctx.refreshNow) }, "Re-enable"),
     );
   }
+  if (CANCELLABLE.has(task.status)) buttons.push(cancelButton(task, ctx));
   return h("div", { class: "actions" }, buttons);
+}
+
+// Cancel: the task (and, when ticked, every task that needs it) becomes DISABLED with the
+// reason "cancelled"; a running attempt is stopped by its worker. DONE tasks are kept.
+const CANCELLABLE = new Set([STATUS.PENDING, STATUS.RUNNING, STATUS.FAILED, STATUS.UNKNOWN]);
+
+function cancelButton(task, ctx) {
+  const id = task.task_id;
+  const ask = () => {
+    const downstream = h("input", { type: "checkbox", "data-testid": "cancel-downstream" });
+    const extra = h("label", { class: "confirm-extra" }, downstream, " also cancel every task that needs it");
+    const stops = task.status === STATUS.RUNNING ? " Its running attempt is stopped." : "";
+    const q = `Cancel ${id}? It becomes DISABLED with the reason "cancelled".${stops} Re-enable undoes it.`;
+    const run = () => api.post("api/cancel", { task_id: id, downstream: downstream.checked });
+    const report = (result) => {
+      const n = result?.changed?.length ?? 0;
+      const kept = result?.skipped?.length ?? 0;
+      return `${plural(n, "task")} cancelled` + (kept ? `, ${kept} DONE kept` : "") + ".";
+    };
+    confirmed(q, run, ctx.refreshNow, { extra, ok: "Cancel task", dismiss: "Keep it", report });
+  };
+  return h("button", { type: "button", class: "danger", "data-action": "cancel", onclick: ask }, "Cancel");
 }
 
 function dl(pairs) {
@@ -167,6 +190,7 @@ function render(task, ctx) {
       "Summary",
       dl([
         ["Family", h("a", { href: tasksHref({ family: task.family }), class: "mono" }, task.family)],
+        ...(task.submitted_by ? [["Submitted by", h("span", { "data-testid": "task-submitted-by" }, task.submitted_by)]] : []),
         ["Module", h("span", { class: "mono" }, task.module ?? "")],
         ["Worker", task.worker ? h("a", { href: tasksHref({ worker: task.worker }), class: "mono" }, task.worker) : h("span", { class: "muted" }, "none")],
         ["Priority", String(task.priority ?? 0)],
