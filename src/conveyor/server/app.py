@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..errors import ConfigError, StaleReport, StateStoreError, UnknownTask
-from ..protocol import ROUTES, FieldError, TaskList, decode, encode
+from ..protocol import ROUTES, CancelAnswer, FieldError, TaskList, decode, encode
 from ..scheduler.persist import to_row
 from ..scheduler.policy import SchedulerCore, TaskRecord
 from .guard import Guard
@@ -204,7 +204,8 @@ class SchedulerService:
         self._check_writable()
         try:
             result = fn(*args)
-        except StaleReport:  # refused, but it may have changed something (a worker seen)
+        except (StaleReport, UnknownTask):  # refused before any change to the tasks (a
+            # worker may have been seen): kept, not rolled back by reloading the whole state
             self._commit_or_roll_back()
             raise
         except Exception:  # a fault half way: what the call changed is not kept
@@ -496,9 +497,28 @@ def _post_route(
                 await asyncio.to_thread(
                     hooks.refused, refused.route, who, task, attempt, refused.error
                 )
+        if stamp is not None:  # submit, cancel: one audit line each, as the UI's actions
+            log.info("api action", action=name, by=decoded.by, **_audited(decoded, result))
         return JSONResponse(encode(result))
 
     return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name)
+
+
+def _audited(request: Any, answer: Any) -> dict[str, Any]:
+    """What the audit line of a submit or cancel says besides who: the task, and for a
+    cancel how many tasks it cancelled (the first ids) and stopped."""
+    if isinstance(answer, CancelAnswer):
+        return {
+            "task_id": request.task_id,
+            "downstream": request.downstream,
+            "cancelled": len(answer.cancelled),
+            "tasks": list(answer.cancelled[:_AUDITED_IDS]),
+            "stopping": len(answer.stopping),
+        }
+    return {"task_id": answer.task_id, "status": str(answer.status)}
+
+
+_AUDITED_IDS = 20  # task ids an audit line names at most
 
 
 def create_app(
