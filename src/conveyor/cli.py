@@ -178,7 +178,7 @@ commands:
                                    the central scheduler's task list
   plan TASK [--<param> VALUE ...] [--json]
                                    what a run would do, and why (a dry run)
-  invalidate TASK [--<param> VALUE ...] [--downstream-of ROOT] [--yes]
+  invalidate TASK [--<param> VALUE ...] [--downstream-of ROOT] [--yes] [--dry-run]
                                    remove TASK's outputs (and those downstream of it)
   submit TASK [--<param> VALUE ...] --scheduler-url URL
                                    have the central scheduler's assistants run TASK
@@ -705,9 +705,66 @@ def _task_note(task: TaskInfo) -> str:
 # --- conveyor plan (region: plan) -----------------------------------------------------------
 
 
+_PLAN_OPTIONS: dict[str, tuple[str, bool]] = {
+    "--json": ("json", False),
+    "--scheduler-url": ("scheduler_url", True),
+    "--local-scheduler": ("local_scheduler", False),
+    "--module": ("module", True),
+    "--config": ("config", True),
+}
+_PLAN_HELP: dict[str, tuple[str | None, str]] = {
+    "--json": (None, "print the plan as JSON instead of a tree"),
+    "--scheduler-url": (
+        "URL",
+        "also ask the central scheduler at URL which of the tasks that would run are running "
+        'on another worker (default: [scheduler] url, when transport = "http")',
+    ),
+    "--local-scheduler": (None, "ask no central scheduler, even if the config names one"),
+    "--module": ("MODULE", "the module TASK is in, when TASK is a bare Family"),
+    "--config": (
+        "PATH",
+        "the worker.toml whose [worker] settings rule the walk and whose [tasks.*] defaults "
+        "build the tasks (default: $CONVEYOR_CONFIG, ./worker.toml)",
+    ),
+}
+_PLAN = TaskCommand(
+    "plan",
+    _PLAN_OPTIONS,
+    _PLAN_HELP,
+    "Say what 'conveyor run TASK' would do, and why, without running anything: the graph is "
+    "walked with complete() checks only (run() is never called) and each task is shown with "
+    "its verdict (complete, will run, running elsewhere, missing external data, blocked, "
+    "disabled, broken) and reason. 'conveyor plan TASK --help' lists TASK's parameters.",
+    "Exit codes: 0 nothing to do (every task complete), 1 something would run or stands in the "
+    "way (missing external data, a broken, disabled or running task), 2 usage or "
+    "configuration error, 3 the central scheduler could not be reached.",
+)
+
+
 def cmd_plan(args: list[str]) -> int:
-    """``conveyor plan``: a dry run (to be written)."""
-    raise UsageError("conveyor plan: not built yet")
+    """``conveyor plan``: a dry run, printing each task with what a run would do and why."""
+    built = build_task(_PLAN, args, _plan_config)
+    if isinstance(built, int):
+        return built
+    from .control.plan import plan
+
+    planned = plan(built.task, config=built.config)
+    if built.options.get("json"):
+        print(json.dumps(planned.to_json(), indent=2))
+    else:
+        print(planned.tree())
+        print(planned.summary())
+    return planned.exit_code
+
+
+def _plan_config(options: dict[str, Any]) -> Config:
+    """``--config``'s file with ``--scheduler-url`` or ``--local-scheduler`` applied."""
+    if options.get("scheduler_url") and options.get("local_scheduler"):
+        raise UsageError("conveyor plan: --scheduler-url and --local-scheduler exclude each other")
+    return load_config(options.get("config")).with_overrides(
+        scheduler_url=options.get("scheduler_url"),
+        local_scheduler=options.get("local_scheduler"),
+    )
 
 
 # --- end of region: plan ---------------------------------------------------------------------
@@ -783,7 +840,8 @@ def cmd_invalidate(args: list[str]) -> int:
         return _GRAPH_BROKEN
     print(_invalidation_listing(found))
     if found.nothing_to_remove:
-        print("Nothing to remove: none of these outputs exists.")
+        aside = " (external data aside)" if any(t.external for t in found.tasks) else ""
+        print(f"Nothing to remove: none of these outputs exists{aside}.")
         return 0
     if options.get("dry_run") or not found.removed:
         if not found.removed:
@@ -809,6 +867,11 @@ def _invalidate_root(text: str, module: str | None, built: BuiltTask) -> TaskLik
         words = shlex.split(text)
     except ValueError as exc:
         raise UsageError(f"conveyor invalidate: --downstream-of {text!r}: {exc}") from None
+    if not words:
+        raise UsageError(
+            "conveyor invalidate: --downstream-of is empty; expected ROOT: "
+            "package.module.Family [--<param> VALUE ...] as one argument"
+        )
     if module and words and "." not in words[0] and not words[0].startswith("-"):
         words = ["--module", module, *words]
     made = build_task(_INVALIDATE_ROOT, words, lambda _options: built.config)

@@ -9,12 +9,12 @@ a worker's ``[scheduler]`` table configures applies here too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
 from ..config import Config
-from ..errors import ConveyorError, UnknownTask
+from ..errors import ConveyorError, SchedulerUnavailable, UnknownTask
 from ..protocol import (
     Cancel,
     CancelAnswer,
@@ -35,6 +35,7 @@ failed, was disabled (cancelled, say) or is broken. ``FAILED`` is retried later 
 scheduler; a caller that wants to wait for the retry calls ``wait`` again."""
 
 _GIVE_UP_AFTER = 30.0  # seconds a call keeps trying an unreachable scheduler (a worker: 1 h)
+_PAUSE = 0.5  # seconds between two tries of a call that could not reach the scheduler
 
 
 class Client:
@@ -93,7 +94,7 @@ class Client:
         """:meth:`submit`'s whole answer: the task id and its status on the scheduler now."""
         from ..worker.walk import task_spec
 
-        answer: SubmitAnswer = self._transport.call(Submit(task_spec(task), by))
+        answer: SubmitAnswer = self._call(self._transport.call, Submit(task_spec(task), by))
         return answer
 
     def cancel(self, task_id: str, downstream: bool = False, *, by: str = "") -> tuple[str, ...]:
@@ -109,7 +110,7 @@ class Client:
         """:meth:`cancel`'s whole answer: the ids cancelled, those whose running attempts
         are being stopped, and those kept (``DONE``)."""
         try:
-            answer: CancelAnswer = self._transport.call(Cancel(task_id, downstream, by))
+            answer: CancelAnswer = self._call(self._transport.call, Cancel(task_id, downstream, by))
         except ConveyorError as exc:
             if getattr(exc, "status", None) == 404:
                 raise UnknownTask(task_id) from None
@@ -121,11 +122,15 @@ class Client:
     def status(self, task_id: str) -> TaskStatus:
         """The task's status on the scheduler; :class:`~conveyor.errors.UnknownTask` if it
         does not know the task."""
-        answer: StatusesAnswer = self._transport.call(Statuses((task_id,)))
-        status = answer.statuses.get(task_id)
+        status = self.statuses((task_id,)).get(task_id)
         if status is None:
             raise UnknownTask(task_id)
-        return TaskStatus(status)
+        return status
+
+    def statuses(self, task_ids: Iterable[str]) -> dict[str, TaskStatus]:
+        """The status of each of ``task_ids`` the scheduler knows (the others left out)."""
+        answer: StatusesAnswer = self._call(self._transport.call, Statuses(tuple(task_ids)))
+        return {t: TaskStatus(s) for t, s in answer.statuses.items()}
 
     def tasks(self, **filters: Any) -> list[TaskInfo]:
         """The scheduler's task list (``GET /api/v1/tasks``), keeping the tasks whose fields
@@ -137,7 +142,7 @@ class Client:
                 f"Client.tasks() got an unknown filter {unknown[0]!r}; expected fields of "
                 "TaskInfo: " + ", ".join(TaskInfo.__dataclass_fields__)
             )
-        listed = self._transport.task_list()
+        listed: list[TaskInfo] = self._call(self._transport.task_list)
         return [t for t in listed if all(getattr(t, k) == v for k, v in filters.items())]
 
     def wait(self, task_id: str, timeout: float, *, poll: float = 0.5) -> TaskStatus:
@@ -156,6 +161,20 @@ class Client:
                     + ", ".join(sorted(SETTLED))
                 )
             self.sleep(min(poll, left))
+
+    def _call(self, send: Callable[..., Any], *request: Any) -> Any:
+        """``send(*request)``, tried again while the scheduler cannot be reached, until
+        ``give_up_after`` seconds have passed since the first try (each try is the transport's
+        own, with its ``rpc_retries``); then the last SchedulerUnavailable."""
+        deadline = self.clock() + self.config.scheduler.rpc_give_up_after
+        while True:
+            try:
+                return send(*request)
+            except SchedulerUnavailable:
+                left = deadline - self.clock()
+                if left <= 0:
+                    raise
+                self.sleep(min(_PAUSE, left))
 
     # --- lifetime ---------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from ..config import Config, resolve_config
 from ..core.states import TaskState
 from ..errors import ConveyorError
 from ..plugins import HookRelay
-from ..protocol import Statuses, StatusesAnswer, TaskSpec, TaskStatus
+from ..protocol import TaskSpec, TaskStatus
 from ..reasons import failure_reason
 from ..secrets import REDACTED, hide_secret_params, is_secret_name, redact_text
 from ..task import Task, TaskDefaults, as_task, flatten, take_id_style_in_use
@@ -44,11 +44,9 @@ from ..worker.transitions import Transitions
 from ..worker.walk import GraphWalk
 
 if TYPE_CHECKING:
-    from ..transports.http import HttpTransport
+    from .client import Client
 
 __all__ = ["Plan", "PlannedTask", "Verdict", "plan"]
-
-_GIVE_UP_AFTER = 30.0  # seconds the plan keeps trying an unreachable scheduler (as Client)
 
 
 class Verdict(enum.StrEnum):
@@ -401,24 +399,20 @@ def _running_elsewhere(
     url = redact_text(config.scheduler.url)  # (credentials in it are not shown)
     if not candidates:
         return url, {}
-    from ..transports.http import HttpTransport
+    from .client import Client
 
-    give_up = min(config.scheduler.rpc_give_up_after, _GIVE_UP_AFTER)
-    transport = HttpTransport(config.with_section("scheduler", rpc_give_up_after=give_up))
-    try:
-        answer: StatusesAnswer = transport.call(Statuses(candidates))
-        running = {t for t, s in answer.statuses.items() if s == TaskStatus.RUNNING}
-        workers = _workers_of(transport, running) if running else {}
-    finally:
-        transport.close()
+    with Client.from_config(config) as client:
+        statuses = client.statuses(candidates)
+        running = {t for t, s in statuses.items() if s == TaskStatus.RUNNING}
+        workers = _workers_of(client, running) if running else {}
     return url, {t: _running_reason(workers.get(t, "")) for t in running}
 
 
-def _workers_of(transport: HttpTransport, running: Set[str]) -> dict[str, str]:
+def _workers_of(client: Client, running: Set[str]) -> dict[str, str]:
     """The worker running each of ``running``, from the scheduler's task list; {} when the
     list cannot be had (the worker's name is a nicety: the statuses said enough)."""
     try:
-        listed = transport.task_list()
+        listed = client.tasks()
     except ConveyorError:
         return {}
     return {i.task_id: i.worker or "" for i in listed if i.task_id in running}

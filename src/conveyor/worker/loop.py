@@ -509,6 +509,10 @@ class Worker:
                     self._start(more)
             elif self._outbox.holding:
                 continue  # results the last ask had no room for go with the next
+            elif self._running and self.settings.assistant and self.clock.blocks:
+                # an assistant's work comes from elsewhere (submitted, other workers' graphs),
+                # not only from its own attempts' ends: ask again with a slot still free
+                self._wait_for_message(self.settings.wait_interval)
             elif self._running:
                 self._wait_for_message(None)
             elif not self._keep_waiting():
@@ -862,7 +866,8 @@ class Worker:
 
     def _walk_submitted(self, work: Work) -> None:
         """A submitted task (:attr:`Work.walk`): load it from task_modules only, then walk its
-        graph as ``conveyor run`` would, registering what it needs; the registration ends the
+        graph as ``conveyor run`` would (re-checking the tasks of it this worker knew already),
+        registering what it needs; the registration ends the
         hand-out, and the scheduler hands the task out again once its dependencies are done
         (or takes it as done if it is complete)."""
         try:
@@ -873,7 +878,9 @@ class Worker:
             log.error("refused submitted task", task_id=work.task_id, error=error)
             return
         log.info("walking a submitted task", task_id=work.task_id)
-        self._walker.walk([task], recheck=(work.task_id,))
+        # every task of its graph this long-lived worker knew is checked again: an output
+        # found earlier may be gone since (as a new `conveyor run` would find it)
+        self._walker.walk([task], recheck=(work.task_id, *self._graph))
 
     def _load_foreign(self, work: Work) -> TaskLike:
         allowed = self.settings.task_modules
