@@ -586,3 +586,148 @@ def test_cancel_exit_codes(tmp_path: Path) -> None:
         assert away.returncode == 3, away
         assert away.stderr.startswith("conveyor: error: "), away.stderr
         assert "Traceback" not in away.stderr
+
+
+# --- what a review found (each fails without its fix) ----------------------------------------
+
+
+def test_a_stop_order_outlives_a_new_hand_out_of_the_task_elsewhere() -> None:
+    """A cancelled attempt is still to be stopped when the task, submitted again, is handed to
+    another worker: the first worker must not run on beside the second."""
+    core, _ = _core()
+    core.add_tasks("w", [_spec("a")])
+    first = core.get_work("w")
+    assert first is not None
+    core.cancel("a")
+    core.submit(_spec("a"))
+    again = core.get_work("helper", assistant=True)
+    assert again is not None and again.attempt != first.attempt
+    assert [(s.task_id, s.attempt) for s in core.ping("w").stop] == [("a", first.attempt)]
+    assert core.ping("helper").stop == ()
+
+
+def test_a_stop_order_goes_once_its_worker_no_longer_runs_the_attempt() -> None:
+    """A worker that stops listing the cancelled task as running (it never started it, or the
+    attempt ended without a report) is no longer told to stop it."""
+    core, _ = _core()
+    core.add_tasks("w", [_spec("a"), _spec("b")])
+    core.get_work("w")
+    core.cancel("a")
+    assert [s.task_id for s in core.ping("w").stop] == ["a"]
+    core.get_work("w", running=("a",), max_tasks=1)
+    assert [s.task_id for s in core.ping("w").stop] == ["a"]  # (still running there)
+    core.get_work("w", running=(), max_tasks=1)
+    assert core.ping("w").stop == ()
+
+
+def test_a_stop_order_is_kept_while_a_silent_worker_may_come_back() -> None:
+    """A worker declared gone may be alive and still run the attempt: told when it returns."""
+    core, clock = _core()
+    core.add_tasks("w", [_spec("a")])
+    core.get_work("w")
+    core.cancel("a")
+    clock.advance(61)
+    core.statuses(["a"])  # (the worker is declared gone)
+    assert [s.task_id for s in core.ping("w").stop] == ["a"]
+
+
+def test_an_unfenced_failure_or_a_registration_does_not_revive_a_cancelled_task() -> None:
+    """A failure reported without an attempt id, or a worker registering the task again
+    (PENDING, UNKNOWN), leaves it cancelled; a success still counts."""
+    core, clock = _core()
+    core.add_tasks("w", [_spec("a")])
+    core.cancel("a")
+    core.task_failed("w", "a", "boom")
+    core.add_tasks("w", [_spec("a"), TaskSpec("a", "Fam", status=UNKNOWN, runnable=False)])
+    clock.advance(100_000)
+    rec = core.peek("a")
+    assert rec is not None and (rec.status, rec.explanation, rec.cancelled) == (
+        DISABLED,
+        CANCELLED,
+        True,
+    )
+    core.add_tasks("w", [TaskSpec("a", "Fam", status=DONE)])
+    assert _status(core, "a") == DONE
+
+
+def test_a_submitted_task_no_worker_may_run_is_not_handed_to_assistants() -> None:
+    """Submitting an external task (registered not runnable) does not make it runnable."""
+    core, _ = _core()
+    core.add_tasks("w", [TaskSpec("x", "Ext", "somewhere", {}, runnable=False)])
+    core.submit(_spec("x"))
+    assert core.get_work("helper", assistant=True) is None
+
+
+def test_a_submitted_task_with_labels_says_why_it_waits() -> None:
+    """A submitted task whose labels no live assistant has stays PENDING with a reason."""
+    core, _ = _core()
+    core.get_work("helper", assistant=True, labels=())
+    core.submit(TaskSpec("g", "Fam", "somewhere", {}, labels=("gpu",)))
+    rec = core.peek("g")
+    assert rec is not None and "gpu" in rec.waiting
+    assert core.get_work("helper", assistant=True, labels=()) is None
+    work = core.get_work("gpu-helper", assistant=True, labels=("gpu",))
+    assert work is not None and work.task_id == "g"
+
+
+def test_a_ping_of_a_subclass_answering_ok_is_nothing_to_stop() -> None:
+    """A ``ping`` override written when ping was answered ``Ok`` still serves the route."""
+    from conveyor.protocol import Ok, PingAnswer
+
+    class Old(Scheduler):
+        def ping(self, worker_id: str) -> Ok:  # type: ignore[override]
+            super().ping(worker_id)
+            return Ok()
+
+    assert Old().call(Ping("w")) == PingAnswer()
+
+
+class SubmitBroken(conveyor.Task):
+    """Its requires() raises: an assistant walking it registers it broken."""
+
+    n = conveyor.IntParameter()
+
+    def requires(self) -> list[conveyor.Task]:
+        raise ValueError("no requirements today")
+
+    def complete(self) -> bool:
+        return False
+
+
+class _CountingAsks:
+    """The scheduler behind a transport that counts get_work calls and stops a hot loop."""
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.asks = 0
+
+    def call(self, request: object) -> object:
+        if isinstance(request, GetWork):
+            self.asks += 1
+            if self.asks > 100:
+                raise RuntimeError("a hot loop of get_work")
+        return self.inner.call(request)
+
+
+def test_an_assistant_walks_again_a_resubmitted_task_it_found_broken(tmp_path: Path) -> None:
+    """A task the assistant found broken, submitted again, is walked afresh (and registered
+    broken again), never handed out over and over without being started or registered."""
+    from conveyor.worker.walk import task_spec
+
+    scheduler = Scheduler()
+    transport = _CountingAsks(scheduler)
+    config = conveyor.Config().with_overrides(
+        assistant=True, task_modules=[__name__], executor="inline", log_level="warning"
+    )
+    task = SubmitBroken(n=1)
+    scheduler.submit(task_spec(task))
+    with conveyor.Worker(transport, config=config, worker_id="helper") as assistant:
+        assistant.run()
+        assert _status(scheduler, task.task_id) == UNKNOWN
+        scheduler.submit(task_spec(task))
+        assert _status(scheduler, task.task_id) == PENDING
+        asks = transport.asks
+        assistant.run()
+    assert _status(scheduler, task.task_id) == UNKNOWN
+    assert "no requirements today" in scheduler.explanation(task.task_id)
+    assert transport.asks - asks < 10

@@ -40,6 +40,7 @@ __all__ = ["main"]
 
 USAGE_ERROR = 2
 UNREACHABLE = 3  # a command that talks to the central scheduler could not reach it
+_CONTROL_COMMANDS = frozenset({"tasks", "plan", "submit", "cancel"})  # (exit 3 then)
 
 # conveyor run's own options: flag → (dest, takes a value)
 _RUN_OPTIONS: dict[str, tuple[str, bool]] = {
@@ -125,9 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return _dispatch(args)
-    except SchedulerUnavailable as exc:  # (a command that talks to the central scheduler)
-        print(f"conveyor: error: {exc}", file=sys.stderr)
-        return UNREACHABLE
     except (UsageError, ConfigError, PluginError, TaskLoadError, ConveyorError) as exc:
         print(f"conveyor: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
@@ -160,7 +158,13 @@ def _dispatch(args: list[str]) -> int:
         "cancel": cmd_cancel,
     }
     if command in handlers:
-        return handlers[command](rest)
+        try:
+            return handlers[command](rest)
+        except SchedulerUnavailable as exc:
+            if command not in _CONTROL_COMMANDS:
+                raise  # (run and worker: a usage error, exit 2, as always)
+            print(f"conveyor: error: {exc}", file=sys.stderr)
+            return UNREACHABLE
     raise UsageError(f"unknown command {command!r}; expected one of: {', '.join(handlers)}")
 
 

@@ -717,8 +717,8 @@ class Route:
             return _OK
         if isinstance(result, answer):
             return result
-        if result is None and answer is PingAnswer:  # (a subclass's ping of the time when
-            # it was answered Ok: nothing to stop)
+        if answer is PingAnswer:  # (a subclass's ping of the time when it was answered Ok,
+            # which returns None or Ok(): nothing to stop)
             return _PING_OK
         return answer(result)
 

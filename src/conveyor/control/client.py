@@ -112,7 +112,8 @@ class Client:
         try:
             answer: CancelAnswer = self._call(self._transport.call, Cancel(task_id, downstream, by))
         except ConveyorError as exc:
-            if getattr(exc, "status", None) == 404:
+            if getattr(exc, "status", None) == 404 and getattr(exc, "field", "") == "task_id":
+                # (not a 404 of a server without the route, which names no field)
                 raise UnknownTask(task_id) from None
             raise
         return answer

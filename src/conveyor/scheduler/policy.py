@@ -325,6 +325,13 @@ _READY_BEFORE = -1.0  # TaskRecord.ready_at of a task already ready when the sta
 _CONVEYOR_ONLY = (DEFAULT_LOADER,)
 
 
+def _unwalked(rec: TaskRecord) -> bool:
+    """Whether ``rec`` was submitted and no worker has registered it yet: its graph is
+    unknown, it is ready for the assistants, and its hand-out says walk it
+    (:attr:`Work.walk`)."""
+    return bool(rec.submitted_by) and not rec.stakeholders
+
+
 def _assistants_key(loader: str, labels: tuple[str, ...] = ()) -> str:
     """The key of the assistants' heap of tasks rebuilt by ``loader`` that need ``labels``
     (worker ids never start with NUL, so no worker's heap shares it; labels are printable)."""
@@ -388,6 +395,10 @@ class SchedulerCore:
         # attempt ids are random: unique across restarts and re-created records alike, which
         # a counter per record (or per process) would not be
         self._attempt_ids = random.Random()
+        # worker id -> {task id: attempt} it is to stop (cancelled); kept across a reload of
+        # the state (a rollback), and dropped once its worker reports the attempt, stops
+        # listing it as running, or is forgotten
+        self._stops: dict[str, dict[str, int]] = {}
         self._clear()
 
     def _clear(self) -> None:
@@ -415,7 +426,6 @@ class SchedulerCore:
         self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
         self._removed: set[str] = set()  # task ids removed, not yet taken by the store
         self._removed_workers: set[str] = set()
-        self._stops: dict[str, dict[str, int]] = {}  # worker id -> cancelled running attempts
 
     # --- the transport protocol -----------------------------------------------------------
 
@@ -503,6 +513,8 @@ class SchedulerCore:
         status = spec.status
         if status in (RUNNING, FAILED):
             return  # only get_work starts a task and only task_failed fails one
+        if rec.cancelled and status != DONE:
+            return  # a cancel stands until a submit or a re-enable (a success counts)
         if status == PENDING and rec.status in (RUNNING, DISABLED, FAILED):
             if rec.status == RUNNING and rec.worker == worker_id:
                 self._set_status(rec, PENDING, Cause.DEPS_YIELDED)  # the attempt ended
@@ -650,7 +662,7 @@ class SchedulerCore:
         queued for the others). Duplicate entries are harmless: a popped entry whose record
         is no longer ready is dropped.
         """
-        if rec.status != PENDING or rec.unmet > 0 or not (rec.runners or rec.submitted_by):
+        if rec.status != PENDING or rec.unmet > 0 or not (rec.runners or _unwalked(rec)):
             if rec.waiting:
                 self._update_waiting(rec)  # (not ready: nothing to wait for)
             if rec.status == PENDING:
@@ -786,8 +798,11 @@ class SchedulerCore:
             if labels is not None:
                 self._learn_labels(worker_id, labels)
             self._wake(now)
-            if running is not None and self._running_on.get(worker_id):
-                self._reclaim(worker_id, set(running))
+            if running is not None:
+                if self._running_on.get(worker_id):
+                    self._reclaim(worker_id, set(running))
+                if self._stops:
+                    self._stops_running(worker_id, running)
             work = self._hand_out(worker_id, assistant, loaders, batches)
             if not max_tasks:
                 return work
@@ -832,7 +847,12 @@ class SchedulerCore:
         """Set :attr:`TaskRecord.waiting` of a task with labels: why it is ready and yet no
         live worker can be handed it ("" when one can, or when it is not ready)."""
         text = ""
-        if rec.labels and rec.status == PENDING and not rec.unmet and rec.runners:
+        if (
+            rec.labels
+            and rec.status == PENDING
+            and not rec.unmet
+            and (rec.runners or _unwalked(rec))
+        ):
             workers, offered, stakeholders = self._workers, self._worker_labels, rec.stakeholders
             able = any(
                 w in workers
@@ -993,7 +1013,7 @@ class SchedulerCore:
             return None
         self._take(rec, worker_id)
         lease = self.worker_disconnect_delay
-        if rec.submitted_by and not rec.stakeholders:  # (no worker has walked its graph)
+        if _unwalked(rec):
             return Work(
                 rec.task_id,
                 rec.family,
@@ -1156,6 +1176,8 @@ class SchedulerCore:
         """
         with self._lock:
             self._seen(worker_id)
+            if self._stops:
+                self._stop_done(worker_id, task_id, attempt)
             rec = self._tasks.get(task_id)
             if rec is None or not self._fresh(rec, attempt, worker_id):
                 return
@@ -1186,6 +1208,8 @@ class SchedulerCore:
         """
         with self._lock:
             now = self._seen(worker_id)
+            if self._stops:
+                self._stop_done(worker_id, task_id, attempt)
             rec = self._tasks.get(task_id)
             if rec is None:
                 return UNKNOWN
@@ -1197,6 +1221,8 @@ class SchedulerCore:
                 _end_attempt(rec, attempt, AttemptEnd(outcome), now)
                 if rec.status in (FAILED, DISABLED) and not rec.cancelled:
                     rec.explanation = explanation
+                return rec.status
+            if rec.cancelled:  # (an unfenced failure: the cancel stands)
                 return rec.status
             cause = Cause.FAILED if attempt else Cause.FAILED_UNFENCED
             if not_retried:
@@ -1302,7 +1328,6 @@ class SchedulerCore:
                 self.on_worker(worker_id, "lost", running)
             self._assistants.discard(worker_id)
             self._worker_labels.pop(worker_id, None)
-            self._stops.pop(worker_id, None)
             for task_id in list(self._running_on.get(worker_id, ())):
                 rec = self._tasks[task_id]
                 why = f"worker {worker_id} stopped responding"
@@ -1343,6 +1368,7 @@ class SchedulerCore:
                 self._by_worker.pop(worker_id, None)
                 self._running_on.pop(worker_id, None)
                 self._heaps.pop(worker_id, None)
+                self._stops.pop(worker_id, None)
                 if self._dirty is not None:
                     self._removed_workers.add(worker_id)
 
@@ -1359,7 +1385,7 @@ class SchedulerCore:
                 return "registered"
         if rec.dependents:
             return "needed"
-        if rec.submitted_by and rec.status != DONE:
+        if _unwalked(rec) and rec.status == PENDING:  # (submitted: assistants will come)
             return _FOR_NOW
         if rec.status == RUNNING or (self._assistants and rec.status in (PENDING, FAILED)):
             return _FOR_NOW
@@ -1458,20 +1484,44 @@ class SchedulerCore:
             return PingAnswer(stop=self._stops_for(worker_id)) if self._stops else _PINGED
 
     def _stops_for(self, worker_id: str) -> tuple[StopAttempt, ...]:
-        """The cancelled attempts ``worker_id`` is to stop: those neither handed out again nor
-        reported since (the others are forgotten here)."""
+        """The cancelled attempts ``worker_id`` is to stop. An attempt the scheduler has
+        running on that worker after all (the cancel was rolled back with a failed commit)
+        is not one of them."""
         mine = self._stops.get(worker_id)
         if not mine:
             return ()
         tasks = self._tasks
         for task_id, attempt in list(mine.items()):
             rec = tasks.get(task_id)
-            if rec is None or rec.attempt != attempt or rec.reported == attempt:
+            if (
+                rec is not None
+                and rec.status == RUNNING
+                and rec.worker == worker_id
+                and rec.attempt == attempt
+            ):
                 del mine[task_id]
         if not mine:
             del self._stops[worker_id]
             return ()
         return tuple(StopAttempt(task_id, attempt) for task_id, attempt in mine.items())
+
+    def _stop_done(self, worker_id: str, task_id: str, attempt: int) -> None:
+        """``worker_id`` reported ``attempt`` of ``task_id`` (applied or stale): no need to
+        tell it to stop that attempt any more."""
+        mine = self._stops.get(worker_id)
+        if mine and mine.get(task_id) == attempt:
+            del mine[task_id]
+            if not mine:
+                del self._stops[worker_id]
+
+    def _stops_running(self, worker_id: str, running: Collection[str]) -> None:
+        """Forget the stops of attempts ``worker_id`` no longer runs (its ``running`` list)."""
+        mine = self._stops.get(worker_id)
+        if mine:
+            for task_id in [t for t in mine if t not in running]:
+                del mine[task_id]
+            if not mine:
+                del self._stops[worker_id]
 
     # --- control for embedders and operators ----------------------------------------------
 
@@ -1556,6 +1606,9 @@ class SchedulerCore:
                 rec.explanation = CANCELLED
                 rec.cancelled = True
                 cancelled.append(rec.task_id)
+                if not rec.stakeholders:  # (submitted, never walked: nobody else brings it
+                    # to be looked at for removal)
+                    heapq.heappush(self._removals, (now + self.remove_delay, rec.task_id))
             return CancelAnswer(tuple(cancelled), tuple(stopping), tuple(kept))
 
     def release(self, worker_id: str, task_ids: Iterable[str] | None = None) -> None:

@@ -32,6 +32,7 @@ import functools
 import json
 import threading
 import time
+import unicodedata
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -455,9 +456,12 @@ def caller_of(decoded: Any, token: str) -> Any:
     """A :class:`~conveyor.protocol.Submit` or :class:`~conveyor.protocol.Cancel` whose ``by``
     says who asks as this server let them in: ``"<what they said> via API token"`` (or
     ``via API, no token`` on a server without one); what a caller says cannot be checked, how
-    it was let in can."""
+    it was let in can, so the last ``via …`` is always the server's. What they said loses its
+    control and format characters (a bidi override could garble the rest) and is cut to
+    200 characters."""
     how = "API token" if token else "API, no token"
-    claimed = " ".join(str(decoded.by).split())[:_CLAIMED_MAX]
+    printable = "".join(c for c in str(decoded.by) if unicodedata.category(c)[0] != "C")
+    claimed = " ".join(printable.split())[:_CLAIMED_MAX]
     return dataclasses.replace(decoded, by=f"{claimed} via {how}" if claimed else how)
 
 

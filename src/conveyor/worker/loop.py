@@ -27,7 +27,7 @@ from ..backends import GROUPS, build_backend, installed_names
 from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
 from ..core.machine import HandOut, on_hand_out, on_outcome
-from ..core.states import Trigger
+from ..core.states import TaskState, Trigger
 from ..core.summary import WorkerSummary
 from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, TaskLoadError
 from ..executors.base import (
@@ -618,6 +618,9 @@ class Worker:
             self._walker.walk([node.task], recheck=(node.task_id,))
             return
         if decision is HandOut.IGNORE:
+            if node.state is TaskState.UNKNOWN:  # broken here, handed out all the same: walked
+                self._walk_submitted(work)  # afresh, which ends the hand-out either way
+                return
             log.warning(
                 "scheduler handed out a task in an unexpected state",
                 task_id=node.task_id,
@@ -846,9 +849,7 @@ class Worker:
         try:
             task = self._load_foreign(work)
         except Exception as exc:  # a refused module, bad parameters, or an __init__ that raised
-            error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
-            self._outbox.send(TaskFailed(self.id, work.task_id, error, work.attempt))
-            log.error("refused task", task_id=work.task_id, error=error)
+            self._refuse(work, exc)
             return None
         node = Node(task, work.task_id, ev.Params(work.params))
         self._graph[work.task_id] = node
@@ -865,22 +866,46 @@ class Worker:
         return node
 
     def _walk_submitted(self, work: Work) -> None:
-        """A submitted task (:attr:`Work.walk`): load it from task_modules only, then walk its
-        graph as ``conveyor run`` would (re-checking the tasks of it this worker knew already),
-        registering what it needs; the registration ends the
-        hand-out, and the scheduler hands the task out again once its dependencies are done
-        (or takes it as done if it is complete)."""
+        """A hand-out to walk rather than run (:attr:`Work.walk`: a submitted task whose graph
+        no worker walked; or one this worker had found broken): walk its graph as
+        ``conveyor run`` would, re-checking the tasks of it this worker knew already (an
+        output found earlier may be gone since), and register what it needs. A task new here
+        is loaded from task_modules only. The registration of the task ends the hand-out (it
+        is sent even when the walk had nothing new to say), and the scheduler hands the task
+        out again once its dependencies are done, or takes it as done if it is complete."""
+        node = self._graph.get(work.task_id)
+        if node is None:
+            try:
+                task = self._load_foreign(work)
+            except Exception as exc:  # a refused module, bad parameters, an __init__ that raised
+                self._refuse(work, exc)
+                return
+        else:
+            task = node.task
+            if node.state is TaskState.UNKNOWN:  # broken when last looked at: afresh
+                del self._graph[work.task_id]
+        log.info("walking a handed-out task", task_id=work.task_id)
+        registered: set[str] = set()
+        walker = self._walker
+
+        def register(specs: list[TaskSpec]) -> None:
+            registered.update(spec.task_id for spec in specs)
+            self._register(specs)
+
+        walker.register = register
         try:
-            task = self._load_foreign(work)
-        except Exception as exc:  # a refused module, bad parameters, or an __init__ that raised
-            error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
-            self._outbox.send(TaskFailed(self.id, work.task_id, error, work.attempt))
-            log.error("refused submitted task", task_id=work.task_id, error=error)
-            return
-        log.info("walking a submitted task", task_id=work.task_id)
-        # every task of its graph this long-lived worker knew is checked again: an output
-        # found earlier may be gone since (as a new `conveyor run` would find it)
-        self._walker.walk([task], recheck=(work.task_id, *self._graph))
+            walker.walk([task], recheck=(work.task_id, *self._graph))
+        finally:
+            walker.register = self._register
+        if work.task_id not in registered:  # (known here, waiting for its dependencies)
+            node = self._graph[work.task_id]
+            self._register([walker.spec(node, TaskStatus.PENDING, not node.external)])
+
+    def _refuse(self, work: Work, exc: Exception) -> None:
+        """Report a hand-out whose task could not be loaded here failed, with the reason."""
+        error = str(exc) if isinstance(exc, ConveyorError) else f"{type(exc).__name__}: {exc}"
+        self._outbox.send(TaskFailed(self.id, work.task_id, error, work.attempt))
+        log.error("refused task", task_id=work.task_id, error=error)
 
     def _load_foreign(self, work: Work) -> TaskLike:
         allowed = self.settings.task_modules
@@ -931,6 +956,15 @@ class Worker:
         the scheduler keeps the task cancelled either way."""
         for stop in attempts:
             node = self._running.get(stop.task_id)
+            if node is None and stop.task_id in self._in_batches:
+                if stop.task_id not in self._stopping:
+                    self._stopping.add(stop.task_id)  # (said once)
+                    log.warning(
+                        "task cancelled on the scheduler; it runs in a batch with others, "
+                        "which runs to its end",
+                        task_id=stop.task_id,
+                    )
+                continue
             if node is None or node.hand_out != stop.attempt or node.task_id in self._stopping:
                 continue  # (ended meanwhile, or already being stopped)
             self._stopping.add(node.task_id)
