@@ -489,7 +489,7 @@ def test_cancel_downstream_of_a_pending_subgraph(tmp_path: Path) -> None:
             assert cancelled.returncode == 0, cancelled.stderr
             ids = {f: r["task_id"] for f, r in rows.items()}
             lines = cancelled.stdout.splitlines()
-            assert lines[0] == f"cancelled {a_id} (its running attempt is being stopped)"
+            assert lines[0] == f"cancelled {a_id} (its worker is told to stop its running attempt)"
             assert sorted(lines[1:]) == sorted(
                 [f"cancelled {ids[f]}" for f in "BCR"] + [f"kept {ids['K']}: it is DONE"]
             )

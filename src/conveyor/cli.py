@@ -34,7 +34,7 @@ from .protocol import TaskInfo, TaskList, TaskStatus, encode
 from .secrets import REDACTED, hide_secret_params, is_secret_name
 from .task import Task, load_task_class, use_task_defaults
 from .tasklike import ParsesCommandLines, TaskLike
-from .worker.loop import Worker
+from .worker.loop import PROCESS_EXECUTOR, Worker
 
 __all__ = ["main"]
 
@@ -615,6 +615,10 @@ def cmd_worker(args: list[str]) -> int:
         log_format=opts.log_format,
         log_level=opts.log_level,
     )
+    if config.worker.executor == "auto":  # a long-running assistant runs every attempt in a
+        # process of its own, even with one slot: one attempt can be stopped (a cancel), and
+        # no task can take the assistant down
+        config = config.with_overrides(executor=PROCESS_EXECUTOR)
     configure_logging(config.logging)
     sys.path.insert(0, os.getcwd())
     with Worker(config=config) as worker:
@@ -1050,7 +1054,8 @@ def cmd_cancel(args: list[str]) -> int:
         print(json.dumps(encode(answer), indent=2))
         return 0
     for task_id in answer.cancelled:
-        stopping = " (its running attempt is being stopped)" if task_id in answer.stopping else ""
+        stopping = " (its worker is told to stop its running attempt)"
+        stopping = stopping if task_id in answer.stopping else ""
         print(f"cancelled {task_id}{stopping}")
     for task_id in answer.kept:
         print(f"kept {task_id}: it is DONE")

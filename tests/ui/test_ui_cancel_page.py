@@ -125,8 +125,8 @@ def test_cancel_with_downstream(page: Any, server: UiServer) -> None:
     dialog = _dialog(page)
     expect(dialog).to_be_visible()
     expect(dialog.locator("#confirm-q")).to_have_text(
-        f'Cancel {RUNNING}? It becomes DISABLED with the reason "cancelled". Its running '
-        "attempt is stopped. Re-enable undoes it."
+        f'Cancel {RUNNING}? It becomes DISABLED with the reason "cancelled". Its worker is '
+        "told to stop its running attempt. Re-enable undoes it."
     )
     expect(dialog).to_contain_text(CANCEL_OFFER)
     downstream = dialog.get_by_label(CANCEL_OFFER)

@@ -95,7 +95,7 @@ from .signals import install_signal_handlers
 from .transitions import Transitions
 from .walk import GraphWalk, requires_error
 
-__all__ = ["Worker"]
+__all__ = ["PROCESS_EXECUTOR", "Worker"]
 
 log = structlog.get_logger("conveyor.worker")
 _ids = itertools.count(1)
@@ -249,7 +249,7 @@ class Worker:
     def _make_executor(self, name: str | None = None) -> Executor:
         name = name or self.settings.executor
         if name == "auto":
-            name = "inline" if self.settings.workers == 1 else _PROCESS_EXECUTOR
+            name = "inline" if self.settings.workers == 1 else PROCESS_EXECUTOR
         workers, kill_grace = self.settings.workers, self.settings.kill_grace
         logging = self.config.logging
         executor = build_backend(
@@ -269,7 +269,7 @@ class Worker:
         if not DeadlinePolicy.needs_isolation(self._executor, timeout):
             return self._executor
         if self._isolator is None:
-            self._isolator = self._make_executor(_PROCESS_EXECUTOR)
+            self._isolator = self._make_executor(PROCESS_EXECUTOR)
         return self._isolator
 
     def _prepare_isolator(self) -> None:
@@ -282,7 +282,7 @@ class Worker:
             (self.settings.timeout,), (n.task_policy().timeout or 0 for n in self._graph.values())
         )
         if DeadlinePolicy.any_needs_isolation(self._executor, timeouts):
-            self._isolator = self._make_executor(_PROCESS_EXECUTOR)
+            self._isolator = self._make_executor(PROCESS_EXECUTOR)
 
     def __enter__(self) -> Worker:
         """Enter the context: the worker is ready."""
@@ -1275,7 +1275,9 @@ def _failure_fields(trigger: Trigger, error: str, outcome: Outcome) -> dict[str,
     return fields
 
 
-_PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"
+PROCESS_EXECUTOR = "fork" if hasattr(os, "fork") else "subprocess"
+"""The process executor ``auto`` means with more than one slot (and ``conveyor worker``'s
+default)."""
 _FENCE_CHECK = 0.25  # seconds between two checks of how long the scheduler has been silent
 _NOTES: dict[str, tuple[Trigger, str]] = {
     "status_message": (Trigger.STATUS_MESSAGE, "message"),

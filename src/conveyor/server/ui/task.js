@@ -72,7 +72,7 @@ function actions(task, ctx) {
 }
 
 // Cancel: the task (and, when ticked, every task that needs it) becomes DISABLED with the
-// reason "cancelled"; a running attempt is stopped by its worker. DONE tasks are kept.
+// reason "cancelled"; a running attempt's worker is told to stop it. DONE tasks are kept.
 const CANCELLABLE = new Set([STATUS.PENDING, STATUS.RUNNING, STATUS.FAILED, STATUS.UNKNOWN]);
 
 function cancelButton(task, ctx) {
@@ -80,7 +80,7 @@ function cancelButton(task, ctx) {
   const ask = () => {
     const downstream = h("input", { type: "checkbox", "data-testid": "cancel-downstream" });
     const extra = h("label", { class: "confirm-extra" }, downstream, " also cancel every task that needs it");
-    const stops = task.status === STATUS.RUNNING ? " Its running attempt is stopped." : "";
+    const stops = task.status === STATUS.RUNNING ? " Its worker is told to stop its running attempt." : "";
     const q = `Cancel ${id}? It becomes DISABLED with the reason "cancelled".${stops} Re-enable undoes it.`;
     const run = () => api.post("api/cancel", { task_id: id, downstream: downstream.checked });
     const report = (result) => {
