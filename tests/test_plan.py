@@ -365,7 +365,7 @@ def test_broken_requires_disabled_and_secrets(graph: tuple[str, Path]) -> None:
     assert only.reason == "requires() raised KeyError: 'no such table'"
     assert only.params == {"root": str(data), "api_key": "***"}
     assert "hunter2" not in json.dumps(cranky.to_json()) + cranky.tree()
-    assert cranky.exit_code == 1
+    assert cranky.exit_code == 0  # (nothing would run: SPEC §14 exit codes)
 
     off = conveyor.plan(tasks.NeedsOff(root=str(data)), config=conveyor.Config())
     assert [(t.family, t.verdict) for t in off.tasks] == [
@@ -374,7 +374,7 @@ def test_broken_requires_disabled_and_secrets(graph: tuple[str, Path]) -> None:
     ]
     assert off[off.root].reason == f"upstream Off(root={data}) is disabled"
     assert off.will_run == ()
-    assert off.exit_code == 1
+    assert off.exit_code == 0
 
 
 def test_complete_root_is_nothing_to_do(graph: tuple[str, Path]) -> None:
@@ -500,3 +500,33 @@ def test_running_elsewhere_with_central_scheduler(
         except subprocess.TimeoutExpired:
             runner.kill()
             runner.wait(timeout=10)
+
+
+@pytest.mark.timeout(180)
+def test_a_task_cancelled_on_the_central_scheduler_is_not_said_to_run(
+    central: SchedulerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task the scheduler holds DISABLED (cancelled) would not run, nor would what needs
+    it: the plan says so with the scheduler's reason, and, nothing being left to run, exits 0
+    (as a `conveyor run` would run nothing)."""
+    module = f"plantasks_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(HELD, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tasks = importlib.import_module(module)
+    data = tmp_path / "data"
+    data.mkdir()
+    slow = tasks.Slow(root=str(data))
+    with conveyor.Client(central.url) as client:
+        client.submit(slow, by="planner")
+        assert client.cancel(slow.task_id) == (slow.task_id,)
+    result = subprocess.run(
+        [sys.executable, "-m", "conveyor", "plan", f"{module}.Top", "--root", str(data),
+         "--json", "--scheduler-url", central.url],
+        cwd=tmp_path, env=central.env, capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    verdicts = {t["family"]: (t["verdict"], t["reason"]) for t in answer["tasks"]}
+    assert verdicts["Slow"] == ("disabled", "DISABLED on the scheduler: cancelled")
+    assert verdicts["Top"][0] == "blocked"
+    assert answer["will_run"] == [] and answer["nothing_to_do"] is True

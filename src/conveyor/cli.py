@@ -206,11 +206,6 @@ _RUN = TaskCommand(
 )
 
 
-def _run_parser(task_cls: type[Task] | None) -> _Parser:
-    """The parser for run's options; with a task class, its parameters take precedence."""
-    return command_parser(_RUN, task_cls)
-
-
 def command_parser(command: TaskCommand, task_cls: type[Task] | None) -> _Parser:
     """The parser for ``command``'s options; with a task class, its parameters take
     precedence."""
@@ -492,8 +487,7 @@ def _flag_value(value: object) -> object:
 
 
 def _run_config(options: dict[str, Any]) -> Config:
-    if options.get("scheduler_url") and options.get("local_scheduler"):
-        raise UsageError("conveyor run: --scheduler-url and --local-scheduler exclude each other")
+    _one_scheduler("run", options)
     workers = options.get("workers")
     if workers is not None:
         try:
@@ -509,6 +503,14 @@ def _run_config(options: dict[str, Any]) -> Config:
         log_level=options.get("log_level"),
         log_format=options.get("log_format"),
     )
+
+
+def _one_scheduler(command: str, options: dict[str, Any]) -> None:
+    """UsageError when ``--scheduler-url`` and ``--local-scheduler`` are both given."""
+    if options.get("scheduler_url") and options.get("local_scheduler"):
+        raise UsageError(
+            f"conveyor {command}: --scheduler-url and --local-scheduler exclude each other"
+        )
 
 
 def _run_task(task: TaskLike, config: Config, terminal: TerminalStream | None) -> int:
@@ -756,7 +758,8 @@ def cmd_plan(args: list[str]) -> int:
         return built
     from .control.plan import plan
 
-    planned = plan(built.task, config=built.config)
+    with contextlib.redirect_stdout(sys.stderr):  # (what task code prints: not in the plan)
+        planned = plan(built.task, config=built.config)
     if built.options.get("json"):
         print(json.dumps(planned.to_json(), indent=2))
     else:
@@ -767,8 +770,7 @@ def cmd_plan(args: list[str]) -> int:
 
 def _plan_config(options: dict[str, Any]) -> Config:
     """``--config``'s file with ``--scheduler-url`` or ``--local-scheduler`` applied."""
-    if options.get("scheduler_url") and options.get("local_scheduler"):
-        raise UsageError("conveyor plan: --scheduler-url and --local-scheduler exclude each other")
+    _one_scheduler("plan", options)
     return load_config(options.get("config")).with_overrides(
         scheduler_url=options.get("scheduler_url"),
         local_scheduler=options.get("local_scheduler"),

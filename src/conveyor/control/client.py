@@ -18,6 +18,8 @@ from ..errors import ConveyorError, SchedulerUnavailable, UnknownTask
 from ..protocol import (
     Cancel,
     CancelAnswer,
+    Explanation,
+    ExplanationAnswer,
     Statuses,
     StatusesAnswer,
     Submit,
@@ -132,6 +134,12 @@ class Client:
         """The status of each of ``task_ids`` the scheduler knows (the others left out)."""
         answer: StatusesAnswer = self._call(self._transport.call, Statuses(tuple(task_ids)))
         return {t: TaskStatus(s) for t, s in answer.statuses.items()}
+
+    def explanation(self, task_id: str) -> str:
+        """The task's stored explanation on the scheduler (why it failed, "cancelled"...;
+        "" when it has none or the scheduler does not know it)."""
+        answer: ExplanationAnswer = self._call(self._transport.call, Explanation(task_id))
+        return answer.explanation
 
     def tasks(self, **filters: Any) -> list[TaskInfo]:
         """The scheduler's task list (``GET /api/v1/tasks``), keeping the tasks whose fields

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import SYSTEM
 from ..config import Config, resolve_config
 from ..core.states import TaskState
+from ..core.summary import first_line
 from ..errors import ConveyorError
 from ..plugins import HookRelay
 from ..protocol import TaskSpec, TaskStatus
@@ -64,7 +65,11 @@ class Verdict(enum.StrEnum):
     """Incomplete, but it needs a task that is broken, disabled or missing external data
     (or it is past ``[worker] task_limit``): the run would not start it."""
     DISABLED = "disabled"
-    """Incomplete, and disabled: it never runs."""
+    """Incomplete, and disabled (on its class, or on the central scheduler: a cancel, too
+    many failures): it does not run."""
+    FAILED = "failed"
+    """Incomplete, and ``FAILED`` on the central scheduler: it runs again when its retry is
+    due, not in this run."""
     BROKEN = "broken"
     """Its ``complete()`` or ``requires()`` raised (or answered something that is not a
     bool), or it is in a dependency cycle."""
@@ -73,6 +78,7 @@ class Verdict(enum.StrEnum):
 _INCOMPLETE_UPSTREAM = {
     Verdict.BROKEN: "is broken",
     Verdict.DISABLED: "is disabled",
+    Verdict.FAILED: "failed",
     Verdict.MISSING_EXTERNAL: "is missing external data",
     Verdict.BLOCKED: "is blocked",
 }
@@ -147,12 +153,18 @@ class Plan:
 
     @property
     def nothing_to_do(self) -> bool:
-        """True when every task is complete: a run would do nothing (exit code 0)."""
+        """True when a run would run nothing: every task is complete, or what is not cannot
+        run (missing external data, blocked, disabled, failed, broken, running elsewhere)."""
+        return not self.will_run
+
+    @property
+    def up_to_date(self) -> bool:
+        """True when every task is complete."""
         return all(t.verdict is Verdict.COMPLETE for t in self.tasks)
 
     @property
     def exit_code(self) -> int:
-        """``conveyor plan``'s exit code: 0 when nothing is to do, else 1."""
+        """``conveyor plan``'s exit code: 0 when nothing would run, 1 when something would."""
         return 0 if self.nothing_to_do else 1
 
     def counts(self) -> dict[str, int]:
@@ -165,7 +177,10 @@ class Plan:
         counts = ", ".join(f"{n} {verdict}" for verdict, n in self.counts().items())
         total = len(self.tasks)
         head = f"{total} task{'' if total == 1 else 's'}"
-        tail = "nothing to do" if self.nothing_to_do else f"{len(self.will_run)} would run"
+        if self.up_to_date:
+            tail = "nothing to do"
+        else:
+            tail = f"{len(self.will_run) or 'nothing'} would run"
         return f"{head}: {counts}; {tail}"
 
     def to_json(self) -> dict[str, Any]:
@@ -236,8 +251,8 @@ def plan(
             take_id_style_in_use(root)
         graph = _walk(root, resolved)
         order = _dependencies_first(root.task_id, graph)
-        url, running = _running_elsewhere(resolved, graph, order)
-        planned = _judge(graph, order, running, worker.task_limit)
+        url, said = _scheduler_says(resolved, graph, order)
+        planned = _judge(graph, order, said, worker.task_limit)
     return Plan(root.task_id, tuple(planned[t] for t in order), url)
 
 
@@ -275,14 +290,14 @@ def _dependencies_first(root: str, graph: Mapping[str, Node]) -> list[str]:
 def _judge(
     graph: Mapping[str, Node],
     order: Sequence[str],
-    running: Mapping[str, str],
+    said: Mapping[str, tuple[Verdict, str]],
     task_limit: int,
 ) -> dict[str, PlannedTask]:
     """Each task's verdict and reason, dependencies first (a reason may name one)."""
     planned: dict[str, PlannedTask] = {}
     for task_id in order:
         node = graph[task_id]
-        verdict, reason = _verdict(node, graph, planned, running, task_limit)
+        verdict, reason = _verdict(node, graph, planned, said, task_limit)
         task = node.task
         params = node.params
         planned[task_id] = PlannedTask(
@@ -302,10 +317,11 @@ def _verdict(
     node: Node,
     graph: Mapping[str, Node],
     planned: Mapping[str, PlannedTask],
-    running: Mapping[str, str],
+    said: Mapping[str, tuple[Verdict, str]],
     task_limit: int,
 ) -> tuple[Verdict, str]:
-    """The verdict of one task and its reason, its dependencies being judged already."""
+    """The verdict of one task and its reason, its dependencies being judged already; what
+    the central scheduler ``said`` of it (failed, disabled, running elsewhere) counts."""
     if node.state is TaskState.COMPLETE:
         return Verdict.COMPLETE, ""
     if node.state is TaskState.UNKNOWN:
@@ -319,12 +335,15 @@ def _verdict(
         return Verdict.DISABLED, "disabled = True on its class: it never runs"
     if node.limited:
         return Verdict.BLOCKED, f"not scheduled: [worker] task_limit = {task_limit} reached"
+    told = said.get(node.task_id)
+    if told is not None and told[0] is not Verdict.RUNNING_ELSEWHERE:
+        return told  # (failed or disabled there: the run leaves it so)
     deps = [planned[d] for d in node.deps if d in planned]
     for dep in deps:
         if dep.verdict in _INCOMPLETE_UPSTREAM:
             return Verdict.BLOCKED, f"upstream {dep.label} {_INCOMPLETE_UPSTREAM[dep.verdict]}"
-    if node.task_id in running:
-        return Verdict.RUNNING_ELSEWHERE, running[node.task_id]
+    if told is not None:
+        return told
     reason = _own_reason(node.task, deps)
     if _yields(node.task):
         reason += "; may yield more dependencies when it runs"
@@ -382,11 +401,12 @@ def _yields(task: TaskLike) -> bool:
     return False
 
 
-def _running_elsewhere(
+def _scheduler_says(
     config: Config, graph: Mapping[str, Node], order: Sequence[str]
-) -> tuple[str, dict[str, str]]:
-    """With a central scheduler: its URL, and for each task that would run and that it has
-    RUNNING, the reason to show ("on worker W"); ("", {}) without one (no network)."""
+) -> tuple[str, dict[str, tuple[Verdict, str]]]:
+    """With a central scheduler: its URL, and the verdict and reason of each task that would
+    run but that it holds otherwise (``RUNNING`` elsewhere, ``FAILED`` until its retry is
+    due, ``DISABLED``: the run would not run those); ("", {}) without one (no network)."""
     if config.scheduler.transport != "http":
         return "", {}
     candidates = tuple(
@@ -401,11 +421,20 @@ def _running_elsewhere(
         return url, {}
     from .client import Client
 
+    said: dict[str, tuple[Verdict, str]] = {}
     with Client.from_config(config) as client:
         statuses = client.statuses(candidates)
         running = {t for t, s in statuses.items() if s == TaskStatus.RUNNING}
         workers = _workers_of(client, running) if running else {}
-    return url, {t: _running_reason(workers.get(t, "")) for t in running}
+        for task_id, status in statuses.items():
+            if status == TaskStatus.RUNNING:
+                said[task_id] = Verdict.RUNNING_ELSEWHERE, _running_reason(workers.get(task_id, ""))
+            elif status in (TaskStatus.FAILED, TaskStatus.DISABLED):
+                why = first_line(client.explanation(task_id), 120)
+                verdict = Verdict.FAILED if status == TaskStatus.FAILED else Verdict.DISABLED
+                where = f"{status} on the scheduler" + (f": {why}" if why else "")
+                said[task_id] = verdict, where
+    return url, said
 
 
 def _workers_of(client: Client, running: Set[str]) -> dict[str, str]:
