@@ -5,6 +5,7 @@ the command always run as a real subprocess, its question asked on a real pseudo
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import subprocess
@@ -693,3 +694,102 @@ def test_downstream_chain_on_s3(s3: S3, tmp_path: Path, monkeypatch: pytest.Monk
     assert conveyor.build(root, executor="inline").ok
     assert RUNS == ["S3First", "S3Second", "S3Third", "S3Fourth", "S3Root"]
     assert "third-parts/a.txt" in s3.keys(prefix)
+
+
+HALF_GONE = """
+import os
+
+import conveyor
+
+
+class Sticky(conveyor.Target):
+    '''A target that can only be looked at: no remove().'''
+
+    def __init__(self, path):
+        self.path = path
+
+    def exists(self):
+        return os.path.exists(self.path)
+
+
+class Up(conveyor.Task):
+    base = conveyor.Parameter()
+
+    def output(self):
+        return conveyor.LocalTarget(os.path.join(self.base, "up.txt"))
+
+    def run(self):
+        with self.output().open("w") as out:
+            out.write("u")
+
+
+class Down(conveyor.Task):
+    base = conveyor.Parameter()
+
+    def requires(self):
+        return Up(base=self.base)
+
+    def output(self):
+        return Sticky(os.path.join(self.base, "down.flag"))
+
+    def run(self):
+        with open(self.output().path, "w") as out:
+            out.write("d")
+
+
+class Flagged(conveyor.Task):
+    '''No outputs: complete() looks at a flag file of its own.'''
+
+    base = conveyor.Parameter()
+
+    def requires(self):
+        return Up(base=self.base)
+
+    def complete(self):
+        return os.path.exists(os.path.join(self.base, "flagged.flag"))
+
+    def run(self):
+        open(os.path.join(self.base, "flagged.flag"), "w").close()
+"""
+
+
+def test_a_dependent_that_keeps_its_output_keeps_what_it_needs(
+    task_module: WriteModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dependents go first; one whose output stays keeps the outputs of what it needs too
+    (it would be complete over inputs that are gone, and the next run would not notice)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = task_module(HALF_GONE)
+    tasks = importlib.import_module(module)
+    base = tmp_path / "data"
+    base.mkdir()
+    assert conveyor.build(tasks.Down(base=str(base)), executor="inline").ok
+    done = conveyor.invalidate(tasks.Up(base=str(base)), downstream_of=tasks.Down(base=str(base)))
+    assert not done.ok and done.removed == ()
+    assert (base / "up.txt").exists() and (base / "down.flag").exists()
+    reasons = {u.path: u.reason for u in done.unremovable}
+    assert reasons[str(base / "down.flag")] == "it has no remove()"
+    assert reasons[str(base / "up.txt")].startswith("kept: the outputs of Down_")
+
+
+def test_a_task_still_complete_without_its_outputs_is_reported(
+    task_module: WriteModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task whose complete() does not look at its outputs stays complete once they are
+    removed: the next run would not run it, so it is reported, never silently kept."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = task_module(HALF_GONE)
+    tasks = importlib.import_module(module)
+    base = tmp_path / "data"
+    base.mkdir()
+    assert conveyor.build(tasks.Flagged(base=str(base)), executor="inline").ok
+    done = conveyor.invalidate(
+        tasks.Up(base=str(base)), downstream_of=tasks.Flagged(base=str(base))
+    )
+    assert not done.ok
+    assert done.removed == (str(base / "up.txt"),)
+    [stays] = done.unremovable
+    assert stays.path == "(the task)" and stays.task_id.startswith("Flagged_")
+    assert "complete() is still True" in stays.reason

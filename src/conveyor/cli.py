@@ -654,7 +654,7 @@ def cmd_tasks(args: list[str]) -> int:
     config = load_config(opts.config).with_overrides(scheduler_url=opts.scheduler_url)
     from .control.client import Client
 
-    with Client.from_config(config) as client:  # (gives up on a silent scheduler after 30 s)
+    with Client.from_config(config) as client:  # (tries a silent scheduler again for 30 s)
         listed = _select(client.tasks(), states, set(opts.family), opts.match)
     tasks = [_shown(t) for t in listed]
     if opts.json:
@@ -907,7 +907,7 @@ def _invalidation_listing(found: Any) -> str:
 
 def _invalidation_refused(found: Any) -> int | None:
     """Ask on the terminal; None when the answer is yes, else the exit code."""
-    if not sys.stdin.isatty():
+    if sys.stdin is None or not sys.stdin.isatty():
         print(
             "conveyor: error: conveyor invalidate: stdin is not a terminal to ask on; pass "
             "--yes to remove these outputs without asking (--dry-run only lists them)",

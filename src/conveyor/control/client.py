@@ -27,7 +27,7 @@ from ..protocol import (
     TaskInfo,
     TaskStatus,
 )
-from ..tasklike import TaskLike
+from ..task import as_task
 
 __all__ = ["SETTLED", "Client"]
 
@@ -86,16 +86,24 @@ class Client:
 
     # --- control ----------------------------------------------------------------------------
 
-    def submit(self, task: TaskLike, *, by: str = "") -> str:
+    def submit(self, task: object, *, by: str = "") -> str:
         """Register ``task`` (a :class:`conveyor.Task` instance, or any task a worker runs)
         for the scheduler's assistants, which walk its graph and run it; its task id, at
         once. ``by`` says who submits (the server adds how the call was let in)."""
         return self.submit_answer(task, by=by).task_id
 
-    def submit_answer(self, task: TaskLike, *, by: str = "") -> SubmitAnswer:
-        """:meth:`submit`'s whole answer: the task id and its status on the scheduler now."""
+    def submit_answer(self, task: object, *, by: str = "") -> SubmitAnswer:
+        """:meth:`submit`'s whole answer: the task id and its status on the scheduler now.
+        TypeError for something that is not a task."""
         from ..worker.walk import task_spec
 
+        adapted = as_task(task)  # (a luigi.Task through its installed loader)
+        if adapted is None:
+            raise TypeError(
+                f"Client.submit() takes a task (conveyor.Task, or one an installed task loader "
+                f"adapts), got {type(task).__name__}"
+            )
+        task = adapted
         answer: SubmitAnswer = self._call(self._transport.call, Submit(task_spec(task), by))
         return answer
 
@@ -158,6 +166,8 @@ class Client:
         """Wait until the task is settled (:data:`SETTLED`: ``DONE``, ``FAILED``, ``DISABLED``
         or ``UNKNOWN``) and return that status, asking every ``poll`` seconds; TimeoutError
         naming the last status after ``timeout`` seconds."""
+        if not poll > 0:
+            raise ValueError(f"Client.wait(): poll = {poll!r}; expected seconds > 0")
         deadline = self.clock() + timeout
         while True:
             status = self.status(task_id)

@@ -143,11 +143,29 @@ class Invalidation:
 
     def apply(self) -> Invalidation:
         """Remove what this dry run found; each output is looked at again first (one gone
-        meanwhile is ``absent``). ValueError when this is not a dry run."""
+        meanwhile is ``absent``). ValueError when this is not a dry run.
+
+        Dependents go first: should one keep an output (no ``remove()``, a failure, an
+        interruption), the tasks it needs keep theirs too (reported with the reason), so no
+        task is left complete over inputs that are gone, which the next run would not
+        notice. Once all is removed, a task still ``complete()`` (its ``complete()`` does not
+        look at its outputs) is reported: the next run would not run it."""
         if not self.dry_run:
             raise ValueError("Invalidation.apply(): already applied; expected a dry run")
-        tasks = tuple(_examine(task, remove=True) for task in self._found)
-        return replace(self, tasks=tasks, dry_run=False)
+        done: list[InvalidatedTask] = []
+        stuck = ""
+        for task in reversed(self._found):
+            if stuck:
+                done.append(_kept(task, f"kept: the outputs of {stuck} could not all be removed"))
+                continue
+            examined = _examine(task, remove=True)
+            done.append(examined)
+            if examined.unremovable:
+                stuck = examined.task_id
+        done.reverse()
+        if not stuck:
+            done = [_still_complete(t, found) for t, found in zip(self._found, done, strict=True)]
+        return replace(self, tasks=tuple(done), dry_run=False)
 
     def to_json(self) -> dict[str, Any]:
         """The invalidation as a plain dict (stable keys)."""
@@ -300,6 +318,30 @@ def _examine(task: TaskLike, *, remove: bool) -> InvalidatedTask:
     return InvalidatedTask(
         label, task.task_family, tuple(removed), tuple(absent), tuple(kept), tuple(external)
     )
+
+
+def _kept(task: TaskLike, reason: str) -> InvalidatedTask:
+    """``task`` left as it is (its outputs that exist stay, with ``reason``)."""
+    label = _label(task)
+    examined = _examine(task, remove=False)
+    kept = (*examined.unremovable, *(Unremovable(label, path, reason) for path in examined.removed))
+    return replace(examined, removed=(), unremovable=kept)
+
+
+def _still_complete(task: TaskLike, examined: InvalidatedTask) -> InvalidatedTask:
+    """``examined`` with one more unremovable entry if ``task`` (not external) is still
+    complete now that its outputs are gone: the next run would not run it."""
+    if examined.external or is_external(task):
+        return examined
+    try:
+        complete = task.complete()
+    except Exception:  # (the next run reports a complete() that raises: not this one's to say)
+        return examined
+    if complete is not True:
+        return examined
+    why = "complete() is still True without its outputs, so the next run would not run it"
+    stays = Unremovable(examined.task_id, "(the task)", why)
+    return replace(examined, unremovable=(*examined.unremovable, stays))
 
 
 def _outputs(task: TaskLike) -> list[Any]:

@@ -231,7 +231,8 @@ def plan(
     :func:`~conveyor.load_config` finds); its ``[worker]`` settings rule the walk and its
     ``[tasks.*]`` defaults the tasks it makes. With a central scheduler (``scheduler_url``, or
     the config's ``[scheduler]`` with transport ``http``) it is asked, once, which of the tasks
-    that would run are running elsewhere (SchedulerUnavailable after 30 s without an answer);
+    that would run are running elsewhere, failed or disabled there (SchedulerUnavailable once
+    it was tried again for 30 s, as :class:`~conveyor.Client` does);
     ``local_scheduler`` asks none. TypeError for something that is not a task.
     """
     resolved = resolve_config(config)
