@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from pathlib import Path
 
 import psutil
@@ -731,3 +732,72 @@ def test_an_assistant_walks_again_a_resubmitted_task_it_found_broken(tmp_path: P
     assert _status(scheduler, task.task_id) == UNKNOWN
     assert "no requirements today" in scheduler.explanation(task.task_id)
     assert transport.asks - asks < 10
+
+
+class SubmitLeaf(conveyor.Task):
+    """Writes its file."""
+
+    root = conveyor.Parameter()
+    n = conveyor.IntParameter()
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(f"{self.root}/leaf{self.n}")
+
+    def run(self) -> None:
+        with self.output().open("w") as out:
+            out.write("x")
+
+
+class SubmitTop(conveyor.Task):
+    """Needs two leaves."""
+
+    root = conveyor.Parameter()
+
+    def requires(self) -> list[SubmitLeaf]:
+        return [SubmitLeaf(root=self.root, n=n) for n in range(2)]
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(f"{self.root}/top")
+
+    def run(self) -> None:
+        with self.output().open("w") as out:
+            out.write("t")
+
+
+def test_a_done_submission_is_let_go_by_its_assistant_and_pruned(tmp_path: Path) -> None:
+    """Once a submitted task is done, the assistant that walked it releases its graph: the
+    scheduler prunes it ``remove_delay`` later although the assistant lives on (a long-lived
+    assistant fed by a web app holds only what is in progress)."""
+    from conveyor.worker.walk import task_spec
+
+    clock = FakeClock()
+    scheduler = Scheduler(clock=clock, remove_delay=10, worker_disconnect_delay=1e9)
+    config = conveyor.Config().with_overrides(
+        assistant=True,
+        keep_alive=True,
+        task_modules=[__name__],
+        executor="inline",
+        log_level="warning",
+        wait_interval=0.05,
+    )
+    top = SubmitTop(root=str(tmp_path))
+    ids = [top.task_id, *(SubmitLeaf(root=str(tmp_path), n=n).task_id for n in range(2))]
+    scheduler.submit(task_spec(top), by="web app")
+    with conveyor.Worker(scheduler, config=config, worker_id="helper") as assistant:
+        runner = threading.Thread(target=assistant.run, name="assistant")
+        runner.start()
+        try:  # (the assistant lives on: run() has not ended, nor released anything at its end)
+
+            def let_go() -> bool:
+                records = [scheduler.peek(task_id) for task_id in ids]
+                return all(
+                    r is not None and r.status == DONE and not r.stakeholders for r in records
+                )
+
+            wait_for(let_go, 30, "the done submission to be released by its live assistant")
+            assert runner.is_alive()
+            clock.advance(11)
+            assert scheduler.statuses(ids) == {}
+        finally:
+            assistant.drain()
+            runner.join(30)

@@ -193,6 +193,8 @@ class Worker:
             # field stays out, and an older scheduler never sees it)
             self._batches_asked = self.settings.assistant
             self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
+            # submitted tasks walked here and not done yet -> the ids their walk registered
+            self._submitted: dict[str, set[str]] = {}
             # an assistant names the loaders it can rebuild tasks with, when there are others
             # than conveyor's (left out, the server hands it conveyor tasks only, as before)
             self._loaders = _assistant_loaders() if self.settings.assistant else None
@@ -897,9 +899,31 @@ class Worker:
             walker.walk([task], recheck=(work.task_id, *self._graph))
         finally:
             walker.register = self._register
+        node = self._graph[work.task_id]
         if work.task_id not in registered:  # (known here, waiting for its dependencies)
-            node = self._graph[work.task_id]
             self._register([walker.spec(node, TaskStatus.PENDING, not node.external)])
+        if work.walk:
+            self._submitted.setdefault(work.task_id, set()).update(registered)
+            if node.state is TaskState.COMPLETE:
+                self._let_go(work.task_id)
+
+    def _let_go(self, root: str) -> None:
+        """A submitted task walked here is done: release the tasks its walks registered
+        that no other pending submission of this worker needs (the scheduler may prune them
+        ``remove_delay`` later) and forget those not running, so that a long-lived assistant
+        holds only what is in progress, however much is submitted to it."""
+        mine = self._submitted.pop(root, None)
+        if not mine:
+            return
+        for others in self._submitted.values():
+            mine -= others
+        busy = (*self._running, *self._in_batches, *self._suspended)
+        mine.difference_update(busy)
+        if not mine:
+            return
+        self._outbox.send(Release(self.id, tuple(sorted(mine))))
+        for task_id in mine:
+            self._graph.pop(task_id, None)
 
     def _refuse(self, work: Work, exc: Exception) -> None:
         """Report a hand-out whose task could not be loaded here failed, with the reason."""
@@ -1027,6 +1051,8 @@ class Worker:
                 self._transit(node, trigger, skipped=True, **ended)
             else:
                 self._transit(node, trigger, **ended)
+            if node.task_id in self._submitted:
+                self._let_go(node.task_id)
             return
         if missing:
             node.reschedules = dict(decision.reschedules)
