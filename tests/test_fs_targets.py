@@ -23,7 +23,7 @@ import conveyor
 from conveyor.errors import ConveyorError
 from conveyor.fstargets import FileSystemTarget, MissingExtra
 from conveyor.targets import LocalTarget
-from conveyor.testing.processes import free_port
+from s3_support import moto_s3
 
 BUCKET = "conveyor-test"
 SECRET = "sEcReT-do-not-show"
@@ -72,33 +72,8 @@ class S3:
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3]:
     """A real S3-protocol server on a free loopback port, with the bucket created."""
-    from moto.server import ThreadedMotoServer
-
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }.items():
-            mp.setenv(name, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.delenv("AWS_SESSION_TOKEN", raising=False)
-        import boto3  # type: ignore[import-untyped]
-        import s3fs
-
-        port = free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        try:
-            endpoint = f"http://127.0.0.1:{port}"
-            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-            client.create_bucket(Bucket=BUCKET)
-            yield S3(endpoint, client)
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+    with moto_s3(BUCKET) as (endpoint, client):
+        yield S3(endpoint, client)
 
 
 # --- one factory of targets per kind of filesystem ---------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 import conveyor
 from conveyor.control.invalidate import GraphError, Invalidation, NotInGraph
 from conveyor.fstargets import FileSystemTarget
-from conveyor.testing.processes import free_port
+from s3_support import moto_s3
 
 WriteModule = Callable[..., str]  # the task_module fixture (conftest.py)
 
@@ -569,33 +569,8 @@ class S3:
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3]:
     """A real S3-protocol server (moto) on a free loopback port, with the bucket made."""
-    from moto.server import ThreadedMotoServer
-
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }.items():
-            mp.setenv(name, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.delenv("AWS_SESSION_TOKEN", raising=False)
-        import boto3  # type: ignore[import-untyped]
-        import s3fs
-
-        port = free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        try:
-            endpoint = f"http://127.0.0.1:{port}"
-            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-            client.create_bucket(Bucket=BUCKET)
-            yield S3(endpoint, client)
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
-            server.stop()
+    with moto_s3(BUCKET) as (endpoint, client):
+        yield S3(endpoint, client)
 
 
 class OnS3(conveyor.Task):
