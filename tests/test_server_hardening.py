@@ -551,7 +551,7 @@ def test_complete_requests_keep_their_connection_alive(small: Server) -> None:
         for n in range(3):
             conn.request("POST", "/api/v1/ping", json.dumps({"worker_id": f"ka{n}"}), headers)
             response = conn.getresponse()
-            assert (response.status, json.loads(response.read())) == (200, {"ok": True})
+            assert (response.status, json.loads(response.read())) == (200, {"ok": True, "stop": []})
             socks.append(conn.sock)
         assert socks[0] is not None and socks.count(socks[0]) == 3, socks
     finally:

@@ -16,6 +16,7 @@ __all__ = ["openapi_document"]
 
 
 _REPORTS = ("task_done", "task_failed")  # refused with 409 for a superseded attempt
+_NAMES_A_TASK = ("cancel",)  # answered 404 for a task the scheduler does not know
 
 
 def openapi_document() -> dict[str, Any]:
@@ -75,6 +76,7 @@ def openapi_document() -> dict[str, Any]:
                     "422": error,
                     "503": error,  # the state store cannot store a change (Retry-After)
                     **({"409": error} if name in _REPORTS else {}),
+                    **({"404": error} if name in _NAMES_A_TASK else {}),
                     **foreign,
                 },
             }
