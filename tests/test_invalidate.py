@@ -746,6 +746,7 @@ def test_a_dependent_that_keeps_its_output_keeps_what_it_needs(
     reasons = {u.path: u.reason for u in done.unremovable}
     assert reasons[str(base / "down.flag")] == "it has no remove()"
     assert reasons[str(base / "up.txt")].startswith("kept: the outputs of Down_")
+    assert reasons[str(base / "up.txt")].endswith(", which needs it, stay")
 
 
 def test_a_task_still_complete_without_its_outputs_is_reported(
@@ -768,3 +769,61 @@ def test_a_task_still_complete_without_its_outputs_is_reported(
     [stays] = done.unremovable
     assert stays.path == "(the task)" and stays.task_id.startswith("Flagged_")
     assert "complete() is still True" in stays.reason
+
+
+SIBLINGS = """
+import os
+
+import conveyor
+
+NEEDS = {"root": ["b", "a"], "a": ["t"], "b": ["t"], "t": []}
+
+
+class Sticky(conveyor.Target):
+    '''A target that can only be looked at: no remove().'''
+
+    def __init__(self, path):
+        self.path = path
+
+    def exists(self):
+        return os.path.exists(self.path)
+
+
+class Made(conveyor.Task):
+    base = conveyor.Parameter()
+    name = conveyor.Parameter()
+
+    def requires(self):
+        return [Made(base=self.base, name=n) for n in NEEDS[self.name]]
+
+    def output(self):
+        path = os.path.join(self.base, self.name)
+        return Sticky(path) if self.name == "a" else conveyor.LocalTarget(path)
+
+    def run(self):
+        with open(os.path.join(self.base, self.name), "w") as out:
+            out.write(self.name)
+"""
+
+
+def test_only_what_a_kept_output_needs_is_kept_and_the_dry_run_says_so(
+    task_module: WriteModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """T <- A (no remove()), T <- B, Root <- [B, A]: T stays (A, which keeps its output,
+    needs it), B and Root go; the dry run promises exactly what the removal does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made = importlib.import_module(task_module(SIBLINGS)).Made
+    base = tmp_path / "data"
+    base.mkdir()
+    t, a, b, root = (made(base=str(base), name=n) for n in ("t", "a", "b", "root"))
+    assert conveyor.build(root, executor="inline").ok
+    preview = conveyor.invalidate(t, downstream_of=root, dry_run=True)
+    assert set(preview.removed) == {str(base / "b"), str(base / "root")}
+    done = preview.apply()
+    assert set(done.removed) == set(preview.removed) and not done.ok
+    assert sorted(p.name for p in base.iterdir()) == ["a", "t"]
+    reasons = {u.path: u.reason for u in done.unremovable}
+    assert reasons[str(base / "a")] == "it has no remove()"
+    assert reasons[str(base / "t")].startswith(f"kept: the outputs of {a.task_id}")
+    assert b.task_id in {x.task_id for x in done.tasks}

@@ -744,10 +744,10 @@ _PLAN = TaskCommand(
     "Say what 'conveyor run TASK' would do, and why, without running anything: the graph is "
     "walked with complete() checks only (run() is never called) and each task is shown with "
     "its verdict (complete, will run, running elsewhere, missing external data, blocked, "
-    "disabled, broken) and reason. 'conveyor plan TASK --help' lists TASK's parameters.",
-    "Exit codes: 0 nothing to do (every task complete), 1 something would run or stands in the "
-    "way (missing external data, a broken, disabled or running task), 2 usage or "
-    "configuration error, 3 the central scheduler could not be reached.",
+    "disabled, failed, broken) and reason. 'conveyor plan TASK --help' lists TASK's parameters.",
+    "Exit codes: 0 nothing would run (every task complete, or what is not cannot run: the "
+    "plan says why), 1 something would run, 2 usage or configuration error, 3 the central "
+    "scheduler could not be reached.",
 )
 
 

@@ -27,7 +27,7 @@ credentials in URLs are shown as ``***``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -120,6 +120,8 @@ class Invalidation:
     tasks: tuple[InvalidatedTask, ...]
     dry_run: bool = False
     _found: tuple[TaskLike, ...] = field(default=(), repr=False, compare=False)
+    _needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
+    """Each found task's id -> the ids of the found tasks it requires."""
 
     @property
     def removed(self) -> tuple[str, ...]:
@@ -145,27 +147,16 @@ class Invalidation:
         """Remove what this dry run found; each output is looked at again first (one gone
         meanwhile is ``absent``). ValueError when this is not a dry run.
 
-        Dependents go first: should one keep an output (no ``remove()``, a failure, an
-        interruption), the tasks it needs keep theirs too (reported with the reason), so no
-        task is left complete over inputs that are gone, which the next run would not
-        notice. Once all is removed, a task still ``complete()`` (its ``complete()`` does not
-        look at its outputs) is reported: the next run would not run it."""
+        Dependents go first. When one keeps an output (no ``remove()``, a failure), the tasks
+        it needs, directly or not, keep theirs too (reported with the reason), so that no task
+        is left complete over inputs that are gone, which the next run would not notice; the
+        others are removed. Once all is removed, a task still ``complete()`` (its
+        ``complete()`` does not look at its outputs) is reported: the next run would not run
+        it."""
         if not self.dry_run:
             raise ValueError("Invalidation.apply(): already applied; expected a dry run")
-        done: list[InvalidatedTask] = []
-        stuck = ""
-        for task in reversed(self._found):
-            if stuck:
-                done.append(_kept(task, f"kept: the outputs of {stuck} could not all be removed"))
-                continue
-            examined = _examine(task, remove=True)
-            done.append(examined)
-            if examined.unremovable:
-                stuck = examined.task_id
-        done.reverse()
-        if not stuck:
-            done = [_still_complete(t, found) for t, found in zip(self._found, done, strict=True)]
-        return replace(self, tasks=tuple(done), dry_run=False)
+        tasks = _settle(self._found, self._needs, remove=True)
+        return replace(self, tasks=tasks, dry_run=False)
 
     def to_json(self) -> dict[str, Any]:
         """The invalidation as a plain dict (stable keys)."""
@@ -195,13 +186,14 @@ def invalidate(
     """
     target_task = _as_task(task, "task")
     root = None if downstream_of is None else _as_task(downstream_of, "downstream_of")
-    found = [target_task] if root is None else _downstream(target_task, root)
+    found, needs = ([target_task], {}) if root is None else _downstream(target_task, root)
     preview = Invalidation(
         task_id=_label(target_task),
         root_id=None if root is None else _label(root),
-        tasks=tuple(_examine(each, remove=False) for each in found),
+        tasks=_settle(found, needs, remove=False),
         dry_run=True,
         _found=tuple(found),
+        _needs=needs,
     )
     return preview if dry_run else preview.apply()
 
@@ -220,8 +212,11 @@ def _as_task(value: object, what: str) -> TaskLike:
     return task
 
 
-def _downstream(task: TaskLike, root: TaskLike) -> list[TaskLike]:
-    """``task`` and every task of ``root``'s graph that needs it, dependencies first."""
+def _downstream(
+    task: TaskLike, root: TaskLike
+) -> tuple[list[TaskLike], dict[str, tuple[str, ...]]]:
+    """``task`` and every task of ``root``'s graph that needs it, dependencies first, and
+    for each of them the ids of those among them it requires."""
     graph, edges = _graph(root)
     if task.task_id not in graph:
         raise NotInGraph(
@@ -241,7 +236,9 @@ def _downstream(task: TaskLike, root: TaskLike) -> list[TaskLike]:
             if dependent not in reached:
                 reached.add(dependent)
                 stack.append(dependent)
-    return [each for task_id, each in graph.items() if task_id in reached]
+    found = [each for task_id, each in graph.items() if task_id in reached]
+    needs = {t: tuple(d for d in edges.get(t, ()) if d in reached) for t in reached}
+    return found, needs
 
 
 def _graph(root: TaskLike) -> tuple[dict[str, TaskLike], dict[str, list[str]]]:
@@ -318,6 +315,40 @@ def _examine(task: TaskLike, *, remove: bool) -> InvalidatedTask:
     return InvalidatedTask(
         label, task.task_family, tuple(removed), tuple(absent), tuple(kept), tuple(external)
     )
+
+
+def _settle(
+    found: Sequence[TaskLike], needs: Mapping[str, tuple[str, ...]], *, remove: bool
+) -> tuple[InvalidatedTask, ...]:
+    """Each of ``found`` (dependencies first) examined, dependents first, and with
+    ``remove`` its outputs removed; what a task that keeps an output needs keeps its own
+    (see :meth:`Invalidation.apply`); after a removal, a task still complete is reported."""
+    keep: dict[str, str] = {}  # task id -> why its outputs stay
+    done: list[InvalidatedTask] = []
+    for task in reversed(found):
+        task_id = task.task_id
+        if task_id in keep:
+            done.append(_kept(task, keep[task_id]))
+            continue
+        examined = _examine(task, remove=remove)
+        done.append(examined)
+        if examined.unremovable:
+            why = f"kept: the outputs of {examined.task_id}, which needs it, stay"
+            stack = list(needs.get(task_id, ()))
+            while stack:
+                dep = stack.pop()
+                if dep not in keep:
+                    keep[dep] = why
+                    stack.extend(needs.get(dep, ()))
+    done.reverse()
+    if remove:  # (once everything is removed: a complete() may look at what a task needs)
+        done = [
+            _still_complete(task, examined)
+            if task.task_id not in keep and not examined.unremovable
+            else examined
+            for task, examined in zip(found, done, strict=True)
+        ]
+    return tuple(done)
 
 
 def _kept(task: TaskLike, reason: str) -> InvalidatedTask:

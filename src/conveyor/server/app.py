@@ -447,6 +447,7 @@ def _error(
 
 
 _CLAIMED_MAX = 200  # characters of who a submit or cancel says it is from
+_HIDDEN = frozenset({"Cc", "Cf", "Cs"})  # control, format (bidi overrides), lone surrogates
 
 
 _STAMPED = frozenset({"submit", "cancel"})  # the routes whose ``by`` the server fills in
@@ -460,7 +461,8 @@ def caller_of(decoded: Any, token: str) -> Any:
     control and format characters (a bidi override could garble the rest) and is cut to
     200 characters."""
     how = "API token" if token else "API, no token"
-    printable = "".join(c for c in str(decoded.by) if unicodedata.category(c)[0] != "C")
+    spaced = "".join(" " if c.isspace() else c for c in str(decoded.by))
+    printable = "".join(c for c in spaced if unicodedata.category(c) not in _HIDDEN)
     claimed = " ".join(printable.split())[:_CLAIMED_MAX]
     return dataclasses.replace(decoded, by=f"{claimed} via {how}" if claimed else how)
 

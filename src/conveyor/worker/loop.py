@@ -67,6 +67,8 @@ from ..protocol import (
     NoteKind,
     Ping,
     Release,
+    Statuses,
+    StatusesAnswer,
     StopAttempt,
     TaskDone,
     TaskFailed,
@@ -100,6 +102,7 @@ __all__ = ["PROCESS_EXECUTOR", "Worker"]
 log = structlog.get_logger("conveyor.worker")
 _ids = itertools.count(1)
 _WAKE = object()
+_SETTLED_EVERY = 10.0  # seconds between two looks at the submissions walked here
 _CANCELLED = "a cancel on the scheduler"  # what stopped a cancelled attempt ("interrupted by …")
 
 
@@ -195,6 +198,7 @@ class Worker:
             self._suspended: dict[str, Suspended] = {}  # run()s paused at a yield, by task id
             # submitted tasks walked here and not done yet -> the ids their walk registered
             self._submitted: dict[str, set[str]] = {}
+            self._settled_at = -_SETTLED_EVERY  # when _let_go_settled last asked
             # an assistant names the loaders it can rebuild tasks with, when there are others
             # than conveyor's (left out, the server hands it conveyor tasks only, as before)
             self._loaders = _assistant_loaders() if self.settings.assistant else None
@@ -520,6 +524,7 @@ class Worker:
             elif not self._keep_waiting():
                 return
             else:
+                self._let_go_settled()
                 pause = self.settings.wait_interval + self.settings.wait_jitter * self.rand()
                 self._wait_for_message(pause)
 
@@ -769,6 +774,7 @@ class Worker:
         batch's run() may not yield dependencies: that fails it)."""
         for node in members:
             self._in_batches.pop(node.task_id, None)
+            self._stopping.discard(node.task_id)
         if outcome.suspended is not None:
             outcome.suspended.close()
         if outcome.kind is SUCCEEDED:
@@ -783,6 +789,9 @@ class Worker:
                     self._transit(node, Trigger.SUCCEEDED, skipped=True, **ended)
                 else:
                     self._transit(node, Trigger.SUCCEEDED, **ended)
+            for node in members:
+                if node.task_id in self._submitted:
+                    self._let_go(node.task_id)
             return
         if outcome.kind is NEEDS_DEPS:
             names = ", ".join(repr(dep) for dep in outcome.new_deps[:3])
@@ -906,6 +915,24 @@ class Worker:
             self._submitted.setdefault(work.task_id, set()).update(registered)
             if node.state is TaskState.COMPLETE:
                 self._let_go(work.task_id)
+
+    def _let_go_settled(self) -> None:
+        """Let go of the submissions walked here that settled elsewhere: run by another
+        assistant (``DONE``), cancelled or disabled, or no longer known to the scheduler.
+        Asked at most every :data:`_SETTLED_EVERY` seconds, while idle."""
+        now = self.clock.monotonic()
+        if not self._submitted or now < self._settled_at + _SETTLED_EVERY:
+            return
+        self._settled_at = now
+        roots = tuple(self._submitted)
+        try:
+            answer: StatusesAnswer = self._transport.call(Statuses(roots))
+        except SchedulerUnavailable:
+            return  # (asked again later)
+        known = answer.statuses
+        for root in roots:
+            if known.get(root) in (None, TaskStatus.DONE, TaskStatus.DISABLED):
+                self._let_go(root)
 
     def _let_go(self, root: str) -> None:
         """A submitted task walked here is done: release the tasks its walks registered
