@@ -801,3 +801,63 @@ def test_a_done_submission_is_let_go_by_its_assistant_and_pruned(tmp_path: Path)
         finally:
             assistant.drain()
             runner.join(30)
+
+
+class SubmitMissing(conveyor.ExternalTask):
+    """Data nobody makes."""
+
+    root = conveyor.Parameter()
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(f"{self.root}/never")
+
+
+class SubmitWaits(conveyor.Task):
+    """Waits for data that never comes."""
+
+    root = conveyor.Parameter()
+
+    def requires(self) -> SubmitMissing:
+        return SubmitMissing(root=self.root)
+
+    def output(self) -> conveyor.LocalTarget:
+        return conveyor.LocalTarget(f"{self.root}/waits")
+
+    def run(self) -> None:
+        raise AssertionError("never runs")
+
+
+@pytest.mark.timeout(90)
+def test_a_live_assistant_lets_go_of_a_submission_cancelled_elsewhere(tmp_path: Path) -> None:
+    """A submission the assistant walked but that settled without it (cancelled here) is let
+    go while the assistant lives on: it asks the scheduler, while idle, about what it holds."""
+    from conveyor.worker.walk import task_spec
+
+    scheduler = Scheduler(worker_disconnect_delay=1e9)
+    config = conveyor.Config().with_overrides(
+        assistant=True,
+        keep_alive=True,
+        task_modules=[__name__],
+        executor="inline",
+        log_level="warning",
+        wait_interval=0.05,
+    )
+    waits = SubmitWaits(root=str(tmp_path))
+    missing = SubmitMissing(root=str(tmp_path)).task_id
+    scheduler.submit(task_spec(waits), by="web app")
+    with conveyor.Worker(scheduler, config=config, worker_id="helper") as assistant:
+        runner = threading.Thread(target=assistant.run, name="assistant")
+        runner.start()
+        try:
+
+            def held(task_id: str) -> bool:
+                rec = scheduler.peek(task_id)
+                return rec is not None and "helper" in rec.stakeholders
+
+            wait_for(lambda: held(waits.task_id) and held(missing), 30, "the walk")
+            scheduler.cancel(waits.task_id)
+            wait_for(lambda: not held(waits.task_id) and not held(missing), 60, "the let-go")
+            assert runner.is_alive()
+        finally:
+            assistant.drain()
+            runner.join(30)
