@@ -1531,7 +1531,8 @@ class SchedulerCore:
 
         A task new here (or known only as another's dependency) takes the spec's identity,
         labels, resources and retry settings, and has no dependencies until an assistant walks
-        it (:attr:`Work.walk`); one already registered keeps what its workers said. ``DONE``,
+        it (:attr:`Work.walk`); one already registered keeps what its workers said, except a
+        broken (``UNKNOWN``) one, which is walked afresh by an assistant. ``DONE``,
         ``FAILED``, ``DISABLED`` or ``UNKNOWN`` becomes ``PENDING`` (a disabled task's failures
         forgotten, as :meth:`reenable` does); ``PENDING`` and ``RUNNING`` stay.
         """
@@ -1550,6 +1551,13 @@ class SchedulerCore:
                     self._labelled.add(rec.task_id)
                     self._label_sets.add(labels)
             rec.submitted_by = by or "anonymous"
+            if rec.status == UNKNOWN and rec.stakeholders:  # broken when it was walked: an
+                # assistant walks it afresh (its hand-out says walk), whoever walked it then
+                for worker_id in rec.stakeholders:
+                    mine = self._by_worker.get(worker_id)
+                    if mine is not None:
+                        mine.discard(rec.task_id)
+                rec.stakeholders = ()
             if rec.status in (DONE, FAILED, DISABLED, UNKNOWN):
                 if rec.status == DISABLED:
                     rec.failures = None
