@@ -442,8 +442,10 @@ def spec_of(task: conveyor.Task) -> TaskSpec:
 def start_assistant(
     procs: Processes, server: Server, tmp_path: Path, package: str
 ) -> subprocess.Popen[bytes]:
-    """`conveyor worker` for ``server`` allowed to load tasks from ``package``."""
-    config = write_config(tmp_path / "assistant.toml", f'[worker]\ntask_modules = ["{package}"]\n')
+    """`conveyor worker` for ``server`` allowed to load tasks from ``package``; its attempts
+    run inline (in the assistant's own process, whose pid the tasks write)."""
+    text = f'[worker]\ntask_modules = ["{package}"]\nexecutor = "inline"\n'
+    config = write_config(tmp_path / "assistant.toml", text)
     return procs.start(
         "assistant", "worker", "--scheduler-url", server.url, "--config", str(config)
     )
