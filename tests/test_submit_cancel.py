@@ -9,9 +9,11 @@ and the rows the state store keeps), then a real ``conveyor scheduler`` with rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -38,6 +40,7 @@ from conveyor.scheduler.persist import from_row, to_row
 from conveyor.scheduler.policy import CANCELLED, SchedulerCore
 from conveyor.testing import FakeClock
 from conveyor.testing.processes import SchedulerProcess, gone_within, wait_for
+from conveyor.worker.walk import task_spec
 
 PENDING, RUNNING, DONE = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.DONE
 FAILED, DISABLED, UNKNOWN = TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN
@@ -716,15 +719,11 @@ class _CountingAsks:
         return self.inner.call(request)
 
 
-@pytest.mark.timeout(90)
-def test_an_assistant_walks_again_a_resubmitted_task_it_found_broken(tmp_path: Path) -> None:
-    """A task a live assistant found broken, submitted again, is walked afresh (and found
-    broken again): never left pending for good, nor handed out over and over without being
-    started or registered."""
-    from conveyor.worker.walk import task_spec
-
-    scheduler = Scheduler(worker_disconnect_delay=1e9)
-    transport = _CountingAsks(scheduler)
+@contextlib.contextmanager
+def _live_assistant(transport: object) -> Iterator[threading.Thread]:
+    """A long-lived assistant ``helper`` of ``transport`` (conveyor's tasks of this module,
+    inline, asking every 0.05 s) running in a thread, which the ``with`` block may watch; it
+    is drained and joined at the end."""
     config = conveyor.Config().with_overrides(
         assistant=True,
         keep_alive=True,
@@ -733,22 +732,33 @@ def test_an_assistant_walks_again_a_resubmitted_task_it_found_broken(tmp_path: P
         log_level="warning",
         wait_interval=0.05,
     )
-    task = SubmitBroken(n=1)
-    scheduler.submit(task_spec(task))
     with conveyor.Worker(transport, config=config, worker_id="helper") as assistant:
         runner = threading.Thread(target=assistant.run, name="assistant")
         runner.start()
         try:
-            wait_for(lambda: _status(scheduler, task.task_id) == UNKNOWN, 30, "the first walk")
-            rec = scheduler.peek(task.task_id)
-            assert rec is not None and "helper" in rec.stakeholders
-            transport.asks = 0
-            scheduler.submit(task_spec(task))
-            wait_for(lambda: _status(scheduler, task.task_id) == UNKNOWN, 30, "the second walk")
-            assert runner.is_alive(), "the assistant died (a hot loop of get_work?)"
+            yield runner
         finally:
             assistant.drain()
             runner.join(30)
+
+
+@pytest.mark.timeout(90)
+def test_an_assistant_walks_again_a_resubmitted_task_it_found_broken(tmp_path: Path) -> None:
+    """A task a live assistant found broken, submitted again, is walked afresh (and found
+    broken again): never left pending for good, nor handed out over and over without being
+    started or registered."""
+    scheduler = Scheduler(worker_disconnect_delay=1e9)
+    transport = _CountingAsks(scheduler)
+    task = SubmitBroken(n=1)
+    scheduler.submit(task_spec(task))
+    with _live_assistant(transport) as runner:
+        wait_for(lambda: _status(scheduler, task.task_id) == UNKNOWN, 30, "the first walk")
+        rec = scheduler.peek(task.task_id)
+        assert rec is not None and "helper" in rec.stakeholders
+        transport.asks = 0
+        scheduler.submit(task_spec(task))
+        wait_for(lambda: _status(scheduler, task.task_id) == UNKNOWN, 30, "the second walk")
+        assert runner.is_alive(), "the assistant died (a hot loop of get_work?)"
     assert "no requirements today" in scheduler.explanation(task.task_id)
 
 
@@ -782,43 +792,27 @@ class SubmitTop(conveyor.Task):
             out.write("t")
 
 
+@pytest.mark.timeout(90)
 def test_a_done_submission_is_let_go_by_its_assistant_and_pruned(tmp_path: Path) -> None:
     """Once a submitted task is done, the assistant that walked it releases its graph: the
     scheduler prunes it ``remove_delay`` later although the assistant lives on (a long-lived
     assistant fed by a web app holds only what is in progress)."""
-    from conveyor.worker.walk import task_spec
-
     clock = FakeClock()
     scheduler = Scheduler(clock=clock, remove_delay=10, worker_disconnect_delay=1e9)
-    config = conveyor.Config().with_overrides(
-        assistant=True,
-        keep_alive=True,
-        task_modules=[__name__],
-        executor="inline",
-        log_level="warning",
-        wait_interval=0.05,
-    )
     top = SubmitTop(root=str(tmp_path))
     ids = [top.task_id, *(SubmitLeaf(root=str(tmp_path), n=n).task_id for n in range(2))]
     scheduler.submit(task_spec(top), by="web app")
-    with conveyor.Worker(scheduler, config=config, worker_id="helper") as assistant:
-        runner = threading.Thread(target=assistant.run, name="assistant")
-        runner.start()
-        try:  # (the assistant lives on: run() has not ended, nor released anything at its end)
 
-            def let_go() -> bool:
-                records = [scheduler.peek(task_id) for task_id in ids]
-                return all(
-                    r is not None and r.status == DONE and not r.stakeholders for r in records
-                )
+    def let_go() -> bool:
+        records = [scheduler.peek(task_id) for task_id in ids]
+        return all(r is not None and r.status == DONE and not r.stakeholders for r in records)
 
-            wait_for(let_go, 30, "the done submission to be released by its live assistant")
-            assert runner.is_alive()
-            clock.advance(11)
-            assert scheduler.statuses(ids) == {}
-        finally:
-            assistant.drain()
-            runner.join(30)
+    with _live_assistant(scheduler) as runner:
+        # (it lives on: run() has not ended, nor released anything at its end)
+        wait_for(let_go, 30, "the done submission to be released by its live assistant")
+        assert runner.is_alive()
+        clock.advance(11)
+        assert scheduler.statuses(ids) == {}
 
 
 class SubmitMissing(conveyor.ExternalTask):
@@ -849,33 +843,17 @@ class SubmitWaits(conveyor.Task):
 def test_a_live_assistant_lets_go_of_a_submission_cancelled_elsewhere(tmp_path: Path) -> None:
     """A submission the assistant walked but that settled without it (cancelled here) is let
     go while the assistant lives on: it asks the scheduler, while idle, about what it holds."""
-    from conveyor.worker.walk import task_spec
-
     scheduler = Scheduler(worker_disconnect_delay=1e9)
-    config = conveyor.Config().with_overrides(
-        assistant=True,
-        keep_alive=True,
-        task_modules=[__name__],
-        executor="inline",
-        log_level="warning",
-        wait_interval=0.05,
-    )
     waits = SubmitWaits(root=str(tmp_path))
     missing = SubmitMissing(root=str(tmp_path)).task_id
     scheduler.submit(task_spec(waits), by="web app")
-    with conveyor.Worker(scheduler, config=config, worker_id="helper") as assistant:
-        runner = threading.Thread(target=assistant.run, name="assistant")
-        runner.start()
-        try:
 
-            def held(task_id: str) -> bool:
-                rec = scheduler.peek(task_id)
-                return rec is not None and "helper" in rec.stakeholders
+    def held(task_id: str) -> bool:
+        rec = scheduler.peek(task_id)
+        return rec is not None and "helper" in rec.stakeholders
 
-            wait_for(lambda: held(waits.task_id) and held(missing), 30, "the walk")
-            scheduler.cancel(waits.task_id)
-            wait_for(lambda: not held(waits.task_id) and not held(missing), 60, "the let-go")
-            assert runner.is_alive()
-        finally:
-            assistant.drain()
-            runner.join(30)
+    with _live_assistant(scheduler) as runner:
+        wait_for(lambda: held(waits.task_id) and held(missing), 30, "the walk")
+        scheduler.cancel(waits.task_id)
+        wait_for(lambda: not held(waits.task_id) and not held(missing), 60, "the let-go")
+        assert runner.is_alive()
