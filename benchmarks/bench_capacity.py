@@ -34,6 +34,33 @@ from bench_server import free_port, wait_healthy
 
 BATCH = 500
 
+PROFILED = """
+import cProfile, pstats, runpy, signal, sys, threading
+out = sys.argv.pop(1)
+sys.argv[0] = "conveyor"
+# uvicorn raises the SIGTERM again once it has shut down, with the handler found at its start:
+# this one ends the process by SystemExit, so that the profile is written
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+profiles = [cProfile.Profile()]
+
+def in_thread(*_):  # every thread started later gets a profiler of its own
+    profile = cProfile.Profile()
+    profiles.append(profile)
+    profile.enable()
+
+threading.setprofile(in_thread)
+profiles[0].enable()
+try:
+    runpy.run_module("conveyor", run_name="__main__")
+except SystemExit:
+    pass
+finally:
+    profiles[0].disable()
+    pstats.Stats(*profiles).dump_stats(out)
+"""
+"""The server under cProfile (``--profile-server``), its threads too: argv[1] is where the
+stats of all of them go."""
+
 
 class Client:
     """One keep-alive connection to the server on loopback ``port``."""
@@ -125,16 +152,17 @@ def quantile_ms(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
 
 
-def run(n: int, clients: int, batch: int = 0) -> dict[str, Any]:
-    """One measurement against a fresh server; its figures."""
+def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, Any]:
+    """One measurement against a fresh server (under cProfile, its stats written to
+    ``profile``, if given); its figures."""
     work = Path(tempfile.mkdtemp(prefix="conveyor-bench-capacity-"))
     port = free_port()
     env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    python = ["-c", PROFILED, profile] if profile else ["-m", "conveyor"]
     server = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "conveyor",
+            *python,
             "scheduler",
             "--port",
             str(port),
@@ -216,8 +244,14 @@ def main() -> None:
         default=0,
         help="hand-outs per get_work, reported done with the next one (0: get_work, task_done)",
     )
+    parser.add_argument(
+        "--profile-server",
+        default="",
+        metavar="FILE",
+        help="run the server under cProfile (all its threads) and write the stats to FILE",
+    )
     args = parser.parse_args()
-    print(json.dumps(run(args.n, args.clients, args.batch)), flush=True)
+    print(json.dumps(run(args.n, args.clients, args.batch, args.profile_server)), flush=True)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_capacity import Client, quantile_ms, take_and_report
+from bench_capacity import PROFILED, Client, quantile_ms, take_and_report
 from bench_server import free_port
 
 WORKER = "bench-million"
@@ -98,34 +98,6 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         return self.peak
-
-
-PROFILED = """
-import cProfile, pstats, runpy, signal, sys, threading
-out = sys.argv.pop(1)
-sys.argv[0] = "conveyor"
-# uvicorn raises the SIGTERM again once it has shut down, with the handler found at its start:
-# this one ends the process by SystemExit, so that the profile is written
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-profiles = [cProfile.Profile()]
-
-def in_thread(*_):  # every thread started later gets a profiler of its own
-    profile = cProfile.Profile()
-    profiles.append(profile)
-    profile.enable()
-
-threading.setprofile(in_thread)
-profiles[0].enable()
-try:
-    runpy.run_module("conveyor", run_name="__main__")
-except SystemExit:
-    pass
-finally:
-    profiles[0].disable()
-    pstats.Stats(*profiles).dump_stats(out)
-"""
-"""The server under cProfile (``--profile-server``), its threads too: argv[1] is where the
-stats of all of them go."""
 
 
 def start_server(port: int, work: Path, profile: Path | None) -> subprocess.Popen[bytes]:
