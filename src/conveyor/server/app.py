@@ -109,6 +109,39 @@ def not_leader_answer(exc: NotLeader, headers: Mapping[str, str] | None = None) 
 _READS = tuple(name for name, v in vars(TaskReads).items() if callable(v) and name[0] != "_")
 """The methods of :class:`~.stores.TaskReads`, which every state store must have."""
 
+GROUP_MAX = 16
+"""The most calls committed in one transaction (group commit: see :meth:`SchedulerService.call`)."""
+
+
+class _Refused:
+    """A call's refusal (StaleReport, UnknownTask), raised once its group is committed."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+class _Group:
+    """Calls applied under the lock whose changes one later commit stores: each call's result
+    (by thread), and once ``done`` is set, the commit's ``error`` (None: stored)."""
+
+    __slots__ = ("done", "error", "results")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        self.results: dict[int, Any] = {}
+
+    def result_of(self, thread: int) -> Any:
+        """The result of the call made by ``thread``; what it raised, or the commit's error."""
+        result = self.results.pop(thread)
+        if self.error is not None:
+            raise type(self.error)(*self.error.args)
+        if isinstance(result, _Refused):
+            raise result.exc
+        return result
+
 
 class SchedulerService:
     """Runs policy calls one at a time and commits their changes before returning."""
@@ -168,14 +201,37 @@ class SchedulerService:
         self.clock: Callable[[], float] = time.monotonic
         self.campaign: Campaign | None = None
         """The :class:`~.leadership.Campaign` that keeps the lease of a shared store."""
+        self._door = threading.Lock()  # guards _entering
+        self._entering = 0  # calls waiting for (or about to take) the lock
+        self._group: _Group | None = None  # calls applied, their commit left to the next
+        self._grouped = 0  # how many calls _group holds
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Apply ``fn(*args)`` and commit every change it made; :class:`Unstored` (nothing
         changed) if the store cannot take it. The plugins are told what it changed after the
-        lock is released."""
+        lock is released.
+
+        Group commit: when another call is already waiting for the lock, this one's changes
+        are left for that call to commit together with its own (up to :data:`GROUP_MAX`
+        calls in one transaction), and this call waits for that commit before it returns. So
+        nothing is acknowledged before it is stored, and a busy server makes one commit for
+        several requests instead of one each."""
+        with self._door:
+            self._entering += 1
+        group: _Group | None = None
         try:
             with self.lock:
-                return self._apply(fn, *args)
+                with self._door:
+                    self._entering -= 1
+                try:
+                    outcome = self._apply_grouped(fn, *args)
+                finally:
+                    self._settle_group()
+            if isinstance(outcome, _Group):
+                group = outcome
+                group.done.wait()
+                return group.result_of(threading.get_ident())  # type: ignore[no-any-return]
+            return outcome
         finally:
             self.hooks.deliver()
 
@@ -199,8 +255,43 @@ class SchedulerService:
         finally:
             self.hooks.deliver()
 
+    def _apply_grouped(self, fn: Callable[..., T], *args: Any) -> T | _Group:
+        """:meth:`call` under the lock: its result once committed, or the open group whose
+        commit a call waiting for the lock will make (this call's result kept in it)."""
+        if not self._entering or self._grouped >= GROUP_MAX:
+            return self._apply(fn, *args)
+        self._check_leader()
+        self._check_writable()
+        try:
+            result: Any = fn(*args)
+        except (StaleReport, UnknownTask) as exc:  # refused, but what it saw is committed
+            result = _Refused(exc)
+        except Exception:  # a fault half way: what the call changed is not kept
+            self._roll_back()
+            raise
+        if self._group is None:
+            self._group = _Group()
+        self._group.results[threading.get_ident()] = result
+        self._grouped += 1
+        return self._group
+
+    def _settle_group(self) -> None:
+        """Before the lock is let go: commit the open group unless a call waiting for the lock
+        will (a call that found the lock taken always takes it next or later)."""
+        if self._group is None or (self._entering and self._grouped < GROUP_MAX):
+            return
+        with contextlib.suppress(Unstored, NotLeader):  # (its calls are told by _end_group)
+            self._commit_or_roll_back()
+
+    def _end_group(self, error: Exception | None) -> None:
+        """The open group's changes are stored (``error`` None) or not: tell its calls."""
+        group, self._group, self._grouped = self._group, None, 0
+        if group is not None:
+            group.error = error
+            group.done.set()
+
     def _apply(self, fn: Callable[..., T], *args: Any) -> T:
-        """:meth:`call` under the lock."""
+        """:meth:`call` under the lock, committed at once (with the open group, if any)."""
         self._check_leader()
         self._check_writable()
         try:
@@ -240,6 +331,7 @@ class SchedulerService:
         from .main import collector_paused
 
         with self.lock:
+            self._end_group(NotLeader(""))  # (none is open on a standby: kept safe anyway)
             with collector_paused():
                 self.core.reload(records, workers)
             self.hooks.discard()
@@ -303,6 +395,7 @@ class SchedulerService:
         except Deposed:  # another server leads now: nothing of this call was written
             self.hooks.discard()
             self.step_down("", "another server took the lease")
+            self._end_group(NotLeader(""))
             raise NotLeader("") from None
         except Exception as exc:
             self._note_failure(exc)
@@ -310,6 +403,7 @@ class SchedulerService:
             self._roll_back()
             raise Unstored(self.failure) from None
         self.hooks.committed()
+        self._end_group(None)
 
     def _roll_back(self) -> None:
         """Replace the scheduler's state with what the store holds, as a restart would. If
@@ -317,6 +411,8 @@ class SchedulerService:
         are refused until a later reload succeeds."""
         from .main import collector_paused, records_of  # (main builds this module's app)
 
+        # the open group's changes are undone with the rest: its calls are told so
+        self._end_group(Unstored(self.failure or "the change was undone; nothing was changed"))
         try:
             with collector_paused():
                 records, workers = records_of(self.store, self.where)
