@@ -307,6 +307,23 @@ def test_registration_is_batched_under_the_servers_request_limit(
     assert {len(info.params["payload"]) for info in wide} == {15_000}
 
 
+def test_a_task_with_more_dependencies_than_one_request_holds_is_registered_in_parts(
+    small_server: SchedulerProcess, task_module: WriteModule
+) -> None:
+    """A wrapper of 2,000 tasks: its registration (about 49 KB of dependency ids) is over the
+    server's 40 KB limit, so it is sent in parts the scheduler merges; every dependency is
+    there, in order (it used to be refused as a task too large to register)."""
+    from conveyor.transports.http import HttpTransport
+
+    module = task_module(BIG_PARAMS)
+    fan = load_task_class(module, "Fan")(n=2000, size=1)
+    config = conveyor.Config().with_overrides(scheduler_url=small_server.url)
+    with conveyor.Worker(config=config) as worker:
+        assert worker.add(fan)
+    [root] = [info for info in HttpTransport(config).task_list() if info.family == "Fan"]
+    assert list(root.dependencies) == [dep.task_id for dep in fan.requires()]
+
+
 def test_a_task_too_large_to_register_is_named_and_nothing_is_registered(
     small_server: SchedulerProcess, task_module: WriteModule, run_cli: RunCli, tmp_path: Path
 ) -> None:

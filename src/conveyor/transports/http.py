@@ -71,6 +71,7 @@ from ..protocol import (
     StatusesAnswer,
     TaskInfo,
     TaskList,
+    TaskSpec,
     TaskStatus,
     decode,
     encode_request,
@@ -573,16 +574,22 @@ class HttpTransport:
         head = encode_request(replace(request, tasks=()))
         head.pop("tasks", None)
         prefix = _dumps(head)[:-1] + b',"tasks":['  # the request, up to its list of tasks
-        encoded = [_dumps(encode_request(spec)) for spec in items]
         room = self._request_limit() - len(prefix) - 2  # the closing "]}"
-        for spec, data in zip(items, encoded, strict=True):
-            if len(data) > room:
+        encoded: list[bytes] = []
+        for spec in items:
+            data = _dumps(encode_request(spec))
+            if len(data) <= room:
+                encoded.append(data)
+                continue
+            parts = _split_deps(spec, room)  # (the scheduler merges a task's dependencies)
+            if parts is None:
                 raise ConveyorError(
                     f"task {spec.task_id} cannot be registered: its registration is "
                     f"{len(data)} bytes, more than the scheduler at {self._where} accepts in "
                     f"one request (max_request_bytes = {self._request_limit()}); make its "
                     "parameters smaller"
                 )
+            encoded += parts
         for batch in _batches(encoded, room):
             self._post_json("add_tasks", prefix + b",".join(batch) + b"]}")
         return _OK
@@ -805,6 +812,29 @@ def _verify_refusal(
 
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _split_deps(spec: TaskSpec, room: int) -> list[bytes] | None:
+    """``spec``'s registration as several, each of at most ``room`` bytes, with its
+    dependencies shared out among them in order (the scheduler merges the dependencies of
+    registrations of one task); None if it does not fit even with a single dependency."""
+    base = len(_dumps(encode_request(replace(spec, deps=("",)))))  # (one empty id: "deps":[""])
+    if base - 2 > room:
+        return None
+    parts: list[bytes] = []
+    chunk: list[str] = []
+    size = base - 2  # (the two quotes of the empty id)
+    for dep in spec.deps:
+        cost = len(_dumps(dep)) + (1 if chunk else 0)
+        if chunk and size + cost > room:
+            parts.append(_dumps(encode_request(replace(spec, deps=tuple(chunk)))))
+            chunk, size, cost = [], base - 2, len(_dumps(dep))
+        if size + cost > room:
+            return None  # (a single id too long for the room left)
+        chunk.append(dep)
+        size += cost
+    parts.append(_dumps(encode_request(replace(spec, deps=tuple(chunk)))))
+    return parts
 
 
 def _batches(encoded: list[bytes], room: int) -> Iterator[list[bytes]]:
