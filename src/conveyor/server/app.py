@@ -134,10 +134,14 @@ class _Group:
         self.results: dict[int, Any] = {}
 
     def result_of(self, thread: int) -> Any:
-        """The result of the call made by ``thread``; what it raised, or the commit's error."""
+        """The result of the call made by ``thread``; what it raised, or the commit's error
+        (a fresh exception for each call: they are raised in several threads at once)."""
         result = self.results.pop(thread)
-        if self.error is not None:
-            raise type(self.error)(*self.error.args)
+        error = self.error
+        if isinstance(error, NotLeader):
+            raise NotLeader(error.leader)
+        if error is not None:
+            raise Unstored(str(error))
         if isinstance(result, _Refused):
             raise result.exc
         return result
@@ -258,7 +262,7 @@ class SchedulerService:
     def _apply_grouped(self, fn: Callable[..., T], *args: Any) -> T | _Group:
         """:meth:`call` under the lock: its result once committed, or the open group whose
         commit a call waiting for the lock will make (this call's result kept in it)."""
-        if not self._entering or self._grouped >= GROUP_MAX:
+        if not self._entering:
             return self._apply(fn, *args)
         self._check_leader()
         self._check_writable()
@@ -331,7 +335,7 @@ class SchedulerService:
         from .main import collector_paused
 
         with self.lock:
-            self._end_group(NotLeader(""))  # (none is open on a standby: kept safe anyway)
+            self._end_group(NotLeader(self.leader))  # (a group open as the server stepped down)
             with collector_paused():
                 self.core.reload(records, workers)
             self.hooks.discard()
@@ -402,6 +406,13 @@ class SchedulerService:
             self.core.frozen = True
             self._roll_back()
             raise Unstored(self.failure) from None
+        except BaseException as exc:  # (SystemExit from a store; ^C on an embedder's thread)
+            # what the calls changed was taken for the save and may not be stored: nothing is
+            # acknowledged, and the next call reloads the stored state before it goes on
+            self._note_failure(exc)
+            self.core.frozen = True
+            self._end_group(Unstored(self.failure))
+            raise
         self.hooks.committed()
         self._end_group(None)
 
@@ -425,7 +436,7 @@ class SchedulerService:
         finally:
             self.hooks.discard()  # what the plugins were to be told of is undone
 
-    def _note_failure(self, exc: Exception) -> None:
+    def _note_failure(self, exc: BaseException) -> None:
         """Remember why writes fail; log each kind of error once until writes succeed."""
         kind = f"{type(exc).__name__}: {exc}"
         self.failure = f"the state store cannot store changes ({kind}); nothing was changed"
