@@ -53,6 +53,14 @@ def test_statuses_decode_to_the_enum() -> None:
     assert answer.statuses["a"] == "DONE"
 
 
+def test_a_status_and_its_text_are_one_dictionary_key() -> None:
+    """TaskStatus hashes as str does (a C call on the hot path): each name is its value, so a
+    status and its text are the same key either way round."""
+    for status in TaskStatus:
+        assert status.name == status.value and hash(status) == hash(status.value)
+        assert {status: 1}[status.value] == 1 and {status.value: 1}[status] == 1
+
+
 @pytest.mark.parametrize(
     ("cls", "data", "field", "message"),
     [

@@ -104,6 +104,10 @@ class TaskStatus(enum.StrEnum):
     DISABLED = "DISABLED"
     UNKNOWN = "UNKNOWN"  # a task whose complete()/requires() was broken while scheduling
 
+    # str's own hash, in C (Enum's calls hash(self._name_) in Python): the same value, since
+    # every name is its value, so a status and its text stay one dictionary key
+    __hash__ = str.__hash__
+
 
 REGISTRATION_STATUSES = (
     TaskStatus.PENDING,
