@@ -103,6 +103,15 @@ class HookRelay:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self._impls: dict[str, tuple[_Impl, ...]] = {}
+        self.generation = 0
+        """Grows whenever the registered plugins change: what a caller worked out from
+        :meth:`wants` holds while it stays the same (the worker asks once per change, not
+        once per event)."""
+
+    def _changed(self) -> None:
+        """Forget what was looked up about the registered plugins (they changed)."""
+        self._impls.clear()
+        self.generation += 1
 
     def register(self, plugin: object, name: str) -> None:
         """Register ``plugin`` under ``name``; PluginError if it implements an unknown hook."""
@@ -115,7 +124,7 @@ class HookRelay:
         except ValueError as exc:
             raise PluginError(f"plugin {name!r} could not be registered: {exc}") from None
         self._reject_unknown_hooks(plugin, name)
-        self._impls.clear()
+        self._changed()
 
     def _reject_unknown_hooks(self, plugin: object, name: str) -> None:
         for caller in self.pm.get_hookcallers(plugin) or ():
@@ -605,7 +614,7 @@ class LifecycleRelay(HookRelay):
             self._call_each(_CONFIGURE, {"config": self._config}, only=plugin)
         except self._refusals:
             self.pm.unregister(plugin)
-            self._impls.clear()
+            self._changed()
             raise
 
     def unconfigure(self, flush_timeout: float) -> None:

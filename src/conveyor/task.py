@@ -328,33 +328,56 @@ class Task:
         """Bind parameters from positional (declaration order) and keyword arguments."""
         self._hash = None
         self._reporter = None
-        key = _bound_key(type(self), kwargs) if self._memoizable and not args else None
-        memo = _bound_memo() if key is not None else None
+        cls = type(self)
+        key = _bound_key(cls, kwargs) if self._memoizable and not args else None
+        defaults = _in_force() if key is not None else None
+        memo = None if defaults is None else defaults.bound
         bound = memo.get(key) if memo is not None and key is not None else None
-        if bound is not None and bound.cls is type(self):  # an equal task was made before
+        if bound is not None and bound.cls is cls:  # an equal task was made before
             self._str_params, self._task_id = bound, bound.task_id
             self._set_values(dict(zip(self._param_order, bound.param_values, strict=True)))
             return
         given = self._merge_args(args, kwargs) if args else kwargs
+        names = self._param_names
         for name in given:
-            if name not in self._param_names:
+            if name not in names:
                 self._unknown(name, given[name])
         family = self._family
-        if len(given) < len(self._params):  # some come from a default: maybe configured
-            configured = configured_defaults(type(self))
+        params = self._params
+        if len(given) < len(params):  # some come from a default: maybe configured
+            configured = configured_defaults(cls)
             if configured:
                 given = {**configured, **given}
-        values = {
-            name: _bind(family, name, param, given, self._missing_hint)
-            for name, param in self._params
-        }
-        self._set_values(values)
+        values: dict[str, Any] = {}
+        for name, param in params:  # (_bind, without the call when the value is given)
+            if name in given:
+                try:
+                    values[name] = param.normalize(given[name])
+                    continue
+                except ValueError:
+                    pass  # (_bind says what is wrong)
+            values[name] = _bind(family, name, param, given, self._missing_hint)
+        self.param_kwargs = values  # (_set_values, inlined)
+        for name in values:
+            object.__setattr__(self, name, values[name])
         self._str_params = None
         self._task_id = None
         if key is not None:
             binding = self._string_params()
-            binding.seal(type(self), tuple(values.values()), self.task_id)
-            memo = _bound_memo()  # (making the id may have read the configuration)
+            if cls.task_id is _TASK_ID:  # (the property, without its call: task_id_afresh)
+                style = self.task_id_style or (
+                    defaults.id_style if defaults is not None else _default_id_style()
+                )
+                if style == "luigi":
+                    task_id = self._task_id = _luigi_task_id(self)
+                else:
+                    task_id = _make_task_id(self._id_family, self._id_sorted, binding)
+                    self._task_id = task_id
+            else:
+                task_id = self.task_id
+            binding.seal(cls, tuple(values.values()), task_id)
+            if memo is None:
+                memo = _bound_memo()  # (making the id may have read the configuration)
             if memo is not None:
                 if len(memo) >= _BOUND_MAX:
                     memo.clear()
@@ -479,8 +502,10 @@ class Task:
         """The cached string form, read-only (the worker hands it to every event as is)."""
         if self._str_params is None:
             values = self.param_kwargs
-            self._str_params = _Binding(
-                {name: param.serialize(values[name]) for name, param in self._params}
+            # (a fresh binding, filled without Params.__init__'s check that it is empty)
+            binding = self._str_params = dict.__new__(_Binding)
+            dict.update(
+                binding, [(name, param.serialize(values[name])) for name, param in self._params]
             )
         return self._str_params
 
@@ -1041,6 +1066,9 @@ def _bound_key(cls: type[Task], kwargs: dict[str, Any]) -> tuple[Any, ...] | Non
     return (id(cls), *kwargs, *kwargs.values())
 
 
+_TASK_ID = Task.task_id  # the property, as Task defines it (see Task.__init__)
+
+
 def _make_task_id(
     family: tuple[str, str],
     id_params: tuple[tuple[str, bool, str], ...],
@@ -1060,7 +1088,10 @@ def _make_task_id(
         parts.append(f"{named}{len(value)}:{value}")
         if not secret and len(shown) < 4:
             # a URL's credentials are not shown (ids are in logs and messages; the hash has them)
-            shown.append(_id_safe(redact_text(value) if "://" in value else value)[:16])
+            if "://" in value:
+                value = redact_text(value)
+            # (_id_safe, inlined: the common case without the call)
+            shown.append((value if value.isascii() and value.isalnum() else _id_safe(value))[:16])
     digest = hashlib.sha256("".join(parts).encode()).hexdigest()[:_HASH_LEN]
     head = "_".join(shown)
     return f"{head[: _ID_MAX - _HASH_LEN - 1]}_{digest}"
@@ -1282,19 +1313,26 @@ def is_external(task: TaskLike) -> bool:
     return task.task_policy().external
 
 
-def found_complete(task: TaskLike) -> bool:
+def found_complete(task: TaskLike, external: bool | None = None) -> bool:
     """Whether an attempt finds ``task`` already done before its ``run()``: only a task with
     outputs of its own (``output()``, non-empty) whose ``complete()`` is True; never an
     external task or a :class:`WrapperTask`, whose completeness follows from its
     requirements (as in Luigi, its ``run()`` is always called). Another
-    :class:`~conveyor.TaskLike` without an ``output()`` method is never found complete."""
+    :class:`~conveyor.TaskLike` without an ``output()`` method is never found complete.
+    ``external``: whether the task is external (:func:`is_external`), when already known."""
     if isinstance(task, Task):
-        if task.is_external() or isinstance(task, WrapperTask):
+        if external is None:
+            external = task.is_external()
+        if external or isinstance(task, WrapperTask):
             return False
         outputs = task.output()
     else:
         output = getattr(task, "output", None)
-        if output is None or task.task_policy().external:
+        if output is None:
+            return False
+        if external is None:
+            external = task.task_policy().external
+        if external:
             return False
         outputs = output()
     return bool(outputs) and bool(flatten(outputs)) and task.complete() is True
@@ -1332,6 +1370,12 @@ def on_failure(task: TaskLike, exception: BaseException) -> str | None:
 def checked_tasks(owner: TaskLike, struct: object, what: str) -> list[TaskLike]:
     """Flatten ``struct`` and check every leaf is a task (a :class:`Task` or another
     :class:`~conveyor.TaskLike`), naming the owner and what it returned."""
+    if type(struct) is list:  # the usual answer: a flat list of conveyor tasks (or nothing)
+        for item in struct:
+            if not isinstance(item, Task) or isinstance(item, Settings):
+                break  # (anything else: looked at below)
+        else:
+            return list(struct)
     if isinstance(struct, Task) and not isinstance(struct, Settings):
         return [struct]
     if isinstance(struct, Settings):

@@ -31,6 +31,7 @@ from ..protocol import AttemptOutcome, TaskStatus
 from .states import TaskState, Trigger
 
 __all__ = [
+    "HAND_OUT",
     "FailureDecision",
     "HandOut",
     "Registration",
@@ -101,15 +102,20 @@ class HandOut(enum.Enum):
     requirements, and start it."""
 
 
+HAND_OUT: dict[TaskState | None, HandOut] = {
+    None: HandOut.ADOPT,
+    TaskState.PENDING: HandOut.START,
+    TaskState.FAILED: HandOut.START,
+    TaskState.DONE: HandOut.RECHECK,
+    TaskState.COMPLETE: HandOut.RECHECK,
+}
+"""The decision for a hand-out of a task in each state (None: not in this worker's graph);
+every state missing here is :attr:`HandOut.IGNORE` (see :func:`on_hand_out`)."""
+
+
 def on_hand_out(state: TaskState | None) -> HandOut:
     """The decision for a hand-out of a task in ``state`` (None: not in this worker's graph)."""
-    if state is None:
-        return HandOut.ADOPT
-    if state in (TaskState.PENDING, TaskState.FAILED):
-        return HandOut.START
-    if state in (TaskState.DONE, TaskState.COMPLETE):
-        return HandOut.RECHECK
-    return HandOut.IGNORE
+    return HAND_OUT.get(state, HandOut.IGNORE)
 
 
 _TRIGGER_OF = {

@@ -58,6 +58,8 @@ class Category(Enum):
     NOT_SCHEDULED = "were not scheduled (task_limit reached)"
     PENDING = "are still pending"
 
+    __hash__ = object.__hash__  # members are singletons; identity hashing keeps counting fast
+
 
 @dataclass(frozen=True, slots=True)
 class SummaryFacts:
@@ -284,16 +286,70 @@ class _Order:
             value = params.get(name, "")
             found = texts.get(value)
             if found is None:
-                found = texts[value] = (
-                    ("", int(value), "") if value.isdecimal() else natural_key(value)
-                )
+                if value.isdecimal():  # (not kept: a number is usually one task's own)
+                    found = ("", int(value), "")
+                else:
+                    found = texts[value] = natural_key(value)
             values.append(found)
-        return (self._natural(family), tuple(values), (task_id,))  # (the id breaks ties)
+        return (texts.get(family) or self._natural(family), tuple(values), (task_id,))
 
-    def first(self, ids: Sequence[str], count: int) -> list[str]:
-        """The first ``count`` of ``ids`` in this order (without sorting all of them)."""
+    def lead(self, task_id: str) -> tuple[object, ...]:
+        """The start of ``task_id``'s :meth:`key`: its family, then its first parameter value
+        shown (nothing when it has none). When one lead is less than another, so is the whole
+        key; so the first ``count`` keys are among the ids whose lead is at most the
+        ``count``-th smallest lead (:meth:`first`)."""
+        facts = self.facts
+        family = facts.families.get(task_id, "")
+        texts = self._texts
+        natural = texts.get(family) or self._natural(family)
+        params = facts.params.get(task_id)
+        if not params:
+            return (natural, ())
+        shown = self._shown.get(family)
+        if shown is None:
+            shown = self._shown[family] = [n for n in params if not is_secret_name(n)]
+        if not shown:
+            return (natural, ())
+        value = params.get(shown[0], "")
+        found = texts.get(value)
+        if found is None:
+            found = ("", int(value), "") if value.isdecimal() else self._natural(value)
+        return (natural, found)
+
+    def _lead_in(self, family: str) -> Callable[[str], tuple[object, ...]]:
+        """:meth:`lead` for tasks all of ``family``, without the family (the same for all)."""
+        params_of = self.facts.params.get
+        texts = self._texts
+        shown = self._shown.get(family)
+
+        def lead(task_id: str) -> tuple[object, ...]:
+            nonlocal shown
+            params = params_of(task_id)
+            if not params:
+                return ()
+            if shown is None:
+                shown = self._shown.setdefault(family, [n for n in params if not is_secret_name(n)])
+            if not shown:
+                return ()
+            value = params.get(shown[0], "")
+            found = texts.get(value)
+            if found is None:
+                found = ("", int(value), "") if value.isdecimal() else self._natural(value)
+            return found
+
+        return lead
+
+    def first(self, ids: Sequence[str], count: int, family: str | None = None) -> list[str]:
+        """The first ``count`` of ``ids`` (all of ``family``, when given) in this order,
+        without sorting all of them, nor making the whole key of each: only of those whose
+        :meth:`lead` may put them first."""
         if len(ids) <= count:
             return sorted(ids, key=self.key)
+        if count > 0 and len(ids) > 4 * count:
+            lead = self.lead if family is None else self._lead_in(family)
+            leads = list(map(lead, ids))
+            last = heapq.nsmallest(count, leads)[-1]
+            ids = [t for t, one in zip(ids, leads, strict=True) if one <= last]
         return heapq.nsmallest(count, ids, key=self.key)
 
 
@@ -321,7 +377,8 @@ def _family_lines(ids: Sequence[str], facts: SummaryFacts, order: _Order) -> lis
     lines = []
     for family in sorted(by_family, key=natural_key):
         members = by_family[family]
-        shown = ", ".join(facts.label(t) for t in order.first(members, _SHOWN_PER_FAMILY))
+        first = order.first(members, _SHOWN_PER_FAMILY, family)
+        shown = ", ".join(facts.label(t) for t in first)
         count = len(members)
         more = f" ... and {count - _SHOWN_PER_FAMILY} more" if count > _SHOWN_PER_FAMILY else ""
         lines.append(f"    - {count} {family}: {shown}{more}")

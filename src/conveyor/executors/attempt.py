@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Generator
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -81,7 +82,9 @@ def run_attempt(
     def report(kind: str, value: object) -> None:
         sink(Note(task_id, NoteKind(kind), value))
 
-    tokens = structlog.contextvars.bind_contextvars(task_id=task_id)
+    # structlog's bind_contextvars(task_id=...), by its context variable itself
+    task_id_var = _TASK_ID_VAR or _task_id_var()
+    token = task_id_var.set(task_id)
     outcome: Outcome | None = None
     hooks = request.hooks
     context = None
@@ -91,15 +94,37 @@ def run_attempt(
         )
         hooks.begin(context)
     try:
-        with reporting(task, report):
-            outcome = _attempt(task, request, started, suspend, on_run)
+        if isinstance(task, Task):  # what reporting() does for a conveyor Task, without a
+            # context manager to make and enter: its reporter is set, and unset afterwards
+            task._reporter = report
+            try:
+                outcome = _attempt(task, request, started, suspend, on_run)
+            finally:
+                task._reporter = None
+        else:
+            with reporting(task, report):
+                outcome = _attempt(task, request, started, suspend, on_run)
         return outcome
     finally:
         if context is not None and (end_hooks or outcome is None):
             end_attempt(request, outcome)
         if request.resume is not None and (outcome is None or outcome.suspended is None):
             request.resume.close()  # not paused again: finish it now, not at garbage collection
-        structlog.contextvars.reset_contextvars(**tokens)
+        task_id_var.reset(token)
+
+
+_TASK_ID_VAR: ContextVar[Any] | None = None
+
+
+def _task_id_var() -> ContextVar[Any]:
+    """The context variable of structlog's ``task_id`` context key (what
+    ``bind_contextvars(task_id=...)`` sets), found once through structlog's own API."""
+    global _TASK_ID_VAR
+    tokens = structlog.contextvars.bind_contextvars(task_id=None)
+    var: ContextVar[Any] = tokens["task_id"].var
+    structlog.contextvars.reset_contextvars(**tokens)
+    _TASK_ID_VAR = var
+    return var
 
 
 def end_attempt(request: AttemptRequest, outcome: Outcome | None) -> None:
@@ -121,19 +146,21 @@ def _attempt(
     task_id = request.task_id
     resume = request.resume
     try:
-        if resume is None and found_complete(task):
-            return Outcome(task_id, SUCCEEDED, _since(started), found_complete=True)
-        _check_dependencies(task, request.deps)
-        if on_run is not None:
-            on_run()
         own = task if isinstance(task, Task) else None  # conveyor's: no helper in between
         # (a resumed run() is no external's)
         external = resume is None and (own.is_external() if own is not None else is_external(task))
+        if resume is None and found_complete(task, external):
+            return Outcome(task_id, SUCCEEDED, _since(started), found_complete=True)
+        deps = request.deps
+        if deps is None or deps:  # (none to check: a task known to need nothing)
+            _check_dependencies(task, deps)
+        if on_run is not None:
+            on_run()
         if resume is not None:
             new_deps, paused = _drive(task, resume.generator, suspend, resume.yielded)
         else:
             result = None if external else task.run()  # (an external has no run())
-            new_deps, paused = _drive(task, result, suspend)
+            new_deps, paused = ((), None) if result is None else _drive(task, result, suspend)
         if new_deps:
             return Outcome(
                 task_id, NEEDS_DEPS, _since(started), new_deps=new_deps, suspended=paused
@@ -168,7 +195,7 @@ def _attempt(
             not_retried=_not_retried(task, exc),
         )
     done = "" if explanation is None else str(explanation)
-    return Outcome(task_id, SUCCEEDED, _since(started), explanation=done)
+    return Outcome(task_id, SUCCEEDED, time.perf_counter() - started, explanation=done)
 
 
 # Ctrl+C in an embedding program, and the worker's own interruption of an inline attempt, stop

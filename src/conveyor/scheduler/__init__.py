@@ -52,3 +52,20 @@ class Scheduler(SchedulerCore):
             resources=s.resources,
             clock=clock,
         )
+
+    @property
+    def in_process(self) -> bool:
+        """True: a worker in this process may call this scheduler's ``get_work`` and
+        ``task_done`` directly, with the fields their requests would carry, instead of building
+        each request for :meth:`call` (the answers are the same; nothing is carried with
+        ``get_work``, since a result costs no more to report at once). False when a subclass,
+        or the instance, replaces ``call``, ``get_work`` or ``task_done``: every request then
+        goes through ``call``, as through any transport."""
+        cls, own = type(self), vars(self)
+        return all(
+            getattr(cls, name) is getattr(SchedulerCore, name) and name not in own
+            for name in _DIRECT
+        )
+
+
+_DIRECT = ("call", "get_work", "task_done")  # what a worker calls directly (see in_process)

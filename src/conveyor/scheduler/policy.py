@@ -266,7 +266,9 @@ class TaskRecord:
     """The task loader that rebuilds the task (``TaskSpec.loader``)."""
     status: TaskStatus = PENDING
     deps: Sequence[str] = ()
-    """Dependency ids in order: a tuple, or a list once a registration merged more in."""
+    """Dependency ids in order: a tuple, or a list once loaded or once a registration merged
+    more in (which then only ever grows at its end: a store follows it, see
+    :func:`~conveyor.scheduler.persist.to_row`)."""
     dependents: set[str] = field(default_factory=set)
     unmet: int = 0
     own_priority: int = 0
@@ -537,7 +539,8 @@ class SchedulerCore:
             self._seq += 1
             rec = TaskRecord(task_id=task_id, seq=self._seq)
             self._tasks[task_id] = rec
-            self._removed.discard(task_id)  # (registered again after it was removed)
+            if self._removed:
+                self._removed.discard(task_id)  # (registered again after it was removed)
         return rec
 
     def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> tuple[str, ...]:
@@ -624,7 +627,8 @@ class SchedulerCore:
             return
         if (old, status, cause) not in _MOVES:
             raise InvalidStatusMove(rec.task_id, StatusMove(old, status, cause))
-        self._touch(rec)
+        if self._dirty is not None:  # (_touch, without the call)
+            self._dirty.add(rec.task_id)
         rec.status = status
         if old == DISABLED:
             rec.cancelled = False
@@ -649,7 +653,8 @@ class SchedulerCore:
                 self._offer(dependent)
         if status == DONE or old == DONE:
             rec.explanation = ""  # (a failure's, or a success's text, is about the old status)
-        self._offer(rec)
+        if status == PENDING or rec.waiting:  # (otherwise _offer has nothing to do)
+            self._offer(rec)
         if self.on_move is not None:
             self.on_move(rec.task_id, StatusMove(old, status, cause))
         if status != PENDING:
@@ -779,7 +784,7 @@ class SchedulerCore:
         """
         with self._lock:
             refused: list[RefusedReport] = []
-            reports: tuple[TaskDone | TaskFailed, ...] = (*done, *failed)
+            reports: tuple[TaskDone | TaskFailed, ...] = (*done, *failed) if done or failed else ()
             for report in reports:
                 if report.worker_id != worker_id:
                     why = (
@@ -796,7 +801,13 @@ class SchedulerCore:
                     refused.append(RefusedReport(route, report.task_id, report.attempt, str(exc)))
             now = self._seen(worker_id, assistant)
             if labels is not None:
-                self._learn_labels(worker_id, labels)
+                known = self._worker_labels.get(worker_id)  # (as told before: nothing to learn)
+                if (
+                    known is None
+                    or len(known) != len(labels)
+                    or (labels and not known.issuperset(labels))
+                ):
+                    self._learn_labels(worker_id, labels)
             self._wake(now)
             if running is not None:
                 if self._running_on.get(worker_id):
@@ -806,13 +817,17 @@ class SchedulerCore:
             work = self._hand_out(worker_id, assistant, loaders, batches)
             if not max_tasks:
                 return work
-            more: list[Work] = []
-            while work is not None and len(more) < max_tasks - 1:
-                taken = self._hand_out(worker_id, assistant, loaders, batches)
-                if taken is None:
-                    break
-                more.append(taken)
-            return WorkAnswer(work, tuple(more), True, tuple(refused), self._stops_for(worker_id))
+            more: tuple[Work, ...] = ()
+            if work is not None and max_tasks > 1:
+                taken_more: list[Work] = []
+                while len(taken_more) < max_tasks - 1:
+                    taken = self._hand_out(worker_id, assistant, loaders, batches)
+                    if taken is None:
+                        break
+                    taken_more.append(taken)
+                more = tuple(taken_more)
+            stops = self._stops_for(worker_id) if self._stops else ()
+            return WorkAnswer(work, more, True, tuple(refused) if refused else (), stops)
 
     def _learn_labels(self, worker_id: str, labels: Collection[str]) -> None:
         """Keep what ``worker_id`` offers; when it changed, its own labelled tasks are queued
@@ -878,11 +893,16 @@ class SchedulerCore:
         """The best ready task for ``worker_id`` (its own first, then, for an assistant,
         another worker's of one of ``loaders``), taken; None if there is none. With
         ``batches``, a task with a batch key comes with the others of its key (:meth:`_gather`)."""
-        work = self._pop(worker_id, worker_id)
+        work = None
+        heap = self._heaps.get(worker_id)  # (its own heap: _pop, without the call)
+        while heap:
+            work = self._pop_top(worker_id, heap, worker_id)
+            if work is not None:
+                break
         if work is None and assistant:
             accepted = _CONVEYOR_ONLY if loaders is None else loaders
             work = self._pop_for_assistant(worker_id, accepted)
-        if work is not None and batches:
+        if work is not None and batches and self._batch_ready:  # (none ready: none to gather)
             rec = self._tasks[work.task_id]
             if rec.batch_key:
                 return self._gather(rec, work, worker_id, assistant)
@@ -1007,13 +1027,14 @@ class SchedulerCore:
             rec.labels
         ):
             return None  # this worker lacks its labels: it waits for another
-        blocked = self._blocking_resource(rec)
-        if blocked is not None:
-            heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
-            return None
+        if rec.resources:
+            blocked = self._blocking_resource(rec)
+            if blocked is not None:
+                heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
+                return None
         self._take(rec, worker_id)
         lease = self.worker_disconnect_delay
-        if _unwalked(rec):
+        if rec.submitted_by and _unwalked(rec):
             return Work(
                 rec.task_id,
                 rec.family,
@@ -1035,9 +1056,11 @@ class SchedulerCore:
     def _take(self, rec: TaskRecord, worker_id: str, attempt: int = 0) -> None:
         """Hand ``rec`` to ``worker_id``: RUNNING under a new attempt id (``attempt``: the one
         of the batch it joins)."""
-        rec.held = rec.resources
-        for name, amount in rec.held.items():
-            self._used[name] = self._used.get(name, 0) + amount
+        held = rec.held = rec.resources
+        if held:
+            used = self._used
+            for name, amount in held.items():
+                used[name] = used.get(name, 0) + amount
         rec.worker = worker_id
         rec.attempt = attempt or self._attempt_ids.getrandbits(_ATTEMPT_BITS) or 1
         rec.batch = ()
@@ -1048,8 +1071,12 @@ class SchedulerCore:
             elif len(history) >= ATTEMPT_HISTORY:
                 del history[0]
             history.append(Attempt(rec.attempt, self.clock(), worker_id))
-        _members(self._running_on, worker_id).add(rec.task_id)
-        rec.status_message, rec.progress, rec.tracking_url = "", None, ""
+        running = self._running_on.get(worker_id)  # (_members, without the call)
+        if running is None:
+            running = self._running_on[worker_id] = set()
+        running.add(rec.task_id)
+        if rec.status_message or rec.progress is not None or rec.tracking_url:
+            rec.status_message, rec.progress, rec.tracking_url = "", None, ""
         self._set_status(rec, RUNNING, Cause.HANDED_OUT)
 
     def _release(self, rec: TaskRecord) -> None:
@@ -1179,7 +1206,13 @@ class SchedulerCore:
             if self._stops:
                 self._stop_done(worker_id, task_id, attempt)
             rec = self._tasks.get(task_id)
-            if rec is None or not self._fresh(rec, attempt, worker_id):
+            if rec is None:
+                return
+            if attempt and attempt == rec.attempt and attempt != rec.reported:
+                if self._dirty is not None:  # (_fresh's usual case, without the call)
+                    self._dirty.add(task_id)
+                rec.reported = attempt
+            elif not self._fresh(rec, attempt, worker_id):
                 return
             rec.failures = None
             if rec.attempts and (attempt or rec.status == RUNNING):
@@ -1659,13 +1692,16 @@ class SchedulerCore:
 
     def _seen(self, worker_id: str, assistant: bool = False) -> float:
         now = self.clock()
-        if worker_id not in self._workers and self._dirty is not None:
-            self._dirty_workers.add(worker_id)
-            self._removed_workers.discard(worker_id)
-        if self.on_worker is not None and worker_id not in self._workers:
-            self.on_worker(worker_id, "back" if worker_id in self._departed else "new", ())
-        self._workers[worker_id] = now
-        self._departed.pop(worker_id, None)  # (back before it was forgotten)
+        workers = self._workers
+        if worker_id not in workers:
+            if self._dirty is not None:
+                self._dirty_workers.add(worker_id)
+                self._removed_workers.discard(worker_id)
+            if self.on_worker is not None:
+                self.on_worker(worker_id, "back" if worker_id in self._departed else "new", ())
+        workers[worker_id] = now
+        if self._departed:
+            self._departed.pop(worker_id, None)  # (back before it was forgotten)
         if assistant and worker_id not in self._assistants:
             self._dirty_workers.add(worker_id)
             self._assistants.add(worker_id)

@@ -31,7 +31,7 @@ CheckResult = tuple[TaskLike, bool, str]
 
 def check_complete(task: TaskLike) -> CheckResult:
     """Call ``task.complete()`` and vet its answer."""
-    if _plain_wrapper(task):
+    if isinstance(task, WrapperTask) and _plain_wrapper(task):
         return task, _wrapper_complete(task), ""
     try:
         value = task.complete()
@@ -102,19 +102,21 @@ class SequentialChecks:
 
     def __init__(self) -> None:
         """Start with nothing outstanding."""
-        self._done: deque[CheckResult] = deque()
+        self.results: deque[CheckResult] = deque()
+        """The results not taken yet, oldest first (:meth:`next` takes the last): the walk
+        reads it directly, for :meth:`outstanding` and :meth:`next` without the calls."""
 
     def submit(self, task: TaskLike) -> None:
         """Check ``task`` now."""
-        self._done.append(check_complete(task))
+        self.results.append(check_complete(task))
 
     def outstanding(self) -> bool:
         """True while results are waiting to be taken."""
-        return bool(self._done)
+        return bool(self.results)
 
     def next(self) -> CheckResult:
         """The most recent unconsumed result."""
-        return self._done.pop()
+        return self.results.pop()
 
     def close(self) -> None:
         """Nothing to release."""

@@ -26,10 +26,16 @@ from .. import events as ev
 from ..backends import GROUPS, build_backend, installed_names
 from ..clock import SYSTEM, Clock
 from ..config import Config, resolve_config
-from ..core.machine import HandOut, on_hand_out, on_outcome
+from ..core.machine import HAND_OUT, HandOut, on_hand_out, on_outcome
 from ..core.states import TaskState, Trigger
 from ..core.summary import WorkerSummary
-from ..errors import ConfigError, ConveyorError, SchedulerUnavailable, TaskLoadError
+from ..errors import (
+    ConfigError,
+    ConveyorError,
+    SchedulerUnavailable,
+    StaleReport,
+    TaskLoadError,
+)
 from ..executors.base import (
     FAILED,
     NEEDS_DEPS,
@@ -177,6 +183,12 @@ class Worker:
             self._interrupted = ""
             self._unreachable = ""  # why the loop stopped: the scheduler did not answer get_work
             self._batched = False  # whether the scheduler takes results with get_work
+            # the in-process scheduler, called directly (see _in_process): results are
+            # reported as they come and work is asked for by a method call, no request built
+            self._direct = False
+            self._spread = 0.0  # seconds the last answer's attempts took to start, after the first
+            self._env_generation = -1  # the plugins' generation _env_wanted was asked for
+            self._env_wanted = False  # whether a plugin answers conveyor_attempt_environment
             self._contact = 0.0  # clock.monotonic() of the last call the scheduler answered
             self._lease = 0.0  # how long the scheduler keeps an attempt of a silent worker
             self._fenced_for = -1.0  # the _contact of the outage the attempts were stopped for
@@ -284,9 +296,9 @@ class Worker:
         thread is a fork of it and knows every task class, ``__main__``'s included."""
         if self._isolator is not None:
             return
-        timeouts = itertools.chain(
-            (self.settings.timeout,), (n.task_policy().timeout or 0 for n in self._graph.values())
-        )
+        timeouts = [self.settings.timeout]
+        if not self._executor.can_kill:  # (else the timeouts are not looked at)
+            timeouts += [(n.policy or n.task_policy()).timeout or 0 for n in self._graph.values()]
         if DeadlinePolicy.any_needs_isolation(self._executor, timeouts):
             self._isolator = self._make_executor(PROCESS_EXECUTOR)
 
@@ -341,8 +353,11 @@ class Worker:
     def _register(self, specs: list[TaskSpec]) -> None:
         """Registration's one path: to the scheduler now before the run; during it through the
         outbox, which survives an outage and keeps registrations in order with results."""
-        if not self._batches_asked and any(spec.batch is not None for spec in specs):
-            self._batches_asked = True  # (asked for from now on: see _loop)
+        if not self._batches_asked:
+            for spec in specs:
+                if spec.batch is not None:
+                    self._batches_asked = True  # (asked for from now on: see _loop)
+                    break
         if self._in_run:
             self._outbox.send(AddTasks(self.id, tuple(specs), self.settings.assistant))
         else:
@@ -363,6 +378,7 @@ class Worker:
         self._running_at_interrupt = 0
         self._interrupt_log = {}
         self._contact = self.clock.monotonic()
+        self._direct = _in_process(self._transport)
         started = self.clock.time()  # the run's duration in the summary: stopped - started
         # the fork server first: plugins (the notifier dispatch) start threads on worker_started
         self._prepare_isolator()
@@ -424,82 +440,124 @@ class Worker:
     def _loop(self) -> None:
         slots = max(1, self.settings.workers)
         lingered = False  # whether the next ask has waited _LINGER for more results already
+        inbox, outbox = self._inbox, self._outbox
+        running, in_batches = self._running, self._in_batches
+        settings = self.settings
+        # the in-process scheduler (its ``in_process`` says so): asked by a plain method call,
+        # with nothing carried (each result was reported as it came, see _report_done)
+        direct = self._direct
+        asked: GetWork | None = None  # the last request, asked again while nothing changed
+        answer: WorkAnswer
         while True:
             if self._interrupt_log:
                 log.warning("interrupted; stopping running tasks", **self._interrupt_log)
                 self._interrupt_log = {}
-            self._drain_inbox()
-            if not self._outbox.flush():
-                if self._outbox.expired():
-                    if not self._running:
+            if not inbox.empty():
+                self._drain_inbox()
+            if not outbox.flush():
+                if outbox.expired():
+                    if not running:
                         log.error("gave up reporting to the scheduler")
                         return
                     self._wait_for_message(None)  # running attempts finish; results wait too
                 else:
-                    self._wait_for_message(self._outbox.seconds_to_retry())
+                    self._wait_for_message(outbox.seconds_to_retry())
                 continue
             if self._draining:
-                self._outbox.send_held()
-                if not self._running:
+                outbox.send_held()
+                if not running:
                     return
                 self._wait_for_message(None)
                 continue
-            if len(self._running) >= slots:
-                self._outbox.send_held()
+            if len(running) >= slots:
+                outbox.send_held()
                 self._wait_for_message(None)
                 continue
-            if not lingered and self._should_linger(slots):
+            if not lingered and self._batched and running and self._should_linger(slots):
                 lingered = True
-                self._wait_for_message(_LINGER)
+                # attempts handed out together end about as far apart as they were started
+                # (a fork server starts them one after the other): wait that much longer
+                self._wait_for_message(_LINGER + self._spread)
                 continue
             lingered = False
-            if self._batched:
-                done, failed = self._outbox.take_held(_CARRIED_TEXT)
-            else:  # (a scheduler that stopped taking them: after a fail-over, say)
-                self._outbox.send_held()
-                done, failed = (), ()
-            ask = GetWork(
-                self.id,
-                self.settings.assistant,
-                # (results still held are of attempts the scheduler must not take back)
-                (*self._running, *self._in_batches, *self._outbox.held_task_ids()),
-                self._loaders,
-                min(slots - len(self._running), MAX_BATCH),
-                done,
-                failed,
-                self.settings.labels,  # (always: a run without labels has none)
-                batches=self._batches_asked,
-            )
-            try:
-                answer: WorkAnswer = self._transport.call(ask)
+            free = min(slots - len(running), MAX_BATCH)
+            if direct:
+                busy = (*running, *in_batches) if in_batches else tuple(running)
+                try:
+                    answer = self._transport.get_work(  # type: ignore[attr-defined]
+                        self.id,
+                        settings.assistant,
+                        busy,
+                        self._loaders,
+                        free,
+                        (),
+                        (),
+                        settings.labels,
+                        self._batches_asked,
+                    )
+                except SchedulerUnavailable as exc:  # (never, in-process: as below all the same)
+                    if not self._unanswered(exc):
+                        return
+                    continue
                 self._contact = self.clock.monotonic()
-            except SchedulerUnavailable as exc:
-                self._outbox.requeue((*done, *failed), exc)
-                if done or failed:
-                    continue  # the outbox retries them until rpc_give_up_after, as any report
-                log.error("scheduler unreachable; asking for no more work", error=str(exc))
-                if self._running:
-                    self._wait_for_message(None)
-                elif self.settings.keep_alive:  # a long-running worker waits for it to return
-                    self._wait_for_message(self.settings.wait_interval)
+                done: tuple[TaskDone, ...] = ()
+                failed: tuple[TaskFailed, ...] = ()
+            else:
+                if self._batched:
+                    done, failed = outbox.take_held(_CARRIED_TEXT)
+                else:  # (a scheduler that stopped taking them: after a fail-over, say)
+                    outbox.send_held()
+                    done, failed = (), ()
+                # (results still held are of attempts the scheduler must not take back)
+                if in_batches or outbox.holding:
+                    busy = (*running, *in_batches, *outbox.held_task_ids())
                 else:
-                    self._unreachable = str(exc)
-                    return
-                continue
-            except Exception as exc:
-                if not (done or failed):
-                    raise
-                # refused with the results it carried (a scheduler older than batches after a
-                # fail-over): they go back, and from now on by their own routes
-                self._outbox.unhold((*done, *failed))
-                self._batched = False
-                log.warning(
-                    "the scheduler refused results carried by get_work; sending them by their "
-                    "own routes",
-                    error=str(exc),
-                )
-                continue
-            self._batched = answer.batched
+                    busy = tuple(running)
+                if (  # (asked again as it is only if it carried nothing either)
+                    asked is None
+                    or done
+                    or failed
+                    or asked.done
+                    or asked.failed
+                    or asked.running != busy
+                    or asked.max_tasks != free
+                    or asked.batches != self._batches_asked
+                ):
+                    asked = GetWork(
+                        self.id,
+                        settings.assistant,
+                        busy,
+                        self._loaders,
+                        free,
+                        done,
+                        failed,
+                        settings.labels,  # (always: a run without labels has none)
+                        batches=self._batches_asked,
+                    )
+                try:
+                    answer = self._transport.call(asked)
+                    self._contact = self.clock.monotonic()
+                except SchedulerUnavailable as exc:
+                    outbox.requeue((*done, *failed), exc)
+                    if done or failed:
+                        continue  # the outbox retries them until rpc_give_up_after, as any report
+                    if not self._unanswered(exc):
+                        return
+                    continue
+                except Exception as exc:
+                    if not (done or failed):
+                        raise
+                    # refused with the results it carried (a scheduler older than batches after
+                    # a fail-over): they go back, and from now on by their own routes
+                    outbox.unhold((*done, *failed))
+                    self._batched = False
+                    log.warning(
+                        "the scheduler refused results carried by get_work; sending them by "
+                        "their own routes",
+                        error=str(exc),
+                    )
+                    continue
+                self._batched = answer.batched
             if answer.stop:
                 self._stop_attempts(answer.stop)
             for refused in answer.refused:
@@ -511,22 +569,40 @@ class Worker:
             work = answer.work
             if work is not None:
                 self._start(work)
-                for more in answer.more:
-                    self._start(more)
-            elif self._outbox.holding:
+                if answer.more:
+                    first = self.clock.monotonic()
+                    for more in answer.more:
+                        self._start(more)
+                    self._spread = min(_LINGER_MORE, self.clock.monotonic() - first)
+                else:
+                    self._spread = 0.0  # (one attempt started: nothing staggered)
+            elif outbox.holding:
                 continue  # results the last ask had no room for go with the next
-            elif self._running and self.settings.assistant and self.clock.blocks:
+            elif running and settings.assistant and self.clock.blocks:
                 # an assistant's work comes from elsewhere (submitted, other workers' graphs),
                 # not only from its own attempts' ends: ask again with a slot still free
-                self._wait_for_message(self.settings.wait_interval)
-            elif self._running:
+                self._wait_for_message(settings.wait_interval)
+            elif running:
                 self._wait_for_message(None)
             elif not self._keep_waiting():
                 return
             else:
                 self._let_go_settled()
-                pause = self.settings.wait_interval + self.settings.wait_jitter * self.rand()
+                pause = settings.wait_interval + settings.wait_jitter * self.rand()
                 self._wait_for_message(pause)
+
+    def _unanswered(self, exc: SchedulerUnavailable) -> bool:
+        """After a ``get_work`` the scheduler did not answer (``exc``), carrying nothing: wait
+        for what is running, or (``keep_alive``) for the scheduler; False: the loop ends."""
+        log.error("scheduler unreachable; asking for no more work", error=str(exc))
+        if self._running:
+            self._wait_for_message(None)
+        elif self.settings.keep_alive:  # a long-running worker waits for it to return
+            self._wait_for_message(self.settings.wait_interval)
+        else:
+            self._unreachable = str(exc)
+            return False
+        return True
 
     def _should_linger(self, slots: int) -> bool:
         """Whether to wait a little (:data:`_LINGER`) for more attempts to end before asking:
@@ -541,6 +617,19 @@ class Worker:
             and self._outbox.holding
             and self.clock.blocks
         )
+
+    def _report_done(self, node: Node, explanation: str) -> None:
+        """Report the success of ``node``'s attempt: to the in-process scheduler by its method,
+        at once (unless reports wait in the outbox: behind them), else as :meth:`_report`."""
+        if self._direct and not self._outbox.pending:
+            try:
+                self._transport.task_done(  # type: ignore[attr-defined]
+                    self.id, node.task_id, node.hand_out, explanation
+                )
+            except StaleReport as exc:  # (as the outbox would: another attempt owns the task)
+                log.warning("the scheduler refused a stale report; dropped", error=str(exc))
+            return
+        self._report(TaskDone(self.id, node.task_id, node.hand_out, explanation))
 
     def _report(self, result: TaskDone | TaskFailed) -> None:
         """Report an attempt's result: with the next ``get_work`` to a scheduler that takes
@@ -589,12 +678,16 @@ class Worker:
     def _post(self, message: Message) -> None:
         """Deliver an executor message: now on the loop thread, else through the inbox."""
         if threading.get_ident() == self._loop_thread:
-            self._handle(message)
+            if type(message) is Outcome:  # (the usual message, without _handle's tests)
+                self._on_outcome(message)
+            else:
+                self._handle(message)
         else:
             self._inbox.put(message)
 
     def _start(self, work: Work) -> None:
-        if len(work.batch) > 1:
+        batch = work.batch
+        if batch and len(batch) > 1:
             self._start_batch(work)
             return
         if self._interrupted:
@@ -608,64 +701,70 @@ class Worker:
         if work.walk:  # a submitted task whose graph nobody walked: walk it first
             self._walk_submitted(work)
             return
-        if work.task_id in self._running:  # (a batch's own task: ",".join made a real id)
+        task_id = work.task_id
+        running = self._running
+        if task_id in running:  # (a batch's own task: ",".join made a real id)
             log.warning(
                 "scheduler handed out a task whose id a running batch has; it waits for it",
-                task_id=work.task_id,
+                task_id=task_id,
             )
             return
-        node = self._graph.get(work.task_id)
-        decision = on_hand_out(None if node is None else node.state)
-        if decision is HandOut.ADOPT:
-            node = self._adopt(work)
-        if node is None:
-            return  # adoption refused it (reported failed)
-        if decision is HandOut.RECHECK:
-            # the walk registers DONE, or PENDING to be handed out and run again
-            self._walker.walk([node.task], recheck=(node.task_id,))
-            return
-        if decision is HandOut.IGNORE:
-            if node.state is TaskState.UNKNOWN:  # broken here, handed out all the same: walked
-                self._walk_submitted(work)  # afresh, which ends the hand-out either way
+        node = self._graph.get(task_id)
+        decision = HAND_OUT.get(None if node is None else node.state, HandOut.IGNORE)
+        if node is None or decision is not HandOut.START:
+            node = self._not_started(work, node, decision)
+            if node is None:
                 return
-            log.warning(
-                "scheduler handed out a task in an unexpected state",
-                task_id=node.task_id,
-                state=node.state.name,
-            )
-            return
         node.attempts += 1
         node.hand_out = work.attempt
         self._lease = work.lease or self._lease
-        timeout = self._timeout_of(node)
-        executor = self._executor_for(timeout)
-        self._running[node.task_id] = node
+        policy = node.policy or node.task_policy()
+        timeout = float(self.settings.timeout if policy.timeout is None else policy.timeout)
+        # (no timeout: the configured executor, whatever it can enforce; see _executor_for)
+        executor = self._executor_for(timeout) if timeout else self._executor
+        running[task_id] = node
         node.executor = executor.name
-        started = self._transit(
-            node, Trigger.STARTED, executor=node.executor, attempt=node.attempts
+        transit = self._transit
+        event_cls = transit.move(node, Trigger.STARTED)
+        started = (
+            None
+            if event_cls is None
+            else transit.fire(node, event_cls, executor=node.executor, attempt=node.attempts)
         )
-        env, plugins, hooks = self._attempt_plugins(node, started)
-        graph = self._graph
-        known = tuple([graph[d].task for d in node.deps if d in graph])  # (a list: faster)
+        hooks = self.hooks
+        if self._env_generation != hooks.generation:  # (asked once per set of plugins)
+            self._env_generation = hooks.generation
+            self._env_wanted = hooks.wants(ATTEMPT_ENVIRONMENT)
+        if self._env_wanted:
+            env, plugins, attempt_hooks = self._attempt_plugins(node, started)
+        else:
+            env, plugins, attempt_hooks = _NO_ENV, (), None
+        deps = node.deps
+        if deps:
+            graph = self._graph
+            known = tuple([graph[d].task for d in deps if d in graph])  # (a list: faster)
+        else:
+            known = ()
+        limit = policy.memory_limit  # (the task's memory_limit)
         request = AttemptRequest(
             node.task,
-            node.task_id,
+            task_id,
             node.attempts,
             timeout,
             self.settings.check_complete_on_run,
-            known if len(known) == len(node.deps) else None,
-            resume := self._resumable(node, executor),
+            known if len(known) == len(deps) else None,
+            resume := self._resumable(node, executor) if self._suspended else None,
             env,
             plugins,
-            hooks,
-            memory_limit=self._memory_limit_of(node),
+            attempt_hooks,
+            memory_limit=self.settings.memory_limit if limit is None else limit,
         )
         if self._interrupted:  # ... or while this attempt was being set up (its start hooks)
             if resume is not None:
                 resume.close()
             self._post(
                 Outcome(
-                    node.task_id,
+                    task_id,
                     FAILED,
                     error=f"interrupted by {self._interrupted}",
                     exception_type="Interrupted",
@@ -677,8 +776,32 @@ class Worker:
             # the resumed run() set these before its yield; the hand-out cleared them
             with contextlib.suppress(SchedulerUnavailable):
                 for kind, value in node.notes.items():
-                    self._transport.call(Annotate(node.task_id, NoteKind(kind), value))
+                    self._transport.call(Annotate(task_id, NoteKind(kind), value))
         executor.start(request, self._post)
+
+    def _not_started(self, work: Work, node: Node | None, decision: HandOut) -> Node | None:
+        """A hand-out whose task is not simply started (``decision``, from ``node``'s state):
+        the node adopted (to start), or None when the hand-out ends here (adoption refused,
+        re-checked, walked afresh, or in no state to run)."""
+        if decision is HandOut.ADOPT:
+            node = self._adopt(work)
+        if node is None:
+            return None  # adoption refused it (reported failed)
+        if decision is HandOut.RECHECK:
+            # the walk registers DONE, or PENDING to be handed out and run again
+            self._walker.walk([node.task], recheck=(node.task_id,))
+            return None
+        if decision is HandOut.IGNORE:
+            if node.state is TaskState.UNKNOWN:  # broken here, handed out all the same: walked
+                self._walk_submitted(work)  # afresh, which ends the hand-out either way
+                return None
+            log.warning(
+                "scheduler handed out a task in an unexpected state",
+                task_id=node.task_id,
+                state=node.state.name,
+            )
+            return None
+        return node
 
     def _start_batch(self, work: Work) -> None:
         """Run a batch hand-out (:attr:`Work.batch`) as one attempt: the task made of its
@@ -783,7 +906,7 @@ class Worker:
                 node.last, node.notes = None, None
                 node.succeeded = True
                 node.found_complete = outcome.found_complete
-                self._report(TaskDone(self.id, node.task_id, node.hand_out, text))
+                self._report_done(node, text)
                 ended = {**_ended_fields(node, outcome), "explanation": text}
                 if outcome.found_complete:
                     self._transit(node, Trigger.SUCCEEDED, skipped=True, **ended)
@@ -1051,36 +1174,44 @@ class Worker:
                 self._transport.call(Annotate(one.task_id, NoteKind(note.kind), note.value))
 
     def _on_outcome(self, outcome: Outcome) -> None:
-        node = self._running.pop(outcome.task_id, None)
+        task_id = outcome.task_id
+        node = self._running.pop(task_id, None)
         if node is None:
             return
-        self._stopping.discard(outcome.task_id)
-        members = self._batches.pop(outcome.task_id, None)
-        if members is not None:
-            self._on_batch_outcome(members, outcome)
-            return
-        # kept for the summary, which says how a failed task ended (nothing to keep for others)
-        node.last = None if outcome.kind is SUCCEEDED else outcome
+        if self._stopping:
+            self._stopping.discard(task_id)
+        if self._batches:
+            members = self._batches.pop(task_id, None)
+            if members is not None:
+                self._on_batch_outcome(members, outcome)
+                return
         if outcome.suspended is None:
             node.notes = None  # only a run() that will resume needs them again
+        if outcome.kind is SUCCEEDED:  # (on_outcome's trigger for a success, whatever is missing)
+            node.last = None  # (kept for a failure only: the summary says how it ended)
+            node.succeeded = True
+            node.found_complete = found = outcome.found_complete
+            text = outcome.explanation
+            if text:
+                text = truncate(text)
+            self._report_done(node, text)
+            event_cls = self._transit.move(node, Trigger.SUCCEEDED)
+            if event_cls is not None:
+                ended = {**_ended_fields(node, outcome), "explanation": text}
+                if found:
+                    self._transit.fire(node, event_cls, skipped=True, **ended)
+                else:
+                    self._transit.fire(node, event_cls, **ended)
+            if self._submitted and task_id in self._submitted:
+                self._let_go(task_id)
+            return
+        # kept for the summary, which says how a failed task ended
+        node.last = outcome
         yielded = outcome.kind is NEEDS_DEPS
         missing = self._ran_and_incomplete(outcome.new_deps) if yielded else outcome.missing
         limit = self.settings.max_reschedules
         decision = on_outcome(outcome.kind, missing, node.reschedules, limit)
         trigger = decision.trigger
-        if trigger is Trigger.SUCCEEDED:
-            node.succeeded = True
-            node.found_complete = outcome.found_complete
-            text = truncate(outcome.explanation)
-            self._report(TaskDone(self.id, node.task_id, node.hand_out, text))
-            ended = {**_ended_fields(node, outcome), "explanation": text}
-            if outcome.found_complete:
-                self._transit(node, trigger, skipped=True, **ended)
-            else:
-                self._transit(node, trigger, **ended)
-            if node.task_id in self._submitted:
-                self._let_go(node.task_id)
-            return
         if missing:
             node.reschedules = dict(decision.reschedules)
         if trigger is Trigger.DEPS_YIELDED:
@@ -1151,7 +1282,18 @@ class Worker:
         interval = self.settings.ping_interval
 
         def ping() -> None:
-            while not stop.wait(interval):
+            wait = interval
+            while not stop.wait(wait):
+                quiet = self.clock.monotonic() - self._contact
+                if quiet < interval:
+                    # the scheduler answered this worker within the interval (a get_work,
+                    # whose answer says what to stop too): it knows the worker is alive, and a
+                    # ping would tell it nothing more (one request fewer per interval). The
+                    # next one goes an interval after that answer, not later: the worker is
+                    # never quiet for longer than an interval, as with a ping every interval
+                    wait = interval - quiet
+                    continue
+                wait = interval
                 try:
                     answered = self._transport.call(Ping(self.id))
                     self._contact = self.clock.monotonic()
@@ -1247,7 +1389,11 @@ for the next ask), so that a request stays well under the server's ``max_request
 when every character is escaped in JSON."""
 _LINGER = 0.01
 """Seconds a worker with most of its slots busy waits for more attempts to end before it
-asks for work with the results it holds (one request then carries several)."""
+asks for work with the results it holds (one request then carries several); longer by the time
+the attempts of the last answer took to start after its first (at most :data:`_LINGER_MORE`),
+since attempts started together end about as far apart as they were started."""
+_LINGER_MORE = 0.04
+"""The most seconds a linger is made longer by the attempts' start spread."""
 
 
 def fence_after(
@@ -1259,6 +1405,17 @@ def fence_after(
     timeout, plus a second): fencing would then stop attempts of a worker that is fine."""
     at = lease - kill_grace - 1.0
     return at if at >= ping_interval + rpc_timeout + 1.0 else None
+
+
+def _in_process(transport: SchedulerTransport) -> bool:
+    """Whether ``transport`` is the in-process scheduler as conveyor made it (its
+    ``in_process`` is True: no method of the protocol overridden), which a worker may call by
+    its methods (``get_work``, ``task_done``) instead of building requests for ``call``: the
+    same calls, without the requests and answers a transport would carry."""
+    # (looked up on the class: a wrapper that passes unknown attributes on to a scheduler it
+    # wraps is a transport of its own, whose call() must see every request)
+    declared = getattr(type(transport), "in_process", None)
+    return isinstance(declared, property) and transport.in_process is True  # type: ignore[attr-defined]
 
 
 def _check_worker_id(worker_id: str) -> None:

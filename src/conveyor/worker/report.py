@@ -70,7 +70,12 @@ def build_report(
     for task_id in unreported:
         statuses[task_id] = TaskStatus.FAILED
         graph[task_id].error = "its result could not be reported: the scheduler was unreachable"
-    states = {t: _state(node, statuses.get(t, TaskStatus.UNKNOWN)) for t, node in graph.items()}
+    unknown = TaskStatus.UNKNOWN  # (_state, inlined: this runs for every task of the graph)
+    broken = TaskState.UNKNOWN
+    states = {
+        t: unknown if node.state is broken else statuses.get(t, unknown)
+        for t, node in graph.items()
+    }
     upstream = _upstream_problems(graph, states)
     categories = {t: _categorize(node, states[t], upstream.get(t, "")) for t, node in graph.items()}
     errors = {
@@ -92,7 +97,7 @@ def build_report(
         requested=list(dict.fromkeys(requested)),
         interrupted=interrupted,
         reasons=reasons,
-        stopped=sum(1 for node in graph.values() if _interrupted(node.last)),
+        stopped=sum([1 for node in graph.values() if node.last and _interrupted(node.last)]),
         running=running_at_interrupt,
         unreachable=unreachable,
         notes=_notes(graph),
@@ -101,7 +106,8 @@ def build_report(
     )
     # what this worker ran all succeeded (a broken task elsewhere in the graph is add()'s
     # concern and the exit code's, not run()'s, as in Luigi)
-    ok = all(states.get(t) == TaskStatus.DONE for t, node in graph.items() if node.attempts)
+    done = TaskStatus.DONE
+    ok = all([states.get(t) == done for t, node in graph.items() if node.attempts])
     return RunReport(ok, exit_code(facts), render(facts), states, errors)
 
 
@@ -266,8 +272,10 @@ def _upstream_problems(
     search when no task failed and no external data is missing (the common case).
     """
     if not any(
-        state in _BAD or (state != TaskStatus.DONE and graph[t].external)
-        for t, state in states.items()
+        [
+            state in _BAD or (state != TaskStatus.DONE and graph[t].external)
+            for t, state in states.items()
+        ]
     ):
         return {}
     memo: dict[str, str] = {}

@@ -21,6 +21,8 @@ class Transitions:
     """Moves nodes through the state machine and fires the event each trigger names.
 
     Shared by the graph walk and the worker loop; an event nobody listens to is not built.
+    Which triggers' hooks have implementations is looked up once per set of registered
+    plugins (:attr:`~conveyor.plugins.HookRelay.generation`), not once per transition.
     """
 
     def __init__(self, worker_id: str, hooks: HookRelay, clock: Clock, host: str = "") -> None:
@@ -29,6 +31,39 @@ class Transitions:
         self.hooks = hooks
         self.clock = clock
         self.host = host
+        self._generation = -1  # the relay's generation _wanted was made for
+        self._wanted: dict[Trigger, type[Event] | None] = {}
+
+    def wanted(self) -> dict[Trigger, type[Event] | None]:
+        """Each trigger's event class if some plugin implements its hook, else None (for the
+        plugins registered now)."""
+        hooks = self.hooks
+        generation = hooks.generation  # (first: a plugin registered meanwhile makes it stale)
+        if self._generation != generation:
+            self._wanted = {
+                trigger: cls if hooks.wants(cls.hook) else None for trigger, cls in EVENT_OF.items()
+            }
+            self._generation = generation
+        return self._wanted
+
+    def move(self, node: Node, trigger: Trigger) -> type[Event] | None:
+        """Apply ``trigger`` to ``node`` (InvalidTransition if the table forbids it) without
+        firing: the class of the event to fire (:meth:`fire`), or None when nobody wants it
+        (so that the caller need not gather the event's fields)."""
+        state = TRANSITIONS.get((node.state, trigger))
+        if state is None:
+            state = advance(node.state, trigger)  # raises InvalidTransition
+        node.state = state
+        if self._generation != self.hooks.generation:
+            return self.wanted()[trigger]
+        return self._wanted[trigger]
+
+    def fire(self, node: Node, event_cls: type[E], **fields: Any) -> E:
+        """Build the ``event_cls`` event of ``node`` (just moved by :meth:`move`) with
+        ``fields`` and fire it; the event."""
+        event = self.event(node, event_cls, **fields)
+        self.hooks.fire(event)
+        return event
 
     def __call__(self, node: Node, trigger: Trigger, **fields: Any) -> Event | None:
         """Apply ``trigger`` to ``node`` (InvalidTransition if the table forbids it) and fire
@@ -37,12 +72,13 @@ class Transitions:
         if state is None:
             state = advance(node.state, trigger)  # raises InvalidTransition
         node.state = state
-        event_cls = EVENT_OF[trigger]
-        hooks = self.hooks
-        if not hooks.wants(event_cls.hook):
+        if self._generation != self.hooks.generation:
+            self.wanted()
+        event_cls = self._wanted[trigger]
+        if event_cls is None:
             return None
         event = self.event(node, event_cls, **fields)
-        hooks.fire(event)
+        self.hooks.fire(event)
         return event
 
     def event(self, node: Node, event_cls: type[E], **fields: Any) -> E:

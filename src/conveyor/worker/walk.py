@@ -17,7 +17,7 @@ from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import BatchSpec, TaskSpec, TaskStatus
 from ..task import batch_key, requirements
 from ..tasklike import TaskLike, TaskPolicy
-from .checks import ParallelChecks, SequentialChecks
+from .checks import ParallelChecks, SequentialChecks, check_complete
 from .graph import Node, find_cycle, label
 from .transitions import Transitions
 
@@ -58,27 +58,33 @@ class GraphWalk:
         specs: list[TaskSpec] = []
         pending: list[str] = []
         new = True  # every edge so far led to a task never seen before: the walk is a tree
+        graph = self.graph
+        submit = self._submit
+        # the sequential checks' results, read directly (no outstanding()/next() calls)
+        results = checks.results if isinstance(checks, SequentialChecks) else None
         try:
             # reversed: the sequential walk is LIFO, so the first root is registered first
             for root in reversed(list(roots)):
-                new &= self._submit(root, checks, visited, recheck_ids)
-            while checks.outstanding():
-                task, complete, error = checks.next()
-                node = self.graph[task.task_id]
+                new &= submit(root, checks, visited, recheck_ids)
+            while results if results is not None else checks.outstanding():
+                task, complete, error = results.pop() if results is not None else checks.next()
+                node = graph[task.task_id]
                 if error:
                     self._broken(node, error, "complete", specs)
                     continue
-                # reversed: the sequential walk is depth-first (LIFO), so the first
-                # requirement is visited (and registered) first
-                for dep in reversed(self._visit(node, complete, specs, pending)):
-                    new &= self._submit(dep, checks, visited, recheck_ids)
+                deps = self._visit(node, complete, specs, pending)
+                if deps:
+                    # reversed: the sequential walk is depth-first (LIFO), so the first
+                    # requirement is visited (and registered) first
+                    for dep in reversed(deps):
+                        new &= submit(dep, checks, visited, recheck_ids)
         finally:
             checks.close()
         if not new:  # a cycle needs an edge back to a task already seen
             self._break_cycles(pending, specs)
         self.register(specs)
         graph = self.graph
-        return not any(graph[t].state is TaskState.UNKNOWN for t in visited)
+        return TaskState.UNKNOWN not in {graph[t].state for t in visited}
 
     def _checks(self) -> SequentialChecks | ParallelChecks:
         if self.settings.parallel_scheduling:
@@ -98,13 +104,17 @@ class GraphWalk:
         if task_id in visited:
             return False
         visited.add(task_id)
-        node = self.graph.get(task_id)
+        graph = self.graph
+        node = graph.get(task_id)
         if node is None:
             policy = task.task_policy()  # (read once per task: see Node.task_policy)
             # task_params is read-only, so shared with every plugin as is
             node = Node(task, task_id, task.task_params, external=policy.external, policy=policy)
-            self.graph[task_id] = node
-            checks.submit(task)
+            graph[task_id] = node
+            if type(checks) is SequentialChecks:  # (its submit(), without the call)
+                checks.results.append(check_complete(task))
+            else:
+                checks.submit(task)
             return True
         if task_id in recheck and node.state in RECHECKABLE:
             checks.submit(node.task)
@@ -114,24 +124,34 @@ class GraphWalk:
         self, node: Node, complete: bool, specs: list[TaskSpec], pending: list[str]
     ) -> list[TaskLike]:
         """Record a check result; register the task; return the dependencies to walk."""
+        transit = self.transit
         if complete:
-            self.transit(node, Trigger.CHECKED_COMPLETE, complete=True)
+            transit(node, Trigger.CHECKED_COMPLETE, complete=True)
             specs.append(TaskSpec(node.task_id, *self._identity(node), status=TaskStatus.DONE))
             return []
-        self.transit(node, Trigger.CHECKED_INCOMPLETE, complete=False)
+        event_cls = transit.move(node, Trigger.CHECKED_INCOMPLETE)
+        if event_cls is not None:
+            transit.fire(node, event_cls, complete=False)
         if node.state is TaskState.PENDING:  # an external task re-checked
             return []
         deps, status, runnable = self._requirements(node, specs)
         if deps is None:
             return []
-        node.deps = tuple([dep.task_id for dep in deps])
-        self.transit(
-            node,
-            Trigger.DEPS_FOUND,
-            dependencies=node.deps,
-            dynamic=False,
+        node.deps = tuple([dep.task_id for dep in deps]) if deps else ()
+        event_cls = transit.move(node, Trigger.DEPS_FOUND)
+        if event_cls is not None:
+            transit.fire(node, event_cls, dependencies=node.deps, dynamic=False)
+        policy = node.policy or node.task_policy()
+        specs.append(
+            task_spec(
+                node.task,
+                status,
+                runnable,
+                deps=node.all_deps() if node.dynamic else node.deps,
+                policy=policy,
+                params=node.params,
+            )
         )
-        specs.append(self.spec(node, status, runnable))
         pending.append(node.task_id)
         return deps
 
@@ -141,7 +161,7 @@ class GraphWalk:
         """The dependencies to walk, the status to register and whether it may run here."""
         task = node.task
         settings = self.settings
-        disabled = node.task_policy().disabled
+        disabled = (node.policy or node.task_policy()).disabled
         decided = registration(
             external=node.external,
             disabled=disabled,
