@@ -216,7 +216,9 @@ def test_each_answered_request_is_an_event_with_its_declared_route(server: SeamS
     foreign = {"Origin": "https://evil.example"}
     assert server.request("OPTIONS", "/api/v1/get_work", headers=foreign).status == 403
     assert server.request("GET", "/ui/no-such-file.css").status == 404
-    assert server.request("BREW", "/api/v1/tasks").status == 405
+    # (a method the HTTP parser knows, httptools refusing made-up ones with 400 before the
+    # app, that is not one the events name: counted as OTHER)
+    assert server.request("PROPFIND", "/api/v1/tasks").status == 405
     wanted = [
         ("/api/v1/get_work", "POST", 200),
         ("(refused)", "POST", 401),

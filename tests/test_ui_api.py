@@ -38,6 +38,7 @@ from conveyor.errors import ConfigError
 from conveyor.protocol import TaskFilters, TaskStatus
 from conveyor.scheduler.persist import from_row, to_row
 from conveyor.scheduler.policy import SchedulerCore, TaskRecord
+from conveyor.server.sqlite.store import SCHEMA_VERSION as SQLITE_SCHEMA
 from conveyor.server.stores import SqliteStore, StoreContext
 from conveyor.server.webui import SESSION_COOKIE
 from conveyor.testing.processes import (
@@ -1889,7 +1890,7 @@ def _old_rows() -> list[tuple[str, str]]:
 
 def test_a_version_1_database_is_migrated_and_the_ui_reads_it(tmp_path: Path) -> None:
     """Opened by SqliteStore and loaded (its rows all read back), a version-1 database (rows
-    without attempts) becomes version 2; its dependency edges are backfilled, so the UI's
+    without attempts) becomes the current version; its dependency edges are backfilled, so the UI's
     summary, list, detail (deps, dependents, blocked_by) and graph read it; opening it again
     changes nothing more."""
     path = tmp_path / "old.db"
@@ -1898,7 +1899,7 @@ def test_a_version_1_database_is_migrated_and_the_ui_reads_it(tmp_path: Path) ->
     try:
         assert _user_version(path) == 1  # (not yet)
         rows, workers = store.load()
-        assert _user_version(path) == 2
+        assert _user_version(path) == SQLITE_SCHEMA
         assert sorted(r["task_id"] for r in rows) == ["ghost", "mid", "side", "top", "up"]
         assert workers == [("w-old", False)]
         assert all(from_row(r).attempts == [] for r in rows)
@@ -1923,7 +1924,7 @@ def test_a_version_1_database_is_migrated_and_the_ui_reads_it(tmp_path: Path) ->
         assert edges == {("top", "mid"), ("top", "side"), ("mid", "up")}
     finally:
         store.close()
-    assert _user_version(path) == 2
+    assert _user_version(path) == SQLITE_SCHEMA
     again = SqliteStore(StoreContext(str(path)))
     try:
         assert as_json(again.summary())["counts"] == summary["counts"]
@@ -1954,7 +1955,7 @@ def test_the_scheduler_serves_a_migrated_version_1_database(tmp_path: Path, mark
         assert server.detail("mid")["blocked_by"] == []
     finally:
         server.kill()
-    assert _user_version(server.state) == 2
+    assert _user_version(server.state) == SQLITE_SCHEMA
 
 
 def _v1_with_unusable_rows(path: Path) -> None:

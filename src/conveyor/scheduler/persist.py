@@ -4,12 +4,18 @@ Only what cannot be derived is stored; dependents, unmet counts, heaps and resou
 rebuilt by :meth:`~conveyor.scheduler.policy.SchedulerCore.restore`. Rows are plain data:
 nothing is pickled.
 
-:func:`from_row` is the one place where a stored row is validated: every field of
-:func:`to_row` must be there with its type, nothing else may be, and the status must be a
+:func:`from_row` is the one place where a row is validated: every field of :func:`to_row` must
+be there with its type, nothing else may be, and the status must be a
 :class:`~conveyor.protocol.TaskStatus`. A row that fails raises :class:`RowError` naming the
 field, so a store (or the server) can say which row is unusable and why instead of crashing
 or serving a state that does not exist. Fields added after rows were first written
 (:data:`ADDED_FIELDS`) may be missing: a row saved by an older conveyor gets their default.
+
+A store may keep rows compact (:func:`compact_row`: the fields at their default of
+:data:`DEFAULTS` left out, and a field it keeps elsewhere, such as the dependencies in an
+edges table); :func:`full_row` gives the whole row back, and :func:`from_stored` makes the
+record of a compact row (what :func:`from_row` makes of the whole row, the same RowError
+included) in a time that grows with the fields stored.
 """
 
 from __future__ import annotations
@@ -17,15 +23,24 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from ..protocol import AttemptEnd, RetrySpec, TaskStatus
-from ..tasklike import DEFAULT_LOADER
 from .policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 
-__all__ = ["ADDED_FIELDS", "SCHEMA_VERSION", "RowError", "from_row", "to_row"]
+__all__ = [
+    "ADDED_FIELDS",
+    "DEFAULTS",
+    "SCHEMA_VERSION",
+    "RowError",
+    "compact_row",
+    "from_row",
+    "from_stored",
+    "full_row",
+    "to_row",
+]
 
 SCHEMA_VERSION = 1
 
@@ -40,7 +55,15 @@ class RowError(ValueError):
 
 
 def to_row(rec: TaskRecord) -> dict[str, Any]:
-    """A record as a JSON-able dict."""
+    """A record as a JSON-able dict.
+
+    Its ``deps`` is the record's own list when the record holds one (a registration merged
+    dependencies in: :attr:`TaskRecord.deps`), not a copy, so that a row costs the same
+    however many dependencies its task has; that list only ever grows at its end. A store
+    reads a row while saving it and keeps nothing of it, except that it may keep that very
+    list to tell, at the next save, what was added at its end (as the built-in stores do).
+    """
+    deps = rec.deps
     return {
         "task_id": rec.task_id,
         "seq": rec.seq,
@@ -49,7 +72,7 @@ def to_row(rec: TaskRecord) -> dict[str, Any]:
         "params": dict(rec.params),
         "loader": rec.loader,
         "status": rec.status,
-        "deps": list(rec.deps),
+        "deps": deps if type(deps) is list else list(deps),
         "own_priority": rec.own_priority,
         "priority": rec.priority,
         "resources": dict(rec.resources),
@@ -94,6 +117,9 @@ def from_row(row: object, strings: dict[str, str] | None = None) -> TaskRecord:
     per distinct family, module, loader, worker id and parameter name (each loaded row has its
     own copies otherwise); an empty attempt history is None then, as in a record never
     saved. The record is equal either way.
+
+    One pass over the fields, each checked inline; a value that is the default of
+    :data:`DEFAULTS` itself (as :func:`full_row` fills it in) is not looked at again.
     """
     if not isinstance(row, dict):
         raise RowError(f"the row is {_json_kind(row)}; expected a JSON object")
@@ -104,28 +130,197 @@ def from_row(row: object, strings: dict[str, str] | None = None) -> TaskRecord:
         unknown = sorted(str(name) for name in row if name not in _FIELDS)
         if unknown:
             raise RowError(f"field {unknown[0]!r} is not a field of a task row", unknown[0])
-    values = {}
-    for name, check, kept, empty in _CHECKS:
-        value = row[name] if name in row else ADDED_FIELDS[name]
-        kind = type(value)
-        if kind in kept:  # (what the check would return as it is: no call)
-            values[name] = value
-            continue
-        if kind is list and not value and empty is not _NO_EMPTY:
-            values[name] = empty  # (what the check returns for [])
-            continue
-        try:
-            values[name] = check(value)
-        except _Expected as exc:
-            raise RowError(f"field {name!r} is {_shown(value)}; expected {exc}", name) from None
+        row = {**ADDED_FIELDS, **row}
+    one = strings.setdefault if strings is not None else _same
+    task_id = row["task_id"]
+    if type(task_id) is not str:
+        task_id = _checked(row, "task_id", _text)
+    seq = row["seq"]
+    if type(seq) is not int:
+        seq = _checked(row, "seq", _integer)
+    family, module, loader = row["family"], row["module"], row["loader"]
+    if type(family) is not str:
+        family = _checked(row, "family", _text)
+    if type(module) is not str:
+        module = _checked(row, "module", _text)
+    if type(loader) is not str:
+        loader = _checked(row, "loader", _text)
+    status = _STATUS_OF.get(row["status"]) if type(row["status"]) is str else None
+    if status is None:
+        status = _checked(row, "status", _status)
+    params = row["params"]
+    if params is _D_PARAMS or (type(params) is dict and not params):
+        params = {}
+    elif type(params) is dict and all(type(v) is str for v in params.values()):
+        params = {one(k, k): v for k, v in params.items()} if strings is not None else dict(params)
+    else:
+        params = _checked(row, "params", _text_map)
+    deps = row["deps"]
+    if deps is _D_DEPS or (type(deps) is list and not deps):
+        deps = ()
+    elif type(deps) is list and all(type(d) is str for d in deps):
+        # a list, as a merge makes it (a store's saves follow its growth), each dependency
+        # once (a row an older release wrote may repeat one: counted twice, it never clears)
+        deps = list(dict.fromkeys(deps))
+    else:
+        deps = list(dict.fromkeys(_checked(row, "deps", _texts)))
+    stakeholders = _strings(row, "stakeholders", _D_STAKEHOLDERS)
+    runners = _strings(row, "runners", _D_RUNNERS)
+    if strings is not None:
+        family, module, loader = one(family, family), one(module, module), one(loader, loader)
+        if stakeholders:
+            stakeholders = tuple([one(w, w) for w in stakeholders])
+        if runners:
+            runners = tuple([one(w, w) for w in runners])
+    worker = row["worker"]
+    if worker is not None:
+        worker = worker if type(worker) is str else _checked(row, "worker", _optional(_text))
+        worker = one(worker, worker)
+    attempts: list[Attempt] | None
+    raw_attempts = row["attempts"]
+    if raw_attempts is _D_ATTEMPTS or (type(raw_attempts) is list and not raw_attempts):
+        attempts = None if strings is not None else []
+    else:
+        attempts = _checked(row, "attempts", _attempts)
+        if strings is not None:
+            for attempt in attempts:
+                attempt.worker = one(attempt.worker, attempt.worker)
+    waiting = row["waiting"]
+    if type(waiting) is not str:
+        waiting = _checked(row, "waiting", _text)
+    batch_key = row["batch_key"]
+    if type(batch_key) is not str:
+        batch_key = _checked(row, "batch_key", _text)
+    submitted_by = row["submitted_by"]
+    if type(submitted_by) is not str:
+        submitted_by = _checked(row, "submitted_by", _text)
+    explanation = row["explanation"]
+    if type(explanation) is not str:
+        explanation = _checked(row, "explanation", _text)
+    status_message = row["status_message"]
+    if type(status_message) is not str:
+        status_message = _checked(row, "status_message", _text)
+    tracking_url = row["tracking_url"]
+    if type(tracking_url) is not str:
+        tracking_url = _checked(row, "tracking_url", _text)
+    own_priority = row["own_priority"]
+    if type(own_priority) is not int:
+        own_priority = _checked(row, "own_priority", _integer)
+    priority = row["priority"]
+    if type(priority) is not int:
+        priority = _checked(row, "priority", _integer)
+    batch_max = row["batch_max"]
+    if type(batch_max) is not int or batch_max < 0:
+        batch_max = _checked(row, "batch_max", _count)
+    attempt = row["attempt"]
+    if type(attempt) is not int or attempt < 0:
+        attempt = _checked(row, "attempt", _count)
+    reported = row["reported"]
+    if type(reported) is not int or reported < 0:
+        reported = _checked(row, "reported", _count)
+    cancelled = row["cancelled"]
+    if cancelled is not True and cancelled is not False:
+        cancelled = _checked(row, "cancelled", _boolean)
+    registered = row["registered"]
+    if registered is not True and registered is not False:
+        registered = _checked(row, "registered", _boolean)
+    wake_at = row["wake_at"]
+    if type(wake_at) is not float or wake_at - wake_at != 0.0:  # (inf - inf and nan are nan)
+        wake_at = _checked(row, "wake_at", _number)
+    progress = row["progress"]
+    if progress is not None and (type(progress) is not float or progress - progress != 0.0):
+        progress = _checked(row, "progress", _optional(_number))
+    retry_count = row["retry_count"]
+    if retry_count is not None and type(retry_count) is not int:
+        retry_count = _checked(row, "retry_count", _optional(_integer))
+    labels, batch = row["labels"], row["batch"]
+    labels = () if labels is _D_LABELS else _strings(row, "labels", _D_LABELS)
+    batch = () if batch is _D_BATCH else _strings(row, "batch", _D_BATCH)
+    resources = row["resources"]
+    resources = {} if resources is _D_RESOURCES else _resources(row)
+    failures = None if row["failures"] is _D_FAILURES else _failure_times(row)
+    return TaskRecord(
+        task_id=task_id,
+        seq=seq,
+        family=family,
+        module=module,
+        params=params,
+        loader=loader,
+        status=status,
+        deps=deps,
+        own_priority=own_priority,
+        priority=priority,
+        resources=resources,
+        stakeholders=stakeholders,
+        runners=runners,
+        worker=worker,
+        retry_count=retry_count,
+        retry=None if row["retry"] is None else _checked(row, "retry", _retry),
+        labels=labels,
+        waiting=waiting,
+        batch_key=batch_key,
+        batch_max=batch_max,
+        batch=batch,
+        submitted_by=submitted_by,
+        cancelled=cancelled,
+        failures=failures,
+        wake_at=wake_at,
+        explanation=explanation,
+        status_message=status_message,
+        progress=progress,
+        tracking_url=tracking_url,
+        registered=registered,
+        attempt=attempt,
+        reported=reported,
+        attempts=attempts,
+    )
+
+
+def from_stored(
+    stored: object, strings: dict[str, str] | None = None, deps: list[str] | None = None
+) -> TaskRecord:
+    """``from_row(full_row(stored, deps=deps), strings)``: the record of a compact row
+    (:func:`compact_row`) with ``deps`` as its dependencies (None: the row's own), or the
+    RowError :func:`from_row` raises for it, in a time that grows with the fields ``stored``
+    holds rather than with all of them (a store's load of a million rows)."""
+    if type(stored) is not dict or not stored.keys() >= _REQUIRED:
+        return _canonical(stored, strings, deps)
+    values = _RECORD_DEFAULTS.copy()
+    values["resources"] = {}
+    values["attempts"] = [] if strings is None else None
+    convert = _CONVERTERS
+    try:
+        for name, value in stored.items():
+            values[name] = convert[name](value)
+        if deps is not None:
+            values["deps"] = _dep_list(deps)
+    except (KeyError, _Expected):  # (an unknown field, or a value that does not fit)
+        return _canonical(stored, strings, deps)
     if strings is not None:
         _share(values, strings)
     return TaskRecord(**values)
 
 
+def _canonical(
+    stored: object, strings: dict[str, str] | None, deps: list[str] | None
+) -> TaskRecord:
+    """What :func:`from_row` makes of the whole row (the RowError naming the field)."""
+    if type(stored) is dict:
+        stored = full_row(stored) if deps is None else full_row(stored, deps=deps)
+    return from_row(stored, strings)
+
+
+def _dep_list(value: Any) -> Sequence[str]:
+    if type(value) is list and not value:
+        return ()
+    if type(value) is list and all(type(d) is str for d in value):
+        return list(dict.fromkeys(value))  # (each once, as from_row)
+    return list(dict.fromkeys(_texts(value)))
+
+
 def _share(values: dict[str, Any], strings: dict[str, str]) -> None:
-    """Replace the repeated strings of a checked row's ``values`` by those of ``strings``
-    (adding the new ones), and an empty attempt history by None."""
+    """Replace the repeated strings of converted ``values`` by those of ``strings`` (adding
+    the new ones), and an empty attempt history by None."""
     one = strings.setdefault
     for name in ("family", "module", "loader"):
         values[name] = one(values[name], values[name])
@@ -143,6 +338,45 @@ def _share(values: dict[str, Any], strings: dict[str, str]) -> None:
     else:
         for attempt in attempts:
             attempt.worker = one(attempt.worker, attempt.worker)
+
+
+def _same(value: str, _default: str) -> str:
+    return value
+
+
+def _checked(row: dict[str, Any], name: str, check: Callable[[Any], Any]) -> Any:
+    """``check(row[name])``: the slow path of :func:`from_row`, which names the field."""
+    value = row[name]
+    try:
+        return check(value)
+    except _Expected as exc:
+        raise RowError(f"field {name!r} is {_shown(value)}; expected {exc}", name) from None
+
+
+def _strings(row: dict[str, Any], name: str, default: object) -> tuple[str, ...]:
+    value = row[name]
+    if value is default or (type(value) is list and not value):
+        return ()
+    if type(value) is list and all(type(v) is str for v in value):
+        return tuple(value)
+    result: tuple[str, ...] = _checked(row, name, _texts)
+    return result
+
+
+def _resources(row: dict[str, Any]) -> dict[str, int]:
+    value = row["resources"]
+    if value is _D_RESOURCES or (type(value) is dict and not value):
+        return {}
+    result: dict[str, int] = _checked(row, "resources", _count_map)
+    return result
+
+
+def _failure_times(row: dict[str, Any]) -> deque[float] | None:
+    value = row["failures"]
+    if value is _D_FAILURES or (type(value) is list and not value):
+        return None
+    result: deque[float] | None = _checked(row, "failures", _failures)
+    return result
 
 
 # --- one check per field: the value converted, or _Expected saying what it should be ------------
@@ -345,48 +579,14 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
 """Every field of a row (the keys of :func:`to_row`) and the check that converts its value."""
 
 _FIELD_NAMES = frozenset(_FIELDS)
-_KEPT: Mapping[str, tuple[type, ...]] = {
-    "task_id": (str,),
-    "seq": (int,),
-    "family": (str,),
-    "module": (str,),
-    "loader": (str,),
-    "own_priority": (int,),
-    "priority": (int,),
-    "worker": (str, type(None)),
-    "retry_count": (int, type(None)),
-    "retry": (type(None),),
-    "waiting": (str,),
-    "batch_key": (str,),
-    "submitted_by": (str,),
-    "cancelled": (bool,),
-    "explanation": (str,),
-    "status_message": (str,),
-    "progress": (type(None),),
-    "tracking_url": (str,),
-    "registered": (bool,),
-}
-"""Per field, the exact types of value its check returns unchanged (``bool`` is not ``int``)."""
-_NO_EMPTY = object()
-_EMPTY: Mapping[str, Any] = {
-    "deps": (),
-    "stakeholders": (),
-    "runners": (),
-    "labels": (),
-    "failures": None,
-}
-"""Per field, what its check returns (immutable) for an empty list."""
-_CHECKS = tuple(
-    (name, check, _KEPT.get(name, ()), _EMPTY.get(name, _NO_EMPTY))
-    for name, check in _FIELDS.items()
-)
+_STATUS_OF: Mapping[str, TaskStatus] = {str(s): s for s in TaskStatus}
 
 ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
     {
         "attempt": 0,
         "reported": 0,
         "attempts": [],
-        "loader": DEFAULT_LOADER,
+        "loader": "conveyor",  # (conveyor's own loader: the only one before the field)
         "retry": None,
         "labels": [],
         "waiting": "",
@@ -399,6 +599,104 @@ ADDED_FIELDS: Mapping[str, Any] = MappingProxyType(
 )
 """Fields added after rows were first written, and the value a row saved without one gets.
 A field added to :func:`to_row` later belongs here too, or every older row is unusable."""
+
+_D_DEPS: list[str] = []
+_D_STAKEHOLDERS: list[str] = []
+_D_RUNNERS: list[str] = []
+_D_LABELS: list[str] = []
+_D_BATCH: list[str] = []
+_D_FAILURES: list[float] = []
+_D_ATTEMPTS: list[dict[str, Any]] = []
+_D_PARAMS: dict[str, str] = {}
+_D_RESOURCES: dict[str, int] = {}
+
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "loader": "conveyor",  # (what is stored: not to follow a change of DEFAULT_LOADER)
+        "deps": _D_DEPS,
+        "own_priority": 0,
+        "priority": 0,
+        "resources": _D_RESOURCES,
+        "worker": None,
+        "retry_count": None,
+        "retry": None,
+        "labels": _D_LABELS,
+        "waiting": "",
+        "batch_key": "",
+        "batch_max": 0,
+        "batch": _D_BATCH,
+        "submitted_by": "",
+        "cancelled": False,
+        "failures": _D_FAILURES,
+        "wake_at": 0.0,
+        "explanation": "",
+        "status_message": "",
+        "progress": None,
+        "tracking_url": "",
+        "attempt": 0,
+        "reported": 0,
+        "attempts": _D_ATTEMPTS,
+    }
+)
+"""The fields a compact row (:func:`compact_row`) may leave out, each with the value it then
+has: everything but the id, change number, status, what the task is (family, module,
+parameters), who registered it and may run it, and whether it was registered, which every
+stored row keeps. The values are shared by every row :func:`full_row` fills: never change
+them."""
+
+
+def compact_row(row: Mapping[str, Any], *, without: str = "") -> dict[str, Any]:
+    """``row`` without the fields whose value is their default of :data:`DEFAULTS` (and
+    without the field ``without``, if one is named: a store that keeps it elsewhere). A store
+    writes this instead of the whole row; :func:`full_row` gives the row back."""
+    compact = dict(row)
+    for name, default, kind in _DEFAULT_LIST:
+        if name in compact:
+            value = compact[name]
+            if value == default and type(value) is kind:
+                del compact[name]
+    if without:
+        compact.pop(without, None)
+    return compact
+
+
+_ABSENT = object()
+_REQUIRED = frozenset(_FIELDS) - frozenset(DEFAULTS)
+_RECORD_DEFAULTS: dict[str, Any] = {
+    **{name: value for name, value in DEFAULTS.items() if not isinstance(value, list | dict)},
+    "deps": (),
+    "labels": (),
+    "batch": (),
+    "failures": None,
+}
+"""What a record has for each field a compact row leaves out (the mutable ones, resources and
+attempts, are made afresh for each record)."""
+
+
+def _tuple_of_texts(value: Any) -> tuple[str, ...]:
+    return () if type(value) is list and not value else _texts(value)
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    **_FIELDS,
+    "deps": _dep_list,
+    "stakeholders": _tuple_of_texts,
+    "runners": _tuple_of_texts,
+    "labels": _tuple_of_texts,
+    "batch": _tuple_of_texts,
+}
+"""Per field, what :func:`from_stored` makes of its stored value (raising _Expected)."""
+_DEFAULT_LIST = tuple((name, value, type(value)) for name, value in DEFAULTS.items())
+"""Each left-out field of a compact row, its default and the default's type (a value equal to
+the default but of another type, 0 for 0.0, is kept)."""
+
+
+def full_row(stored: Mapping[str, Any], **more: Any) -> dict[str, Any]:
+    """The whole row from a compact one (:func:`compact_row`, or a full row of any version):
+    every field left out has its value of :data:`DEFAULTS`; ``more`` (what the store kept
+    elsewhere, such as ``deps``) is added. Every reader of a stored row reads it through this,
+    so it sees the same row as was saved. The defaults filled in are shared: read only."""
+    return {**DEFAULTS, **stored, **more}
 
 
 def _json_kind(value: object) -> str:

@@ -18,7 +18,12 @@ SQLite store: into its ``quarantine`` table, raw data and reason kept) so that t
 
 A store checks each row it loads with :func:`from_row` (re-exported here from
 :mod:`conveyor.scheduler.persist`, with :class:`RowError`, which it raises for a row that is not
-a task record), so that a third-party store needs nothing but this module.
+a task record), so that a third-party store needs nothing but this module. A store may write a
+row compact (:func:`compact_row`: the fields at their default left out, and a field it keeps
+elsewhere, such as ``deps`` in an edges table) and gives it back whole (:func:`full_row`):
+``load()`` returns, and the functions below read, whole rows. A row's ``deps`` may be the
+record's own list (see :func:`~conveyor.scheduler.persist.to_row`): read it while saving,
+keep nothing of it.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from ..protocol import (
     TaskSummary,
 )
 from ..reasons import failure_reason
-from ..scheduler.persist import RowError, from_row
+from ..scheduler.persist import RowError, compact_row, from_row, full_row
 from ..scheduler.policy import ATTEMPT_HISTORY
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
 from ..settings import Field
@@ -74,7 +79,9 @@ __all__ = [
     "TaskReads",
     "Unstored",
     "blocked_by",
+    "compact_row",
     "from_row",
+    "full_row",
     "graph_answer",
     "graph_layers",
     "list_entry",

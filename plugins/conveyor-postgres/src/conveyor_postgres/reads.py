@@ -35,6 +35,7 @@ from conveyor.server.stores import (
     PAGE_MAX,
     GraphWalk,
     blocked_by,
+    full_row,
     graph_answer,
     list_entry,
     task_detail,
@@ -73,11 +74,41 @@ class Reader:
         return int(self.rows("SELECT seq FROM {s}.changes WHERE id = 1")[0][0])
 
 
-def load_all(r: Reader) -> tuple[list[tuple[str, str]], list[tuple[str, bool]]]:
-    """Every task row (id, JSON text) and worker, in one snapshot."""
+def load_all(
+    r: Reader,
+) -> tuple[list[tuple[str, str]], dict[str, list[str]], list[tuple[str, bool]]]:
+    """Every task row (id, JSON text), every task's dependencies (from the edges, in order)
+    and every worker, in one snapshot."""
     tasks = r.rows("SELECT task_id, data FROM {s}.tasks ORDER BY seq")
+    edges = _all_deps(r)
     found = r.rows("SELECT worker_id, assistant FROM {s}.workers ORDER BY worker_id")
-    return [(t, d) for t, d in tasks], [(w, bool(a)) for w, a in found]
+    return [(t, d) for t, d in tasks], edges, [(w, bool(a)) for w, a in found]
+
+
+def _all_deps(r: Reader) -> dict[str, list[str]]:
+    """Every task's dependencies from the edges table, in order."""
+    found: dict[str, list[str]] = {}
+    for task_id, dep_id in r.rows(
+        'SELECT task_id, dep_id FROM {s}.edges ORDER BY task_id COLLATE "C", pos'
+    ):
+        deps = found.get(task_id)
+        if deps is None:
+            deps = found[task_id] = []
+        deps.append(dep_id)
+    return found
+
+
+def _deps_of(r: Reader, task_id: str) -> list[str]:
+    """The dependencies of ``task_id`` in order."""
+    found = r.rows("SELECT dep_id FROM {s}.edges WHERE task_id = %s ORDER BY pos", (task_id,))
+    return [d for (d,) in found]
+
+
+def _stored_row(data: str, deps: list[str] | None) -> dict[str, Any]:
+    """The whole row saved as ``data`` with ``deps`` (from the edges) as its dependencies,
+    unless its JSON has them (a row saved before schema 3)."""
+    row = json.loads(data)
+    return full_row(row) if deps is None or "deps" in row else full_row(row, deps=deps)
 
 
 def _unmatchable(*values: object) -> bool:
@@ -142,7 +173,9 @@ def page(r: Reader, filters: TaskFilters, cursor: int | None, limit: int) -> Tas
         f"SELECT seq, changed, data FROM {{s}}.tasks WHERE {where} ORDER BY seq DESC LIMIT %s",
         [*args, limit + 1],
     )
-    rows = [list_entry(json.loads(data), seq, changed) for seq, changed, data in found[:limit]]
+    rows = [
+        list_entry(full_row(json.loads(data)), seq, changed) for seq, changed, data in found[:limit]
+    ]
     return TaskPage(tuple(rows), rows[-1].seq if len(found) > limit else None)
 
 
@@ -174,8 +207,9 @@ def workers(r: Reader) -> tuple[StoredWorker, ...]:
 
 def task_infos(r: Reader) -> tuple[TaskInfo, ...]:
     """Every registered task as ``GET /api/v1/tasks`` lists it, oldest change first."""
-    found = r.rows("SELECT data FROM {s}.tasks WHERE status IS NOT NULL ORDER BY seq")
-    return tuple(task_info(json.loads(data)) for (data,) in found)
+    edges = _all_deps(r)
+    found = r.rows("SELECT task_id, data FROM {s}.tasks WHERE status IS NOT NULL ORDER BY seq")
+    return tuple(task_info(_stored_row(data, edges.get(t))) for t, data in found)
 
 
 def detail(r: Reader, task_id: str) -> TaskDetail | None:
@@ -185,7 +219,7 @@ def detail(r: Reader, task_id: str) -> TaskDetail | None:
     found = r.rows("SELECT data, changed FROM {s}.tasks WHERE task_id = %s", (task_id,))
     if not found:
         return None
-    record, changed = json.loads(found[0][0]), found[0][1]
+    record, changed = _stored_row(found[0][0], _deps_of(r, task_id)), found[0][1]
     ((total,),) = r.rows("SELECT count(*) FROM {s}.edges WHERE dep_id = %s", (task_id,))
     dependents = [
         t

@@ -24,7 +24,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -51,7 +51,9 @@ from conveyor.server.stores import (
     Lease,
     RowError,
     StoreContext,
+    compact_row,
     from_row,
+    full_row,
     list_worker,
     search_text,
 )
@@ -125,6 +127,55 @@ _SAVE_FUNCTION = (
     " END $$"
 )
 
+# Schema 3's save: the same, but edges come with their positions, and a task's edges are either
+# all replaced (every) or added to (no single edge is deleted any more).
+_SAVE_FUNCTION_3 = (
+    "CREATE FUNCTION {s}.save(expected bigint, now double precision, ids text[],"
+    " datas text[], statuses text[], states text[], families text[], workers text[],"
+    " searches text[], runners integer[], every text[], added_tasks text[],"
+    " added_deps text[], added_pos integer[], worker_ids text[], assistants boolean[],"
+    " gone text[], gone_workers text[]) RETURNS void"
+    " LANGUAGE plpgsql AS $$"
+    " DECLARE base bigint;"
+    " BEGIN"
+    "  IF expected IS NOT NULL THEN PERFORM {s}.fence(expected); END IF;"
+    "  IF cardinality(ids) > 0 THEN"
+    "   UPDATE {s}.changes SET seq = seq + cardinality(ids) WHERE id = 1"
+    "    RETURNING seq - cardinality(ids) INTO base;"
+    "   INSERT INTO {s}.tasks AS t"
+    "    (task_id, data, status, state, family, worker, search, runners, changed, seq)"
+    "    SELECT r.task_id, r.data, r.status, r.state, r.family, r.worker, r.search, r.runners,"
+    "     now, base + r.n"
+    "    FROM unnest(ids, datas, statuses, states, families, workers, searches, runners)"
+    "     WITH ORDINALITY AS r(task_id, data, status, state, family, worker, search, runners, n)"
+    "    ON CONFLICT (task_id) DO UPDATE SET data = excluded.data, status = excluded.status,"
+    "     state = excluded.state, family = excluded.family, worker = excluded.worker,"
+    "     search = excluded.search, runners = excluded.runners, changed = excluded.changed,"
+    "     seq = excluded.seq;"
+    "  END IF;"
+    "  IF cardinality(every) > 0 THEN"
+    "   DELETE FROM {s}.edges WHERE task_id = ANY(every);"
+    "  END IF;"
+    "  IF cardinality(added_tasks) > 0 THEN"
+    "   INSERT INTO {s}.edges (task_id, dep_id, pos)"
+    "    SELECT * FROM unnest(added_tasks, added_deps, added_pos) ON CONFLICT DO NOTHING;"
+    "  END IF;"
+    "  IF cardinality(worker_ids) > 0 THEN"
+    "   INSERT INTO {s}.workers (worker_id, assistant)"
+    "    SELECT * FROM unnest(worker_ids, assistants)"
+    "    ON CONFLICT (worker_id) DO UPDATE SET assistant = excluded.assistant;"
+    "  END IF;"
+    "  IF cardinality(gone) > 0 THEN"
+    "   DELETE FROM {s}.tasks WHERE task_id = ANY(gone);"
+    "   DELETE FROM {s}.edges WHERE task_id = ANY(gone);"
+    "   UPDATE {s}.changes SET seq = seq + 1 WHERE id = 1;"
+    "  END IF;"
+    "  IF cardinality(gone_workers) > 0 THEN"
+    "   DELETE FROM {s}.workers WHERE worker_id = ANY(gone_workers);"
+    "  END IF;"
+    " END $$"
+)
+
 # version -> statements that bring a schema from the previous version to it ({s}: the schema)
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -168,6 +219,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 2: a save as one call of a function (see _SAVE_FUNCTION)
     2: (_SAVE_FUNCTION,),
+    # 3: a task's dependencies only in the edges table, with their positions (pos: 0, 1, ...
+    # in the order of the record's deps), no longer in its row's JSON, which leaves out
+    # every field at its default (persist.compact_row): a merge writes the new edges only.
+    # The rows are rewritten by _move_deps_out, in Python, after these statements.
+    3: (
+        "ALTER TABLE {s}.edges ADD COLUMN pos integer NOT NULL DEFAULT 0",
+        "DROP FUNCTION {s}.save",
+        _SAVE_FUNCTION_3,
+    ),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The version of the schema this conveyor-postgres creates and understands."""
@@ -186,12 +246,18 @@ _TABLES = {
         "changed",
         "seq",
     ),
-    "edges": ("task_id", "dep_id"),
+    "edges": ("task_id", "dep_id", "pos"),
     "workers": ("worker_id", "assistant"),
     "changes": ("id", "seq"),
     "lease": ("id", "term", "holder", "expires"),
 }
 """The tables (and their columns, in order) of the schema at :data:`SCHEMA_VERSION`."""
+_TABLES_AT = {
+    1: {**_TABLES, "edges": ("task_id", "dep_id")},
+    2: {**_TABLES, "edges": ("task_id", "dep_id")},
+    SCHEMA_VERSION: _TABLES,
+}
+"""The tables of each schema version an upgrade starts from."""
 
 
 def _is_identifier(value: Any) -> bool:
@@ -272,7 +338,9 @@ class PostgresStore:
         self._queries: dict[str, sql.Composed] = {}
         self._write_lock = threading.Lock()  # saves, probes and loads, one at a time
         self._lease_lock = threading.Lock()
-        self._deps: dict[str, tuple[str, ...]] = {}  # what the edges table holds, per task
+        # what the edges table holds, per task with edges: the deps saved last (a list that
+        # only grows at its end, see persist.to_row) and how many of them
+        self._deps: dict[str, tuple[Sequence[str], int]] = {}
         self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
         self._term: int | None = None  # the term of the lease this store holds (None: none)
         self._fence: int | None = None  # the term saves carry (None: unfenced; 0: refused)
@@ -399,6 +467,8 @@ class PostgresStore:
                 for target in range(version + 1, SCHEMA_VERSION + 1):
                     for statement in _MIGRATIONS[target]:
                         conn.execute(self.q(statement))
+                    if target == 3:
+                        self._move_deps_out(conn)
                     conn.execute(self.q("UPDATE {s}.schema_version SET version = %s"), (target,))
         except ConfigError:
             raise
@@ -415,6 +485,36 @@ class PostgresStore:
                 f"{self.where}: {self._reason(exc)}; expected a database user {self._user!r} "
                 "may create tables in"
             ) from None
+
+    def _move_deps_out(self, conn: psycopg.Connection[Any]) -> None:
+        """Migration 3's data: each row's dependencies into the edges table with their
+        positions, and its JSON rewritten compact, without them. A row that is not a task
+        record is left alone here; ``load()`` reports it."""
+        found = conn.execute(self.q("SELECT task_id, data FROM {s}.tasks")).fetchall()
+        ids, datas, pairs = [], [], []
+        for task_id, data in found:
+            try:
+                row = _task_row(task_id, data)
+            except RowError:
+                continue
+            ids.append(task_id)
+            datas.append(_data(row))
+            pairs += [(task_id, d, n) for n, d in enumerate(dict.fromkeys(row["deps"]))]
+        conn.execute(self.q("DELETE FROM {s}.edges WHERE task_id = ANY(%s)"), (ids,))
+        conn.execute(
+            self.q(
+                "INSERT INTO {s}.edges (task_id, dep_id, pos)"
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[])"
+            ),
+            ([p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]),
+        )
+        conn.execute(
+            self.q(
+                "UPDATE {s}.tasks t SET data = r.data FROM unnest(%s::text[], %s::text[])"
+                " AS r(task_id, data) WHERE t.task_id = r.task_id"
+            ),
+            (ids, datas),
+        )
 
     def _check_schema(self, conn: psycopg.Connection[Any]) -> int:
         """The schema's version (0: empty), after checking (reading only) that it is ours."""
@@ -451,7 +551,7 @@ class PostgresStore:
                 f"{what} has schema version {version}, newer than this conveyor-postgres "
                 f"understands ({SCHEMA_VERSION}); upgrade conveyor-postgres"
             )
-        expected = _TABLES if version == SCHEMA_VERSION else {"schema_version": ("version",)}
+        expected = _TABLES_AT.get(version, {"schema_version": ("version",)})
         unknown = sorted(set(tables) - set(expected))
         if unknown:
             listed = ", ".join(repr(t) for t in unknown)
@@ -569,33 +669,26 @@ class PostgresStore:
         with self._write_lock:
             now = time.time()
             changed: dict[str, tuple[Any, ...]] = {}  # task_id -> (columns..., digest)
-            deps_of: dict[str, tuple[str, ...]] = {}
+            edges: dict[str, tuple[Sequence[str], bool, int, Sequence[str]]] = {}
             for row in rows:
                 task_id = row["task_id"]
-                data = json.dumps(row, separators=(",", ":"))
+                data = _data(row)
                 digest = _digest(data)
-                if self._digests.get(task_id) == digest:
-                    changed.pop(task_id, None)
+                deps = row["deps"]
+                known = self._deps.get(task_id)
+                if known is None and not deps and task_id in self._digests:
+                    work = None  # (stored without edges, none to store)
+                else:
+                    work = _edge_work(known, deps)
+                edges.pop(task_id, None)  # (the last row of a task saved twice counts)
+                changed.pop(task_id, None)
+                if work is not None:
+                    edges[task_id] = (deps, *work)
+                elif self._digests.get(task_id) == digest:
                     continue
                 changed[task_id] = (task_id, data, *_ui_columns(row), digest)
-                deps_of[task_id] = tuple(dict.fromkeys(row["deps"]))
-            every: list[str] = []  # tasks whose edges are all replaced
-            removed: list[tuple[str, str]] = []
-            added: list[tuple[str, str]] = []
-            for task_id in changed:
-                deps = deps_of[task_id]
-                old = self._deps.get(task_id)
-                if old == deps:
-                    continue
-                if old is None:
-                    every.append(task_id)
-                    added += [(task_id, d) for d in deps]
-                elif deps[: len(old)] == old:
-                    added += [(task_id, d) for d in deps[len(old) :]]
-                else:
-                    kept, was = set(deps), set(old)
-                    removed += [(task_id, d) for d in old if d not in kept]
-                    added += [(task_id, d) for d in deps if d not in was]
+            every = [t for t, e in edges.items() if e[1]]
+            added = [(t, d, e[2] + n) for t, e in edges.items() for n, d in enumerate(e[3])]
             worker_data = dict(workers)
             gone = list(dict.fromkeys(gone_tasks))
             gone_w = list(dict.fromkeys(gone_workers))
@@ -606,8 +699,9 @@ class PostgresStore:
                 now,
                 *(columns or [[] for _ in range(8)]),
                 every,
-                *_pairs(removed),
-                *_pairs(added),
+                [a[0] for a in added],
+                [a[1] for a in added],
+                [a[2] for a in added],
                 list(worker_data),
                 list(worker_data.values()),
                 gone,
@@ -616,7 +710,11 @@ class PostgresStore:
             self._write_save(args)
             for task_id, c in changed.items():
                 self._digests[task_id] = c[-1]
-                self._deps[task_id] = deps_of[task_id]
+            for task_id, (deps, *_) in edges.items():
+                if deps:
+                    self._deps[task_id] = (deps, len(deps))
+                else:
+                    self._deps.pop(task_id, None)
             for task_id in gone:
                 self._deps.pop(task_id, None)
                 self._digests.pop(task_id, None)
@@ -631,19 +729,20 @@ class PostgresStore:
         """Every saved row and worker, read in one snapshot; CorruptState (nothing changed)
         naming the rows that cannot be read back."""
         with self._write_lock:
-            tasks, workers = self._read(reads.load_all)
+            tasks, edges, workers = self._read(reads.load_all)
             rows: list[dict[str, Any]] = []
             bad: list[BadRow] = []
-            deps: dict[str, tuple[str, ...]] = {}
+            deps: dict[str, tuple[Sequence[str], int]] = {}
             digests: dict[str, bytes] = {}
             for task_id, data in tasks:
                 try:
-                    row = _task_row(task_id, data)
+                    row = _task_row(task_id, data, edges.get(task_id))
                 except RowError as exc:
                     bad.append(BadRow(("tasks", task_id), f"task row {task_id!r}", str(exc)))
                     continue
                 rows.append(row)
-                deps[task_id] = tuple(dict.fromkeys(row["deps"]))
+                if row["deps"]:
+                    deps[task_id] = (row["deps"], len(row["deps"]))
                 digests[task_id] = _digest(data)
             if bad:
                 raise CorruptState(
@@ -805,8 +904,8 @@ def _refused(exc: psycopg.Error) -> bool:
 
 _SAVE_TYPES = (
     "bigint", "float8", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
-    "integer[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "boolean[]",
-    "text[]", "text[]",
+    "integer[]", "text[]", "text[]", "text[]", "integer[]", "text[]", "boolean[]", "text[]",
+    "text[]",
 )  # fmt: skip
 _SAVE_CALL = "SELECT {s}.save(" + ", ".join(f"%b::{t}" for t in _SAVE_TYPES) + ")"
 _TOUCH = "UPDATE {s}.changes SET seq = seq WHERE id = 1"
@@ -820,9 +919,28 @@ def _login() -> str:
         return "(the login name)"
 
 
-def _pairs(pairs: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """(task, dependency) pairs as the two arrays the save function takes."""
-    return [t for t, _ in pairs], [d for _, d in pairs]
+def _data(row: Mapping[str, Any]) -> str:
+    """What is stored of ``row``: its compact JSON, without its dependencies (the edges)."""
+    return _ENCODER.encode(compact_row(row, without="deps"))
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def _edge_work(
+    known: tuple[Sequence[str], int] | None, deps: Sequence[str]
+) -> tuple[bool, int, Sequence[str]] | None:
+    """What to write to bring a task's stored edges (``known``: the deps saved last and how
+    many; None: not known) to ``deps`` (None: nothing): whether to replace them all, the
+    position of the first to insert, and the dependencies to insert from there; O(what was
+    added) when ``deps`` is the list saved last, grown at its end."""
+    if known is None:
+        return True, 0, list(dict.fromkeys(deps))
+    saved, count = known
+    if len(deps) >= count and (deps is saved or list(deps[:count]) == list(saved[:count])):
+        added = deps[count:]
+        return (False, count, added) if added else None
+    return True, 0, list(dict.fromkeys(deps))
 
 
 def _read_only(conn: psycopg.Connection[Any]) -> None:
@@ -884,12 +1002,16 @@ def _ui_columns(row: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _task_row(task_id: str, data: str) -> dict[str, Any]:
-    """The row saved as ``data`` under ``task_id``; RowError if it is not a valid one."""
+def _task_row(task_id: str, data: str, deps: list[str] | None = None) -> dict[str, Any]:
+    """The whole row saved as ``data`` (compact, or whole as before schema 3) under
+    ``task_id``, with ``deps`` (from the edges table, in order; None: none there) as its
+    dependencies; RowError if it is not a valid one."""
     try:
         row = json.loads(data, parse_constant=_not_a_number)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
+    if type(row) is dict:
+        row = full_row(row) if deps is None else full_row(row, deps=deps)
     from_row(row)
     if row["task_id"] != task_id:
         message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"

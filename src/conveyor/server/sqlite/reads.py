@@ -33,6 +33,7 @@ from ...protocol import (
     TaskStatus,
     TaskSummary,
 )
+from ...scheduler.persist import full_row
 from ..stores import (
     DEPENDENTS_SHOWN,
     GRAPH_CAP,
@@ -49,10 +50,13 @@ __all__ = [
     "DEPENDENTS_SHOWN",
     "GRAPH_CAP",
     "PAGE_MAX",
+    "all_deps",
     "changes_since",
+    "deps_of",
     "detail",
     "families",
     "graph",
+    "in_order",
     "latest",
     "page",
     "summary",
@@ -122,7 +126,9 @@ def page(db: sqlite3.Connection, filters: TaskFilters, cursor: int | None, limit
         args.append(cursor)
     query = f"SELECT seq, changed, data FROM tasks WHERE {where} ORDER BY seq DESC LIMIT ?"
     found = db.execute(query, [*args, limit + 1]).fetchall()
-    rows = [list_entry(json.loads(data), seq, changed) for seq, changed, data in found[:limit]]
+    rows = [
+        list_entry(full_row(json.loads(data)), seq, changed) for seq, changed, data in found[:limit]
+    ]
     return TaskPage(tuple(rows), rows[-1].seq if len(found) > limit else None)
 
 
@@ -155,17 +161,37 @@ def workers(db: sqlite3.Connection) -> tuple[StoredWorker, ...]:
 def task_infos(db: sqlite3.Connection) -> tuple[TaskInfo, ...]:
     """Every registered task as ``GET /api/v1/tasks`` lists it, oldest change first: one
     statement, so one consistent snapshot."""
-    found = db.execute("SELECT data FROM tasks WHERE status IS NOT NULL ORDER BY seq")
-    return tuple(task_info(json.loads(data)) for (data,) in found)
+    with _snapshot(db):
+        edges = all_deps(db)
+        found = db.execute("SELECT task_id, data FROM tasks WHERE status IS NOT NULL ORDER BY seq")
+        return tuple(task_info(_stored_row(data, edges.get(task_id))) for task_id, data in found)
+
+
+def _stored_row(data: str, deps: list[str] | None) -> dict[str, Any]:
+    """The whole row saved as ``data`` with ``deps`` (from the edges table) as its
+    dependencies, unless its JSON has them (a row saved before schema 3)."""
+    row = json.loads(data)
+    return full_row(row) if deps is None or "deps" in row else full_row(row, deps=deps)
+
+
+@contextlib.contextmanager
+def _snapshot(db: sqlite3.Connection) -> Iterator[None]:
+    """The statements inside read one snapshot (a read transaction)."""
+    db.execute("BEGIN")
+    try:
+        yield
+    finally:
+        db.execute("COMMIT")
 
 
 def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
     """Everything the task detail shows, or None for a task the scheduler does not have."""
-    found = db.execute("SELECT data, changed FROM tasks WHERE task_id = ?", (task_id,))
-    row = found.fetchone()
-    if row is None:
-        return None
-    record, changed = json.loads(row[0]), row[1]
+    with _snapshot(db):
+        found = db.execute("SELECT data, changed FROM tasks WHERE task_id = ?", (task_id,))
+        row = found.fetchone()
+        if row is None:
+            return None
+        record, changed = _stored_row(row[0], deps_of(db, task_id)), row[1]
     (total,) = db.execute("SELECT count(*) FROM edges WHERE dep_id = ?", (task_id,)).fetchone()
     dependents = [
         dependent
@@ -186,6 +212,52 @@ def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
             for i in blocking
         ],
     )
+
+
+def all_deps(db: sqlite3.Connection) -> dict[str, list[str] | None]:
+    """Every task's dependencies from the ``edges`` table, in order (of ``pos``); None for a
+    task whose edges have positions that are not integers. One statement, read in chunks
+    (the table's own order: a task's edges together)."""
+    found: dict[str, list[str] | None] = {}
+    current: str | None = None
+    pairs: list[tuple[Any, str]] = []
+    cursor = db.execute("SELECT task_id, pos, dep_id FROM edges ORDER BY task_id")
+    for chunk in iter(lambda: cursor.fetchmany(_EDGE_CHUNK), []):
+        for task_id, pos, dep_id in chunk:
+            if task_id != current:
+                if current is not None:
+                    found[current] = in_order(pairs)
+                current, pairs = task_id, []
+            pairs.append((pos, dep_id))
+    if current is not None:
+        found[current] = in_order(pairs)
+    return found
+
+
+_EDGE_CHUNK = 50_000
+
+
+def in_order(pairs: list[tuple[Any, str]]) -> list[str] | None:
+    """The dependencies of ``(pos, dep_id)`` pairs in the order of ``pos`` (None if a
+    position is not an integer): put in place when the positions are 0 to n-1, as a store
+    writes them, else sorted."""
+    count = len(pairs)
+    ordered: list[Any] = [None] * count
+    for pos, dep_id in pairs:
+        if type(pos) is not int or not 0 <= pos < count or ordered[pos] is not None:
+            break
+        ordered[pos] = dep_id
+    else:
+        return ordered
+    if any(type(pos) is not int for pos, _ in pairs):
+        return None
+    return [dep_id for _, dep_id in sorted(pairs)]
+
+
+def deps_of(db: sqlite3.Connection, task_id: str) -> list[str]:
+    """The dependencies of ``task_id`` in order."""
+    found = db.execute("SELECT pos, dep_id FROM edges WHERE task_id = ?", (task_id,)).fetchall()
+    return in_order(found) or []
 
 
 def _refs(db: sqlite3.Connection, task_ids: Sequence[str]) -> list[TaskRef]:

@@ -40,7 +40,7 @@ from ...protocol import (
     TaskPage,
     TaskSummary,
 )
-from ...scheduler.persist import RowError, from_row
+from ...scheduler.persist import RowError, compact_row, from_stored, full_row
 from ...scheduler.policy import TaskRecord
 from ...settings import Field
 from ..statelock import StateLock
@@ -89,6 +89,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE changes (seq INTEGER NOT NULL)",
         "INSERT INTO changes VALUES (0)",
     ),
+    # 3: a task's dependencies only in the edges table, in order (pos: 0, 1, ... in the
+    # order of the record's deps), no longer in its row's JSON, which leaves out every field
+    # at its default (persist.compact_row): a registration that merges dependencies into a
+    # task writes the new edges only, not all of them again
+    3: ("ALTER TABLE edges ADD COLUMN pos INTEGER NOT NULL DEFAULT 0",),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 
@@ -135,8 +140,10 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._readers = threading.local()  # a read-only connection per reading thread
         self._reader_list: list[sqlite3.Connection] = []
-        # what the edges table holds, per task with edges; complete once _edges_known
-        self._deps: dict[str, tuple[str, ...]] = {}
+        # what the edges table holds, per task with edges: the deps saved last (the record's
+        # own list, which only grows at its end) and how many of them; complete once
+        # _edges_known
+        self._deps: dict[str, tuple[Sequence[str], int]] = {}
         self._edges_known = False  # (True once loaded, or for a new file)
         self._digests: dict[str, bytes] = {}  # what each stored row's data is, in short
         self._seq = 0  # the latest change number (the changes table's)
@@ -307,29 +314,40 @@ class SqliteStore:
         """Read every task row (``keep(row, record)`` for each usable one, until one is not)
         and return the workers; CorruptState (nothing changed) naming every unusable row.
         ``strings`` is :func:`~conveyor.scheduler.persist.from_row`'s."""
-        deps: dict[str, tuple[str, ...]] = {}
+        deps: dict[str, tuple[Sequence[str], int]] = {}
         digests: dict[str, bytes] = {}
         bad: list[BadRow] = []
+        whole = strings is None  # (load() returns whole rows; load_records() none)
         with self._lock:
-            # (one statement: one snapshot of the table, read in chunks)
-            cursor = self._db.execute("SELECT rowid, task_id, data FROM tasks")
-            while chunk := cursor.fetchmany(_LOAD_CHUNK):
-                for rowid, task_id, data in chunk:
-                    try:
-                        row, record = _task_row(task_id, data, strings)
-                    except RowError as exc:
-                        where = f"task row {rowid} (task_id {task_id!r})"
-                        bad.append(BadRow(("tasks", rowid), where, str(exc)))
-                        continue
-                    if record.deps:
-                        unique = tuple(dict.fromkeys(record.deps))
-                        deps[task_id] = record.deps if unique == record.deps else unique
-                    digests[task_id] = _digest(data)
-                    if not bad:
-                        keep(row, record)
-                del chunk
-            workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
-            worker_rows = workers.fetchall()
+            self._db.execute("BEGIN")  # (one snapshot of the edges and the tasks)
+            try:
+                edges = reads.all_deps(self._db) if self._version >= 3 else {}
+                # (one statement: one snapshot of the table, read in chunks)
+                cursor = self._db.execute("SELECT rowid, task_id, data FROM tasks")
+                rows = iter(lambda: cursor.fetchmany(_LOAD_CHUNK), [])
+                for chunk in rows:
+                    for rowid, task_id, data in chunk:
+                        listed = edges.get(task_id, _NO_EDGES)
+                        try:
+                            if listed is None:
+                                raise RowError(_UNORDERED, "deps")
+                            stored = None if listed is _NO_EDGES else listed
+                            row, record = _task_row(task_id, data, strings, stored, whole=whole)
+                        except RowError as exc:
+                            where = f"task row {rowid} (task_id {task_id!r})"
+                            bad.append(BadRow(("tasks", rowid), where, str(exc)))
+                            continue
+                        if record.deps:
+                            deps[task_id] = (record.deps, len(record.deps))
+                        digests[task_id] = _digest(data)
+                        if not bad:
+                            keep(row, record)
+                    del chunk
+                del edges
+                workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
+                worker_rows = workers.fetchall()
+            finally:
+                self._db.execute("COMMIT")
         pairs: Workers = []
         for rowid, worker_id, assistant in worker_rows:
             problem = _worker_problem(worker_id, assistant)
@@ -342,6 +360,12 @@ class SqliteStore:
             raise CorruptState(f"state database {self._path!r}", bad)
         self._deps, self._digests = deps, digests
         self._edges_known = True
+        if self._version < 3 <= SCHEMA_VERSION:  # (the rows are rewritten: their digests too)
+            self._upgrade()
+            with self._lock:
+                for task_id, data in self._db.execute("SELECT task_id, data FROM tasks"):
+                    if task_id in digests:
+                        digests[task_id] = _digest(data)
         self._upgrade()
         self._vacuum_incrementally()
         return pairs
@@ -406,20 +430,18 @@ class SqliteStore:
         self._upgrade()
         now = time.time()
         changed: list[tuple[Any, ...]] = []  # (task_id, data, *ui columns, digest)
-        edges: list[tuple[str, tuple[str, ...], bool, Collection[str], Collection[str]]] = []
+        edges: list[tuple[str, Sequence[str], bool, int, Sequence[str]]] = []
         for row in rows:
             task_id = row["task_id"]
-            data = json.dumps(row, separators=(",", ":"))
+            data = _ENCODER.encode(compact_row(row, without="deps"))
             digest = _digest(data)
-            if self._digests.get(task_id) == digest:
+            deps = row["deps"]
+            work = self._edge_work(task_id, deps)
+            if work is not None:
+                edges.append((task_id, deps, *work))
+            elif self._digests.get(task_id) == digest:
                 continue
             changed.append((task_id, data, *_ui_columns(row), digest))
-            deps = tuple(dict.fromkeys(row["deps"]))
-            old = self._deps.get(task_id)
-            if old is None and not deps and self._edges_known:
-                continue  # (no edges stored, none to store: no statement)
-            if old != deps:
-                edges.append((task_id, deps, *_edge_changes(old, deps)))
         worker_data = [(w, int(a)) for w, a in workers]
         if not (changed or worker_data or gone_tasks or gone_workers):
             return
@@ -433,16 +455,11 @@ class SqliteStore:
                 [(*c[:-1], now, first + i) for i, c in enumerate(changed)],
             )
             db.executemany("INSERT OR REPLACE INTO workers VALUES (?, ?)", worker_data)
-            # (one statement of each kind for all the tasks: the three touch disjoint edges
-            # of a task but for the first, which goes first)
+            # (one statement of each kind for all the tasks; a task's old edges go first)
             db.executemany("DELETE FROM edges WHERE task_id = ?", [(e[0],) for e in edges if e[2]])
             db.executemany(
-                "DELETE FROM edges WHERE task_id = ? AND dep_id = ?",
-                [(e[0], d) for e in edges for d in e[3]],
-            )
-            db.executemany(
-                "INSERT OR IGNORE INTO edges VALUES (?, ?)",
-                [(e[0], d) for e in edges for d in e[4]],
+                "INSERT OR IGNORE INTO edges (task_id, dep_id, pos) VALUES (?, ?, ?)",
+                [(e[0], d, e[3] + i) for e in edges for i, d in enumerate(e[4])],
             )
             db.executemany("DELETE FROM tasks WHERE task_id = ?", gone)
             db.executemany("DELETE FROM edges WHERE task_id = ?", gone)
@@ -455,12 +472,35 @@ class SqliteStore:
             self._digests[c[0]] = c[-1]
         for task_id, deps, *_ in edges:
             if deps:
-                self._deps[task_id] = deps
+                self._deps[task_id] = (deps, len(deps))
             else:
                 self._deps.pop(task_id, None)
         for task_id in gone_tasks:
             self._deps.pop(task_id, None)
             self._digests.pop(task_id, None)
+
+    def _edge_work(
+        self, task_id: str, deps: Sequence[str]
+    ) -> tuple[bool, int, Sequence[str]] | None:
+        """What to write to bring the stored edges of ``task_id`` to ``deps`` (None:
+        nothing): whether to delete them all first, the position of the first edge to
+        insert, and the dependencies to insert from there. O(what was added) when ``deps`` is
+        the list saved last, grown at its end (a registration merged more in: see
+        :func:`~conveyor.scheduler.persist.to_row`); O(all of them) once when it is another
+        sequence that extends it, or when they changed otherwise (then all are written
+        again)."""
+        known = self._deps.get(task_id)
+        if known is None:
+            if not deps and self._edges_known:
+                return None  # (no edges stored, none to store: no statement)
+            return True, 0, _unique(deps)
+        saved, count = known
+        if len(deps) >= count and (deps is saved or list(deps[:count]) == list(saved[:count])):
+            added = deps[count:]
+            # (a dependency named again, which conveyor's records never do, is not inserted
+            # twice: its position stays a gap, and loading orders by position all the same)
+            return (False, count, added) if added else None
+        return True, 0, _unique(deps)
 
     def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(connection, *args)`` on a read-only connection of the calling thread's own,
@@ -528,6 +568,8 @@ class SqliteStore:
             self._state_lock.release()
 
 
+_NO_EDGES: list[str] = []
+_UNORDERED = "field 'deps': the positions of its edges (table 'edges') are not integers"
 _LOAD_CHUNK = 10_000
 """Task rows fetched from SQLite at a time by a load."""
 _WAL_SIZE_LIMIT = 64 * 2**20
@@ -544,19 +586,9 @@ def _identity(path: str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _edge_changes(
-    old: tuple[str, ...] | None, new: tuple[str, ...]
-) -> tuple[bool, Collection[str], Collection[str]]:
-    """How to go from the stored edges ``old`` (None: not known) to ``new``: whether to delete
-    them all first, which to delete, which to insert; O(what changed) for the usual merge
-    (``new`` extends ``old``)."""
-    if old is None:
-        return True, (), new
-    if new[: len(old)] == old:
-        return False, (), new[len(old) :]
-    kept = set(new)
-    was = set(old)
-    return False, [d for d in old if d not in kept], [d for d in new if d not in was]
+def _unique(deps: Sequence[str]) -> list[str]:
+    """``deps`` without repeats, in order (a task's edges are stored once each)."""
+    return list(dict.fromkeys(deps))
 
 
 def _digest(data: str) -> bytes:
@@ -567,17 +599,14 @@ def _latest(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT seq FROM changes").fetchone()[0])
 
 
+# (an update in place when the task is there: its rowid and its task_id index entry stay, where
+# INSERT OR REPLACE deleted the row and inserted it anew, every index entry with it)
 _UPSERT_TASK = (
-    "INSERT OR REPLACE INTO tasks"
-    " (task_id, data, status, family, worker, search, changed, seq)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO tasks (task_id, data, status, family, worker, search, changed, seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET data = excluded.data,"
+    " status = excluded.status, family = excluded.family, worker = excluded.worker,"
+    " search = excluded.search, changed = excluded.changed, seq = excluded.seq"
 )
-
-
-def _columns_of(row: Mapping[str, Any], now: float, seq: int) -> tuple[Any, ...]:
-    """The values of :data:`_UPSERT_TASK` for ``row``, saved at ``now`` as change ``seq``."""
-    data = json.dumps(row, separators=(",", ":"))
-    return row["task_id"], data, *_ui_columns(row), now, seq
 
 
 def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
@@ -609,7 +638,34 @@ def _fill_ui_columns(db: sqlite3.Connection) -> None:
     db.execute("UPDATE changes SET seq = (SELECT coalesce(max(seq), 0) FROM tasks)")
 
 
-_BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _fill_ui_columns}
+def _move_deps_out(db: sqlite3.Connection) -> None:
+    """Migration 3's data: each row's dependencies into the edges table with their
+    positions, and its JSON rewritten compact, without them (a chunk of rows at a time). A
+    row that is not a task record is left alone here; ``load()`` reports it."""
+    last = 0
+    while found := db.execute(
+        "SELECT rowid, task_id, data FROM tasks WHERE rowid > ? ORDER BY rowid LIMIT ?",
+        (last, _LOAD_CHUNK),
+    ).fetchall():
+        last = found[-1][0]
+        for rowid, task_id, data in found:
+            try:
+                row, _ = _task_row(task_id, data)
+            except RowError:
+                continue
+            db.execute("DELETE FROM edges WHERE task_id = ?", (task_id,))
+            db.executemany(
+                "INSERT OR IGNORE INTO edges (task_id, dep_id, pos) VALUES (?, ?, ?)",
+                [(task_id, dep, pos) for pos, dep in enumerate(_unique(row["deps"]))],
+            )
+            compact = _ENCODER.encode(compact_row(row, without="deps"))
+            db.execute("UPDATE tasks SET data = ? WHERE rowid = ?", (compact, rowid))
+
+
+_BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    2: _fill_ui_columns,
+    3: _move_deps_out,
+}
 """Migrations whose data Python computes, run after their statements."""
 
 
@@ -673,20 +729,31 @@ def _apply(db: sqlite3.Connection, version: int) -> None:
 
 
 def _task_row(
-    task_id: object, data: object, strings: dict[str, str] | None = None
+    task_id: object,
+    data: object,
+    strings: dict[str, str] | None = None,
+    deps: list[str] | None = None,
+    *,
+    whole: bool = True,
 ) -> tuple[dict[str, Any], TaskRecord]:
-    """The row saved as ``data`` under ``task_id`` and its record (``from_row(row,
-    strings)``); RowError if it is not a valid one."""
+    """The row saved as ``data`` under ``task_id`` (compact, see
+    :func:`~conveyor.scheduler.persist.compact_row`; or whole, as saved before schema 3),
+    with ``deps`` (from the edges table, in order; None: none there) as its dependencies
+    (the whole row, see :func:`~conveyor.scheduler.persist.full_row`; with ``whole`` false,
+    the row as stored), and its record (``from_row(row, strings)``); RowError if it is not a
+    valid one."""
     if not isinstance(data, str):
         raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
     try:
         row = _DECODER.decode(data)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
-    record = from_row(row, strings)
-    if row["task_id"] != task_id:
-        message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
+    record = from_stored(row, strings, deps)
+    if record.task_id != task_id:
+        message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
+    if whole:
+        row = full_row(row) if deps is None else full_row(row, deps=deps)
     return row, record
 
 
@@ -696,6 +763,8 @@ def _not_a_number(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_constant=_not_a_number)
 """``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)  # (rows are trees)
+"""``json.dumps(row, separators=(",", ":"))`` without an encoder made per row."""
 
 
 def _worker_problem(worker_id: object, assistant: object) -> str:

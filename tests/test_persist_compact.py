@@ -1,0 +1,422 @@
+"""The SQLite store's schema 3 (issue 25, a million tasks): rows are stored compact (fields at
+their default left out) and without their dependencies, which live in the ``edges`` table
+with their positions; a merge writes only the edges it added. Rows read back as saved, an
+older file (schema 2: whole rows, dependencies in the JSON) is migrated, a newer one refused
+untouched, a merged registration's dependencies survive a restart in order, and bad rows are
+still reported by field. All on real SQLite files and a real server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor.errors import ConfigError
+from conveyor.protocol import AttemptEnd, RetrySpec, TaskStatus
+from conveyor.scheduler.persist import (
+    DEFAULTS,
+    RowError,
+    compact_row,
+    from_row,
+    from_stored,
+    full_row,
+    to_row,
+)
+from conveyor.scheduler.policy import Attempt, TaskRecord
+from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION
+from conveyor.server.stores import CorruptState, SqliteStore, StoreContext
+from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _busy(task_id: str, deps: tuple[str, ...] = ()) -> TaskRecord:
+    """A record whose every field differs from its default."""
+    return TaskRecord(
+        task_id=task_id,
+        seq=7,
+        family="Busy",
+        module="mod",
+        params={"p": "1"},
+        loader="alt",
+        status=TaskStatus.FAILED,
+        deps=deps,
+        own_priority=3,
+        priority=4,
+        resources={"db": 1},
+        stakeholders=("w1",),
+        runners=("w1",),
+        worker="w1",
+        retry_count=2,
+        retry=RetrySpec(1.0, 2.0, 60.0, 0.1),
+        labels=("gpu",),
+        waiting="no gpu",
+        batch_key="k",
+        batch_max=5,
+        batch=(task_id, "other"),
+        submitted_by="me",
+        cancelled=True,
+        failures=deque([5.0]),
+        wake_at=12.5,
+        explanation="it broke",
+        status_message="half",
+        progress=50.0,
+        tracking_url="http://x",
+        registered=True,
+        attempt=3,
+        reported=2,
+        attempts=[Attempt(3, 10.0, "w1", 11.0, AttemptEnd.FAILED)],
+    )
+
+
+def _plain(task_id: str, deps: tuple[str, ...] = ()) -> TaskRecord:
+    return TaskRecord(task_id=task_id, seq=1, family="Plain", deps=deps, registered=True)
+
+
+def _open(path: Path) -> SqliteStore:
+    return SqliteStore(StoreContext(str(path)))
+
+
+def _db(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path)
+
+
+def _stored(path: Path, task_id: str) -> dict[str, Any]:
+    db = _db(path)
+    try:
+        (data,) = db.execute("SELECT data FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+    finally:
+        db.close()
+    stored: dict[str, Any] = json.loads(data)
+    return stored
+
+
+def _edges(path: Path, task_id: str) -> list[tuple[str, int]]:
+    db = _db(path)
+    try:
+        return db.execute(
+            "SELECT dep_id, pos FROM edges WHERE task_id = ? ORDER BY pos", (task_id,)
+        ).fetchall()
+    finally:
+        db.close()
+
+
+def test_compact_rows_read_back_identical(tmp_path: Path) -> None:
+    """A row with every field at its default and one with none are stored compact (the
+    defaults and the dependencies left out of the JSON) and load back equal to what was
+    saved, as rows and as records."""
+    path = tmp_path / "state.db"
+    plain, busy = to_row(_plain("a")), to_row(_busy("b", ("a", "z", "c")))
+    store = _open(path)
+    try:
+        store.save([plain, busy], [("w1", False)])
+    finally:
+        store.close()
+    assert set(_stored(path, "a")) == {
+        "task_id", "seq", "family", "module", "params", "status", "stakeholders", "runners",
+        "registered",
+    }  # fmt: skip
+    assert "deps" not in _stored(path, "b") and len(_stored(path, "b")) == len(busy) - 1
+    assert _edges(path, "b") == [("a", 0), ("z", 1), ("c", 2)]
+    store = _open(path)
+    try:
+        rows, _ = store.load()
+        records, _ = store.load_records()
+    finally:
+        store.close()
+    assert {r["task_id"]: r for r in rows} == {"a": plain, "b": busy}
+    assert sorted((to_row(r) for r in records), key=lambda r: r["task_id"]) == [plain, busy]
+
+
+def test_compact_row_and_full_row_are_inverse() -> None:
+    """``full_row(compact_row(row)) == row`` for rows at and away from the defaults; a value
+    equal to a default but of another type (0 for 0.0) is kept, not dropped."""
+    for row in (to_row(_plain("a")), to_row(_busy("b", ("x",)))):
+        assert full_row(compact_row(row)) == row
+        assert from_row(full_row(compact_row(row))).status == row["status"]
+    odd = {**to_row(_plain("c")), "wake_at": 0}
+    assert compact_row(odd)["wake_at"] == 0 and full_row(compact_row(odd)) == odd
+    assert "deps" not in compact_row(to_row(_plain("d", ("x",))), without="deps")
+    assert set(DEFAULTS) < set(to_row(_plain("e")))
+
+
+def test_the_stored_defaults_are_pinned() -> None:
+    """What a compact row leaves out is part of the file format: a field left out means its
+    default, so the defaults must never follow a change in the code's constants."""
+    assert DEFAULTS["loader"] == "conveyor"
+    assert "status" not in DEFAULTS and "task_id" not in DEFAULTS and "params" not in DEFAULTS
+
+
+def test_a_dependency_repeated_in_an_old_row_is_loaded_once() -> None:
+    """A row an older release wrote with a repeated dependency loads it once (counted twice,
+    the task would never become ready), whichever way it is read."""
+    row = {**to_row(_plain("r", ("c", "a", "b"))), "deps": ["c", "a", "b", "a"]}
+    assert list(from_row(row).deps) == ["c", "a", "b"]
+    compact = compact_row(row)
+    assert list(from_stored(compact).deps) == ["c", "a", "b"]
+    assert list(from_stored(compact_row(row, without="deps"), deps=["c", "a", "a"]).deps) == [
+        "c",
+        "a",
+    ]
+
+
+def _fields(record: TaskRecord) -> dict[str, Any]:
+    fields = to_row(record)
+    fields["deps"] = (type(record.deps), tuple(record.deps))
+    fields["attempts"] = (record.attempts, type(record.attempts))
+    return fields
+
+
+@pytest.mark.parametrize("strings", [None, {}])
+def test_from_stored_makes_what_from_row_makes_of_the_whole_row(
+    strings: dict[str, str] | None,
+) -> None:
+    """For compact rows, with and without deps kept apart, and for bad ones, from_stored
+    gives the record from_row gives of the whole row, or the same RowError."""
+    rows = [to_row(_plain("a")), to_row(_busy("b", ("x", "y"))), to_row(_plain("c", ("x",)))]
+    for row in rows:
+        stored = compact_row(row, without="deps")
+        deps = list(row["deps"]) or None
+        expected = from_row(full_row(stored, **({"deps": deps} if deps else {})), strings)
+        assert _fields(from_stored(stored, strings, deps)) == _fields(expected)
+        assert _fields(from_stored(compact_row(row), strings)) == _fields(expected)
+    plain = compact_row(to_row(_plain("d")))
+    spoilt = [
+        [1],
+        {k: v for k, v in plain.items() if k != "status"},
+        {**plain, "colour": "red"},
+        {**plain, "labels": ""},
+        {**plain, "priority": True},
+        {**plain, "wake_at": float("inf")},
+        {**plain, "deps": ["a", 1]},
+    ]
+    for bad in spoilt:
+        with pytest.raises(RowError) as wanted:
+            from_row(full_row(bad) if isinstance(bad, dict) else bad)
+        with pytest.raises(RowError) as got:
+            from_stored(bad, strings)
+        assert (str(got.value), got.value.field) == (str(wanted.value), wanted.value.field)
+
+
+def _version_2_file(path: Path, rows: list[dict[str, Any]]) -> None:
+    """A state file as conveyor wrote it at schema 2: whole rows, deps in the JSON, edges
+    without positions."""
+    db = _db(path)
+    try:
+        for version in (1, 2):
+            for statement in _MIGRATIONS[version]:
+                db.execute(statement)
+        for n, row in enumerate(rows, 1):
+            db.execute(
+                "INSERT INTO tasks (task_id, data, status, family, worker, search, changed, seq)"
+                " VALUES (?, ?, ?, ?, NULL, ?, 1.0, ?)",
+                (row["task_id"], json.dumps(row), row["status"], row["family"], row["task_id"], n),
+            )
+            db.executemany(
+                "INSERT INTO edges VALUES (?, ?)", [(row["task_id"], d) for d in row["deps"]]
+            )
+        db.execute("UPDATE changes SET seq = ?", (len(rows),))
+        db.execute("INSERT INTO workers VALUES ('w1', 0)")
+        db.execute("PRAGMA user_version = 2")
+        db.commit()
+    finally:
+        db.close()
+
+
+def test_a_version_2_file_is_read_and_migrated(tmp_path: Path) -> None:
+    """Whole rows with their deps in the JSON (schema 2) load as they were; loading moves
+    the deps into the edges table in their order and writes the rows compact (schema 3);
+    the file then loads the same, and the UI's detail lists the deps in order."""
+    path = tmp_path / "old.db"
+    rows = [to_row(_plain(t)) for t in ("z", "a", "m")]
+    rows.append(to_row(_busy("w", ("z", "a", "m"))))
+    _version_2_file(path, rows)
+    store = _open(path)
+    try:
+        loaded, workers = store.load()
+        assert {r["task_id"]: r for r in loaded} == {r["task_id"]: r for r in rows}
+        assert workers == [("w1", False)]
+    finally:
+        store.close()
+    db = _db(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    finally:
+        db.close()
+    assert _edges(path, "w") == [("z", 0), ("a", 1), ("m", 2)]
+    assert "deps" not in _stored(path, "w") and "loader" not in _stored(path, "a")
+    store = _open(path)
+    try:
+        records, _ = store.load_records()
+        detail = store.detail("w")
+        infos = {i.task_id: i for i in store.task_infos()}
+    finally:
+        store.close()
+    assert {r.task_id: tuple(r.deps) for r in records}["w"] == ("z", "a", "m")
+    assert detail is not None and [d.task_id for d in detail.deps] == ["z", "a", "m"]
+    assert infos["w"].dependencies == ("z", "a", "m")
+
+
+def test_a_newer_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A file of a schema newer than this conveyor's is refused (ConfigError saying to
+    upgrade) before anything is written: byte for byte unchanged, nothing quarantined."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.save([to_row(_plain("a"))], [])
+    finally:
+        store.close()
+    db = _db(path)
+    try:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        db.commit()
+    finally:
+        db.close()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ConfigError, match=f"schema version {SCHEMA_VERSION + 1}, newer") as e:
+        _open(path)
+    assert "upgrade conveyor" in str(e.value)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: Path) -> None:
+    """Saving a record whose deps list grew writes the new edges at the next positions and
+    leaves the others as they were; a list that no longer extends the saved one replaces
+    them; a reload gives the deps in order as a list that the next merge extends."""
+    path = tmp_path / "state.db"
+    wrapper = _plain("w", ("d9", "d1"))
+    store = _open(path)
+    try:
+        store.save([to_row(wrapper)], [])
+        wrapper.deps = list(wrapper.deps)
+        for batch in (("d5", "d0"), ("d7",)):
+            wrapper.deps.extend(batch)
+            row = to_row(wrapper)
+            assert row["deps"] is wrapper.deps  # (no copy: the store reads what was added)
+            store.save([row], [])
+        assert _edges(path, "w") == [("d9", 0), ("d1", 1), ("d5", 2), ("d0", 3), ("d7", 4)]
+    finally:
+        store.close()
+    store = _open(path)
+    try:
+        (record,), _ = store.load_records()
+        assert record.deps == ["d9", "d1", "d5", "d0", "d7"]
+        record.deps.append("d3")
+        store.save([to_row(record)], [])
+        assert _edges(path, "w")[-1] == ("d3", 5)
+        store.save([to_row(_plain("w", ("d1", "d2")))], [])
+        assert _edges(path, "w") == [("d1", 0), ("d2", 1)]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("priority", "high", "field 'priority' is \"high\"; expected an integer"),
+        ("status", None, "field 'status' is null; expected one of"),
+        ("colour", "red", "field 'colour' is not a field of a task row"),
+    ],
+)
+def test_bad_compact_rows_are_still_reported_and_quarantined(
+    tmp_path: Path, field: str, value: Any, said: str
+) -> None:
+    """A compact row with a field of the wrong type (or one that is no field) is reported by
+    task id and field, and quarantined; the rest loads."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.save([to_row(_plain("good", ("bad",))), to_row(_plain("bad"))], [])
+    finally:
+        store.close()
+    db = _db(path)
+    try:
+        row = {**_stored(path, "bad"), field: value}
+        db.execute("UPDATE tasks SET data = ? WHERE task_id = 'bad'", (json.dumps(row),))
+        db.commit()
+    finally:
+        db.close()
+    store = _open(path)
+    try:
+        with pytest.raises(CorruptState) as caught:
+            store.load()
+        (bad,) = caught.value.bad
+        assert "task_id 'bad'" in bad.where and said in bad.reason
+        store.quarantine(caught.value.bad)
+        rows, _ = store.load()
+    finally:
+        store.close()
+    assert [r["task_id"] for r in rows] == ["good"] and rows[0]["deps"] == ["bad"]
+
+
+def test_edges_whose_positions_are_not_numbers_make_the_row_unusable(tmp_path: Path) -> None:
+    """An edge position that is not an integer is reported as the task's field 'deps'."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.save([to_row(_plain("w", ("a", "b")))], [])
+    finally:
+        store.close()
+    db = _db(path)
+    try:
+        db.execute("UPDATE edges SET pos = 'first' WHERE dep_id = 'a'")
+        db.commit()
+    finally:
+        db.close()
+    store = _open(path)
+    try:
+        with pytest.raises(CorruptState) as caught:
+            store.load()
+    finally:
+        store.close()
+    (bad,) = caught.value.bad
+    assert "task_id 'w'" in bad.where and "field 'deps'" in bad.reason
+
+
+def _add(server: SchedulerProcess, deps: list[str]) -> None:
+    """Register the wrapper ``W`` naming ``deps`` (and the deps themselves) over HTTP."""
+    specs: list[dict[str, Any]] = [{"task_id": d, "family": "Leaf", "module": "m"} for d in deps]
+    specs.append({"task_id": "W", "family": "Wrap", "module": "m", "deps": deps})
+    reply = server.request("POST", "/api/v1/add_tasks", {"worker_id": "w1", "tasks": specs})
+    assert reply.status == 200, reply
+
+
+def _dependencies(server: SchedulerProcess) -> tuple[str, ...]:
+    reply = server.request("GET", "/api/v1/tasks")
+    assert reply.status == 200, reply
+    (wrapper,) = [t for t in reply.json()["tasks"] if t["task_id"] == "W"]
+    return tuple(wrapper["dependencies"])
+
+
+@pytest.mark.timeout(180)
+def test_a_merged_registrations_deps_survive_kill_9_in_order(tmp_path: Path) -> None:
+    """A wrapper registered in three requests, each naming more dependencies (out of
+    alphabetical order), keeps them all in the order they came across ``kill -9`` and a
+    restart of a real server, and a merge after the restart extends them."""
+    config = tmp_path / "server.toml"
+    config.write_text("", encoding="utf-8")
+    marker = uuid.uuid4().hex
+    server = SchedulerProcess(tmp_path, config, child_env(tmp_path, "PC_MARKER", marker))
+    batches = [["d5", "d1"], ["d9", "d0", "d1"], ["d3"]]
+    try:
+        server.start()
+        for batch in batches:
+            _add(server, batch)
+        order = ("d5", "d1", "d9", "d0", "d3")
+        assert _dependencies(server) == order
+        server.kill()
+        server.start()
+        assert _dependencies(server) == order
+        _add(server, ["d2"])
+        server.kill()
+        server.start()
+        assert _dependencies(server) == (*order, "d2")
+    finally:
+        server.kill()
+        kill_marked("PC_MARKER", marker)
+    assert _edges(server.state, "W") == [(d, n) for n, d in enumerate((*order, "d2"))]
