@@ -101,6 +101,14 @@ def _stored_statuses(path: Path) -> dict[str, str]:
         db.close()
 
 
+def _assert_only_running(service: SchedulerService, tmp_path: Path, task_id: str) -> None:
+    """``task_id`` is the one RUNNING task, in the state file and in the scheduler alike."""
+    stored = _stored_statuses(tmp_path / "state.db")
+    running = [t for t, s in stored.items() if s == "RUNNING"]
+    assert running == [task_id]
+    assert [i.task_id for i in service.core.task_list() if i.status == "RUNNING"] == running
+
+
 def _asks() -> list[Any]:
     return [GetWork(f"w{i}", assistant=True) for i in range(CALLERS + 1)]
 
@@ -131,10 +139,7 @@ def test_a_failed_group_commit_acknowledges_none_of_its_calls(tmp_path: Path) ->
         assert all(isinstance(r, Unstored) for r in rest), rest
         assert all("disk is full" in str(r) for r in rest)
         # nothing of theirs is stored, and the state in memory was put back to the file's
-        stored = _stored_statuses(tmp_path / "state.db")
-        running = [t for t, s in stored.items() if s == "RUNNING"]
-        assert running == [first.work.task_id]
-        assert [i.task_id for i in service.core.task_list() if i.status == "RUNNING"] == running
+        _assert_only_running(service, tmp_path, first.work.task_id)
     finally:
         store.close()
 
@@ -173,10 +178,7 @@ def test_a_fault_in_one_call_of_a_group_answers_the_others_unstored(tmp_path: Pa
         grouped = [r for r in rest if not isinstance(r, RuntimeError)]
         assert len(grouped) == CALLERS - 1
         assert all(isinstance(r, Unstored) for r in grouped), grouped
-        stored = _stored_statuses(tmp_path / "state.db")
-        running = [t for t, s in stored.items() if s == "RUNNING"]
-        assert running == [first.work.task_id]
-        assert [i.task_id for i in service.core.task_list() if i.status == "RUNNING"] == running
+        _assert_only_running(service, tmp_path, first.work.task_id)
     finally:
         store.close()
 
