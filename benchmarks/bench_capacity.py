@@ -7,7 +7,8 @@ until nothing is left. Every ``task_done`` answered is a completion the server h
 (acknowledged = stored), so completions per second is the server's durable throughput; the
 client does nothing else, so what is measured is the server alone (HTTP, decoding, the policy,
 the commit). Prints one JSON line: registration time, completions per second, and the p50 and
-p99 latency of each call. With ``--batch K`` each client asks for up to K tasks per
+p99 latency of each call, and the server's CPU time (user + system) per completion, which a
+busy machine disturbs less than the rate. With ``--batch K`` each client asks for up to K tasks per
 ``get_work`` and reports them done with its next one, as a worker with K slots does. Examples::
 
     python benchmarks/bench_capacity.py --n 20000 --clients 4
@@ -196,6 +197,7 @@ def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, An
         ]
         peak = 0
         proc = psutil.Process(server.pid)
+        cpu_before = sum(proc.cpu_times()[:2])
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -203,6 +205,7 @@ def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, An
             peak = max(peak, proc.memory_info().rss)
             time.sleep(0.2)
         wall = time.perf_counter() - started
+        cpu = sum(proc.cpu_times()[:2]) - cpu_before
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -230,6 +233,7 @@ def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, An
             else {"batch": batch, "requests_per_task": round(len(times["get_work"]) / n, 3)}
         ),
         "server_peak_rss_mib": round(peak / 2**20, 1),
+        "server_cpu_us_per_task": round(cpu / max(1, completed) * 1e6, 1),
     }
 
 

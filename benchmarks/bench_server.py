@@ -6,7 +6,8 @@ conveyor-postgres plugin and PostgreSQL's server binaries), or both one after th
 same run — then ``--workers`` ``conveyor run`` workers (``--workers-per-process`` slots each,
 ``--executor``) on the same N-task fan-in (a root needing N - 1
 no-op leaves whose completion is a marker file), and prints one JSON line per store: total wall
-time, HTTP requests per task (counted by the server), and the server's peak RSS.
+time, HTTP requests per task (counted by the server), the server's peak RSS and its CPU time
+(user + system) per task.
 
 ``--durability`` says what an acknowledged change survives, the same for both stores:
 ``crash`` (the default: a killed process, not a power cut — SQLite's default
@@ -186,6 +187,7 @@ def run_graph(
         wait_healthy(url)
         wait_role(url, "leader")
         proc = psutil.Process(server.pid)
+        cpu_before = sum(proc.cpu_times()[:2])
         started = time.perf_counter()
         run = [
             *conveyor,
@@ -211,6 +213,7 @@ def run_graph(
             peak = max(peak, proc.memory_info().rss)
             time.sleep(0.2)
         wall = time.perf_counter() - started
+        cpu = sum(proc.cpu_times()[:2]) - cpu_before
         codes = [w.returncode for w in workers]
         with urllib.request.urlopen(url + "/health") as answer:
             requests = json.load(answer)["api_requests"]
@@ -237,6 +240,7 @@ def run_graph(
         "per_task_ms": round(wall / n * 1000, 3),
         "requests_per_task": round((requests - 1) / n, 2),
         "server_peak_rss_mib": round(peak / 2**20, 1),
+        "server_cpu_us_per_task": round(cpu / n * 1e6, 1),
         **({"observability": True, "metrics_bytes": scraped} if sink is not None else {}),
         **({"span_exports": sink.exports - exports_before} if sink is not None else {}),
     }

@@ -30,10 +30,11 @@ import contextlib
 import dataclasses
 import functools
 import json
+import queue
 import threading
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -147,6 +148,41 @@ class _Group:
         return result
 
 
+class _Queued:
+    """A call waiting for the committer thread (:meth:`SchedulerService.call_async`)."""
+
+    __slots__ = ("args", "fn", "future", "loop")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.fn, self.args, self.loop, self.future = fn, args, loop, future
+
+
+class _Raise:
+    """What a queued call is to raise once its batch is committed."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _answer(answered: list[tuple[_Queued, Any]]) -> None:
+    """On the loop: give each call of a committed batch its result, or what it raised."""
+    for item, outcome in answered:
+        if item.future.done():  # (its request went away meanwhile)
+            continue
+        if isinstance(outcome, _Raise):
+            item.future.set_exception(outcome.exc)
+        else:
+            item.future.set_result(outcome)
+
+
 class SchedulerService:
     """Runs policy calls one at a time and commits their changes before returning."""
 
@@ -205,7 +241,9 @@ class SchedulerService:
         self.clock: Callable[[], float] = time.monotonic
         self.campaign: Campaign | None = None
         """The :class:`~.leadership.Campaign` that keeps the lease of a shared store."""
-        self._door = threading.Lock()  # guards _entering
+        self._door = threading.Lock()  # guards _entering and the committer's start
+        self._queued: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
+        self._committer: threading.Thread | None = None  # started by the first call_async
         self._entering = 0  # calls waiting for (or about to take) the lock
         self._group: _Group | None = None  # calls applied, their commit left to the next
         self._grouped = 0  # how many calls _group holds
@@ -238,6 +276,102 @@ class SchedulerService:
             return outcome
         finally:
             self.hooks.deliver()
+
+    async def call_async(self, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`call` for the event loop: ``fn(*args)`` applied and committed by the
+        committer thread, which takes every call queued meanwhile (up to :data:`GROUP_MAX`)
+        and commits them in one transaction, as :meth:`call` does for calls that wait for the
+        lock; the same results and errors, and nothing answered before it is stored. One
+        thread for all the calls of the loop: no hop through a thread pool per call (only to
+        tell the plugins, when one wants to be told), and one wake-up of the loop per
+        commit."""
+        if self._closed:
+            raise Unstored("the scheduler is shutting down; nothing was changed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if self._committer is None:
+            self._start_committer()
+        self._queued.put(_Queued(fn, args, loop, future))
+        try:
+            return await future
+        finally:  # (as call() does: the plugins are told before the caller is answered, in
+            # a thread of the pool, so a slow plugin holds up neither the loop nor the others)
+            if self.hooks.pending():
+                await asyncio.to_thread(self.hooks.deliver)
+
+    def _start_committer(self) -> None:
+        with self._door:
+            if self._committer is None:
+                self._committer = threading.Thread(
+                    target=self._commit_queued, name="conveyor-committer", daemon=True
+                )
+                self._committer.start()
+
+    def _commit_queued(self) -> None:
+        """The committer thread: apply the queued calls a batch at a time, commit each batch,
+        answer its calls on their loops, until :meth:`close` queues None."""
+        while True:
+            first = self._queued.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < GROUP_MAX:
+                try:
+                    item = self._queued.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queued.put(None)  # (the batch in hand is answered first)
+                    break
+                batch.append(item)
+            outcomes = self._apply_batch(batch)
+            loops: dict[asyncio.AbstractEventLoop, list[tuple[_Queued, Any]]] = {}
+            for item, outcome in zip(batch, outcomes, strict=True):
+                loops.setdefault(item.loop, []).append((item, outcome))
+            for loop, answered in loops.items():
+                with contextlib.suppress(RuntimeError):  # (a loop closed meanwhile)
+                    loop.call_soon_threadsafe(_answer, answered)
+
+    def _apply_batch(self, batch: list[_Queued]) -> list[Any]:
+        """Apply each call of ``batch`` under the lock and commit them all at once: each
+        call's result, or a :class:`_Raise` of what it is to raise."""
+        outcomes: list[Any] = []
+        applied: list[int] = []  # the calls whose changes wait for the commit
+        with self.lock:
+            for item in batch:
+                try:
+                    self._check_leader()
+                    self._check_writable()
+                except Exception as exc:  # (NotLeader, Unstored: nothing changed)
+                    outcomes.append(_Raise(exc))
+                    continue
+                try:
+                    result: Any = item.fn(*item.args)
+                except (StaleReport, UnknownTask) as exc:  # refused; what it saw is committed
+                    result = _Raise(exc)
+                except Exception as exc:  # a fault half way: the state is reloaded
+                    self._roll_back()  # (what the calls before it changed is undone too)
+                    undone = self.failure or "the change was undone; nothing was changed"
+                    for i in applied:
+                        outcomes[i] = _Raise(Unstored(undone))
+                    applied.clear()
+                    outcomes.append(_Raise(exc))
+                    continue
+                applied.append(len(outcomes))
+                outcomes.append(result)
+            if applied:
+                try:
+                    self._commit_or_roll_back()
+                except NotLeader as exc:
+                    for i in applied:
+                        outcomes[i] = _Raise(NotLeader(exc.leader))
+                except Exception:  # (Unstored)
+                    for i in applied:
+                        outcomes[i] = _Raise(Unstored(self.failure))
+                except BaseException:  # (SystemExit from a store): nothing acknowledged
+                    for i in applied:
+                        outcomes[i] = _Raise(Unstored(self.failure))
+        return outcomes
 
     def query(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` for an answer: committed like :meth:`call` (time may have changed
@@ -465,6 +599,10 @@ class SchedulerService:
         if self._closed:
             return
         self._closed = True
+        self._queued.put(None)  # (the calls queued before are answered first)
+        committer = self._committer
+        if committer is not None and committer is not threading.current_thread():
+            committer.join(timeout=flush_timeout + 30)
         try:
             if self.campaign is not None:
                 self.campaign.stop()  # (resigns the lease: a standby takes it at its next look)
@@ -491,8 +629,12 @@ def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
     :meth:`SchedulerService.call` (committed), or by :meth:`SchedulerService.query` for a
     route that only asks (answered from what is stored while the store refuses writes)."""
     core = service.core
+
+    async def query(request: Any) -> Any:
+        return await asyncio.to_thread(service.query, core.call, request)
+
     return {
-        name: functools.partial(service.query if route.query else service.call, core.call)
+        name: query if route.query else functools.partial(service.call_async, core.call)
         for name, route in ROUTES.items()
     }
 
@@ -576,7 +718,7 @@ def caller_of(decoded: Any, token: str) -> Any:
 
 def _post_route(
     name: str,
-    handler: Callable[[Any], Any],
+    handler: Callable[[Any], Awaitable[Any]],
     hooks: ServerHooks,
     stamp: Callable[[Any], Any] | None = None,
 ) -> Route:
@@ -594,7 +736,7 @@ def _post_route(
         if stamp is not None:
             decoded = stamp(decoded)
         try:
-            result = await asyncio.to_thread(handler, decoded)
+            result = await handler(decoded)
         except UnknownTask as exc:  # (cancel: nothing changed)
             return _error(404, str(exc), "task_id")
         except StaleReport as exc:  # fenced: another attempt owns the task; nothing changed

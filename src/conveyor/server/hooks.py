@@ -150,6 +150,10 @@ class ServerHooks:
         self._outbox.append(event)
         self.deliver()
 
+    def pending(self) -> bool:
+        """Whether events wait for :meth:`deliver`."""
+        return bool(self._outbox)
+
     def deliver(self) -> None:
         """Deliver every queued event, in order, one delivery at a time (never call this
         holding the service lock). A thread that finds another delivering leaves its events

@@ -1,0 +1,187 @@
+"""The committer thread (``SchedulerService.call_async``, what the server's routes use): calls
+queued while it works are applied and committed together, in one transaction, and each caller
+gets its own answer, or what it is to raise, only once that commit is stored.
+
+The store is SQLite on disk (real). To make calls meet for certain, the first call is held
+inside its policy call until every other call is queued (polled, bounded): the committer then
+takes all of them as its next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor.errors import StaleReport
+from conveyor.protocol import AddTasks, GetWork, TaskDone, TaskSpec, WorkAnswer
+from conveyor.scheduler.policy import SchedulerCore
+from conveyor.server.app import SchedulerService
+from conveyor.server.stores import SqliteStore, StoreContext, Unstored
+from conveyor.testing.processes import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+CALLERS = 6
+
+
+class CountingStore(SqliteStore):
+    """SQLite that counts the rows of each save; every save from the ``fail_from``-th on
+    (0-based: 0 is the set-up's registration) raises a full disk."""
+
+    def __init__(self, path: Path, fail_from: int | None = None) -> None:
+        super().__init__(StoreContext(state_path=str(path)))
+        self.saves: list[int] = []  # rows in each save, -1 for one that failed
+        self.fail_from = fail_from
+
+    def save(self, rows: Any, workers: Any, **kwargs: Any) -> None:
+        rows = list(rows)
+        if self.fail_from is not None and len(self.saves) >= self.fail_from:
+            self.saves.append(-1)
+            raise sqlite3.OperationalError("database or disk is full")
+        self.saves.append(len(rows))
+        super().save(rows, workers, **kwargs)
+
+
+def _served(tmp_path: Path, fail_from: int | None = None) -> tuple[SchedulerService, CountingStore]:
+    store = CountingStore(tmp_path / "state.db", fail_from)
+    core = SchedulerCore()
+    service = SchedulerService(core, store)
+    specs = tuple(TaskSpec(f"t{i}", family="F") for i in range(CALLERS + 1))
+    service.call(core.call, AddTasks("w", specs))
+    return service, store
+
+
+def _batched(
+    service: SchedulerService, requests: list[Any], fn: Callable[[Any], Any] | None = None
+) -> list[Any]:
+    """Queue every request with ``call_async`` on one loop: the first is held inside the
+    policy until all the others are queued, so they make the committer's next batch; they go
+    through ``fn`` (default the scheduler's own dispatcher). What each returned or raised."""
+    core_call = service.core.call
+    inside = threading.Event()
+
+    def held(request: Any) -> Any:
+        inside.set()
+        wait_for(lambda: service._queued.qsize() >= len(requests) - 1, 30, "all queued", 0.005)
+        return core_call(request)
+
+    async def main() -> list[Any]:
+        first = asyncio.ensure_future(service.call_async(held, requests[0]))
+        assert await asyncio.to_thread(inside.wait, 30), "the first call never got in"
+        calls = [service.call_async(fn or core_call, request) for request in requests[1:]]
+        every = asyncio.gather(first, *calls, return_exceptions=True)
+        return await asyncio.wait_for(every, 30)
+
+    return asyncio.run(main())
+
+
+def _stored_statuses(path: Path) -> dict[str, str]:
+    db = sqlite3.connect(path)
+    try:
+        return dict(db.execute("SELECT task_id, status FROM tasks").fetchall())
+    finally:
+        db.close()
+
+
+def _running(service: SchedulerService, tmp_path: Path) -> list[str]:
+    """The RUNNING tasks, the same in the state file and in the scheduler (checked)."""
+    stored = _stored_statuses(tmp_path / "state.db")
+    running = sorted(t for t, s in stored.items() if s == "RUNNING")
+    assert sorted(i.task_id for i in service.core.task_list() if i.status == "RUNNING") == running
+    return running
+
+
+def _asks() -> list[Any]:
+    return [GetWork(f"w{i}", assistant=True) for i in range(CALLERS + 1)]
+
+
+def test_queued_calls_are_committed_in_one_transaction_each_with_its_own_answer(
+    tmp_path: Path,
+) -> None:
+    service, store = _served(tmp_path)
+    try:
+        results = _batched(service, _asks())
+        assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
+        handed = [r.work.task_id for r in results]
+        assert len(set(handed)) == len(handed)  # (each caller its own task)
+        # the registration, the held call alone, then the other six in one save
+        assert len(store.saves) == 3 and store.saves[2] >= CALLERS
+        assert _running(service, tmp_path) == sorted(handed)
+    finally:
+        service.close(1)
+
+
+def test_a_fault_in_a_batch_undoes_the_calls_before_it_and_not_those_after(
+    tmp_path: Path,
+) -> None:
+    service, _ = _served(tmp_path)
+    asks = _asks()
+    faulty = asks[2]
+
+    def dispatch(request: Any) -> Any:
+        answer = service.core.call(request)
+        if request is faulty:
+            raise RuntimeError("a fault half way")
+        return answer
+
+    try:
+        results = _batched(service, asks, dispatch)
+        assert isinstance(results[0], WorkAnswer)  # (committed alone, before the batch)
+        assert isinstance(results[1], Unstored)  # applied, then undone by the reload
+        assert isinstance(results[2], RuntimeError)
+        after = results[3:]
+        assert all(isinstance(r, WorkAnswer) and r.work is not None for r in after), after
+        kept = sorted([results[0].work.task_id, *(r.work.task_id for r in after)])
+        assert _running(service, tmp_path) == kept
+    finally:
+        service.close(1)
+
+
+def test_a_failed_commit_answers_every_call_of_its_batch_unstored(tmp_path: Path) -> None:
+    service, store = _served(tmp_path, fail_from=2)  # the held call's save works, the next not
+    try:
+        results = _batched(service, _asks())
+        assert isinstance(results[0], WorkAnswer) and results[0].work is not None
+        assert all(isinstance(r, Unstored) for r in results[1:]), results
+        assert "database or disk is full" in str(results[1])
+        assert store.saves[-1] == -1
+        assert _running(service, tmp_path) == [results[0].work.task_id]  # nothing else kept
+    finally:
+        service.close(1)
+
+
+def test_a_stale_report_in_a_batch_is_raised_to_its_sender_alone(tmp_path: Path) -> None:
+    service, _ = _served(tmp_path)
+    try:
+        first = service.call(service.core.call, GetWork("w0", assistant=True))
+        assert isinstance(first, WorkAnswer) and first.work is not None
+        stale = TaskDone("w0", first.work.task_id, attempt=first.work.attempt + 1)
+        results = _batched(service, [GetWork("w1", assistant=True), stale, *_asks()[2:]])
+        assert isinstance(results[1], StaleReport)
+        others = [results[0], *results[2:]]
+        assert all(isinstance(r, WorkAnswer) and r.work is not None for r in others), others
+        assert first.work.task_id in _running(service, tmp_path)  # (the report changed nothing)
+    finally:
+        service.close(1)
+
+
+def test_close_answers_what_was_queued_and_refuses_later_calls(tmp_path: Path) -> None:
+    service, _ = _served(tmp_path)
+    results = _batched(service, _asks()[:2])
+    assert all(isinstance(r, WorkAnswer) for r in results)
+    committer = service._committer
+    assert committer is not None and committer.is_alive()
+    service.close(1)
+    assert not committer.is_alive()
+
+    async def late() -> Any:
+        return await service.call_async(service.core.call, GetWork("late", assistant=True))
+
+    with pytest.raises(Unstored, match="shutting down"):
+        asyncio.run(late())
