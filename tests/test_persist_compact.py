@@ -18,6 +18,7 @@ import pytest
 
 from conveyor.errors import ConfigError
 from conveyor.protocol import AttemptEnd, RetrySpec, TaskStatus
+from conveyor.scheduler import persist
 from conveyor.scheduler.persist import (
     DEFAULTS,
     RowError,
@@ -25,6 +26,7 @@ from conveyor.scheduler.persist import (
     from_row,
     from_stored,
     full_row,
+    stored_json,
     to_row,
 )
 from conveyor.scheduler.policy import Attempt, TaskRecord
@@ -143,6 +145,31 @@ def test_compact_row_and_full_row_are_inverse() -> None:
     assert compact_row(odd)["wake_at"] == 0 and full_row(compact_row(odd)) == odd
     assert "deps" not in compact_row(to_row(_plain("d", ("x",))), without="deps")
     assert set(DEFAULTS) < set(to_row(_plain("e")))
+
+
+@pytest.mark.parametrize("accelerated", [True, False], ids=["c-encoder", "python-encoder"])
+def test_stored_json_is_what_json_dumps_makes(
+    accelerated: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stored_json`` writes the text ``json.dumps`` makes of the compact row, with json's C
+    encoder built once or, where there is none, with json's own: enums as their values,
+    floats, None, text that is not ASCII (escaped), nested lists and objects."""
+    if not accelerated:
+        monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    encode = persist._row_encoder()
+    odd = {
+        **to_row(_busy('é \u2028 "q"', ("x",))),
+        "explanation": "línea\nnueva ☃ \x00",
+        "progress": 1e-7,
+        "wake_at": 1796595894.9212937,
+    }
+    for row in (to_row(_plain("a")), to_row(_busy("b", ("x",))), odd):
+        compact = compact_row(row, without="deps")
+        assert encode(compact) == json.dumps(compact, separators=(",", ":"))
+        assert json.loads(encode(compact)) == json.loads(json.dumps(compact))
+    assert stored_json(odd, without="deps") == json.dumps(
+        compact_row(odd, without="deps"), separators=(",", ":")
+    )
 
 
 def test_the_stored_defaults_are_pinned() -> None:

@@ -20,7 +20,8 @@ A store checks each row it loads with :func:`from_row` (re-exported here from
 :mod:`conveyor.scheduler.persist`, with :class:`RowError`, which it raises for a row that is not
 a task record), so that a third-party store needs nothing but this module. A store may write a
 row compact (:func:`compact_row`: the fields at their default left out, and a field it keeps
-elsewhere, such as ``deps`` in an edges table) and gives it back whole (:func:`full_row`):
+elsewhere, such as ``deps`` in an edges table; :func:`stored_json` is its JSON) and gives it
+back whole (:func:`full_row`):
 ``load()`` returns, and the functions below read, whole rows. A row's ``deps`` may be the
 record's own list (see :func:`~conveyor.scheduler.persist.to_row`): read it while saving,
 keep nothing of it.
@@ -28,6 +29,7 @@ keep nothing of it.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +51,7 @@ from ..protocol import (
     TaskSummary,
 )
 from ..reasons import failure_reason
-from ..scheduler.persist import RowError, compact_row, from_row, full_row
+from ..scheduler.persist import RowError, compact_row, from_row, full_row, stored_json
 from ..scheduler.policy import ATTEMPT_HISTORY
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
 from ..settings import Field
@@ -89,6 +91,7 @@ __all__ = [
     "matches",
     "public_params",
     "search_text",
+    "stored_json",
     "task_detail",
     "task_info",
     "walk_graph",
@@ -341,10 +344,15 @@ def list_worker(row: Mapping[str, Any]) -> str | None:
     return worker
 
 
+_secret_name = functools.lru_cache(maxsize=4096)(is_secret_name)
+""":func:`~conveyor.secrets.is_secret_name`, remembered: a store asks it of every parameter of
+every row it writes, and a family's parameter names are few."""
+
+
 def search_text(row: Mapping[str, Any]) -> str:
     """The lower-case text the list's ``text`` filter searches: the id and each public
     parameter as ``name=value`` (secret-named ones left out), one a line."""
-    public = (f"{k}={v}" for k, v in row["params"].items() if not is_secret_name(k))
+    public = (f"{k}={v}" for k, v in row["params"].items() if not _secret_name(k))
     return "\n".join((row["task_id"], *public)).lower()
 
 

@@ -40,7 +40,7 @@ from ...protocol import (
     TaskPage,
     TaskSummary,
 )
-from ...scheduler.persist import RowError, compact_row, from_stored, full_row
+from ...scheduler.persist import RowError, from_stored, full_row, stored_json
 from ...scheduler.policy import TaskRecord
 from ...settings import Field
 from ..statelock import StateLock
@@ -433,7 +433,7 @@ class SqliteStore:
         edges: list[tuple[str, Sequence[str], bool, int, Sequence[str]]] = []
         for row in rows:
             task_id = row["task_id"]
-            data = _ENCODER.encode(compact_row(row, without="deps"))
+            data = stored_json(row, without="deps")
             digest = _digest(data)
             deps = row["deps"]
             work = self._edge_work(task_id, deps)
@@ -658,7 +658,7 @@ def _move_deps_out(db: sqlite3.Connection) -> None:
                 "INSERT OR IGNORE INTO edges (task_id, dep_id, pos) VALUES (?, ?, ?)",
                 [(task_id, dep, pos) for pos, dep in enumerate(_unique(row["deps"]))],
             )
-            compact = _ENCODER.encode(compact_row(row, without="deps"))
+            compact = stored_json(row, without="deps")
             db.execute("UPDATE tasks SET data = ? WHERE rowid = ?", (compact, rowid))
 
 
@@ -763,8 +763,6 @@ def _not_a_number(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_constant=_not_a_number)
 """``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
-_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)  # (rows are trees)
-"""``json.dumps(row, separators=(",", ":"))`` without an encoder made per row."""
 
 
 def _worker_problem(worker_id: object, assistant: object) -> str:
