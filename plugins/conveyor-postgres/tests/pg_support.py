@@ -1,5 +1,6 @@
 """Helpers of the PostgreSQL store's process tests: a scheduler's configuration on a
-PostgreSQL database, running ``conveyor`` commands, and a small task module."""
+PostgreSQL database, running ``conveyor`` commands, a small task module, and a store of
+schema 2 (as an older conveyor-postgres left it) to migrate."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import subprocess
 import sys
 import textwrap
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from conveyor_postgres.store import _MIGRATIONS
 
 MARKER_VARIABLE = "PGSTORETEST_MARKER"  # not CONVEYOR_*: those are configuration overrides
 
@@ -95,3 +102,36 @@ def get_json(url: str) -> Any:
     """The JSON answer of ``GET url`` (urllib raises for an error status)."""
     with urllib.request.urlopen(url, timeout=10) as answer:
         return json.loads(answer.read())
+
+
+def schema_2_store(dsn: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A schema ``conveyor`` of version 2 in ``dsn``'s database holding ``rows`` (whole rows,
+    as ``persist.to_row`` makes them) as conveyor-postgres of schema 2 stored them: the whole
+    row in its JSON, deps included, and its edges without positions. Its lease was never
+    taken (see :func:`set_lease`)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA conveyor")
+        conn.execute("CREATE TABLE conveyor.schema_version (version integer NOT NULL)")
+        conn.execute("INSERT INTO conveyor.schema_version VALUES (2)")
+        for version in (1, 2):
+            for statement in _MIGRATIONS[version]:
+                conn.execute(sql.SQL(statement).format(s=sql.Identifier("conveyor")))
+        for n, row in enumerate(rows, 1):
+            conn.execute(
+                "INSERT INTO conveyor.tasks VALUES (%s, %s, 'PENDING', 'PENDING', 'Fam', NULL,"
+                " '', 1, 1.0, %s)",
+                (row["task_id"], json.dumps(row), n),
+            )
+            for dep in dict.fromkeys(row["deps"]):
+                conn.execute("INSERT INTO conveyor.edges VALUES (%s, %s)", (row["task_id"], dep))
+
+
+def set_lease(dsn: str, term: int, holder: str, seconds: float | None) -> None:
+    """Make the lease row say ``holder`` took ``term`` and that it runs out ``seconds`` from
+    now by the database's clock (negative: it ran out; None: nobody holds it)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE conveyor.lease SET term = %s, holder = %s,"
+            " expires = clock_timestamp() + make_interval(secs => %s) WHERE id = 1",
+            (term, holder, None if seconds is None else float(seconds)),
+        )

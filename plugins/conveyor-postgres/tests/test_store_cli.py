@@ -1,5 +1,6 @@
 """The ``postgres`` store through the real CLI: ``conveyor scheduler`` refusing to start with
-one line and exit code 2 (wrong password, nothing listening, a newer schema), ``conveyor
+one line and exit code 2 (wrong password, nothing listening, a newer schema, an older one
+while another server's lease is live), ``conveyor
 config`` hiding the password, and a scheduler on PostgreSQL serving a run, its task list and
 the web UI's counts."""
 
@@ -12,13 +13,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conveyor.protocol import TaskStatus
+from conveyor.scheduler.persist import to_row
+from conveyor.scheduler.policy import TaskRecord
 from conveyor.secrets import REDACTED, redact
 from conveyor.server.stores import StoreContext
 from conveyor.testing.processes import SchedulerProcess, free_port, kill_marked, wait_for
 
 from conveyor_postgres import SCHEMA_VERSION, PostgresStore
 from conveyor_postgres.testing import ThrowawayCluster
-from pg_support import MARKER_VARIABLE, TASKS, child_env, conveyor, get_json, write_config
+from pg_support import (
+    MARKER_VARIABLE,
+    TASKS,
+    child_env,
+    conveyor,
+    get_json,
+    schema_2_store,
+    set_lease,
+    write_config,
+)
 
 WRONG = "Wr0ng-Passw0rd"
 
@@ -76,6 +89,40 @@ def test_a_newer_schema_exits_2_naming_both_versions(
     line = _refused(tmp_path, env, write_config(tmp_path / "c.toml", dsn=pg_dsn))
     assert "schema version 7" in line and f"understands ({SCHEMA_VERSION})" in line, line
     assert pg_cluster.password not in line
+
+
+@pytest.mark.timeout(150)
+def test_an_older_schema_is_not_migrated_while_another_lease_is_live(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A schema-2 store whose lease a server of the older release holds: the upgraded
+    scheduler exits 2 with one line naming that server and both versions, and the store is
+    still schema 2; once the lease ran out it migrates the store, leads and lists its tasks."""
+    record = TaskRecord(
+        task_id="Old(n=1)", seq=1, family="Old", module="m", params={"n": "1"},
+        status=TaskStatus.DONE, deps=("Dep(n=2)",), registered=True,
+    )  # fmt: skip
+    schema_2_store(pg_dsn, [to_row(record)])
+    old = "http://sched-old.internal:8082"
+    set_lease(pg_dsn, 7, old, 600)
+    config = write_config(tmp_path / "c.toml", dsn=pg_dsn)
+    line = _refused(tmp_path, env, config)
+    assert f"while {old!r} holds its lease (term 7" in line, line
+    assert f"stored 2, this conveyor-postgres {SCHEMA_VERSION}" in line, line
+    assert "stop every scheduler of the older version" in line and "start this one again" in line
+    assert pg_cluster.password not in line
+    version = "SELECT version FROM conveyor.schema_version"
+    assert pg_cluster.sql(version, _database(pg_dsn)) == [(2,)]
+    set_lease(pg_dsn, 7, old, -1)  # (it stopped: its lease ran out)
+    server = SchedulerProcess(tmp_path, config, env)
+    server.start(timeout=60)
+    wait_for(lambda: get_json(server.url + "/health").get("role") == "leader", 60, "a leader")
+    assert pg_cluster.sql(version, _database(pg_dsn)) == [(SCHEMA_VERSION,)]
+    tasks = get_json(server.url + "/api/v1/tasks")["tasks"]
+    assert [(t["task_id"], t["status"]) for t in tasks] == [("Old(n=1)", "DONE")], tasks
+    assert tasks[0]["dependencies"] == ["Dep(n=2)"], tasks
+    server.kill()
+    assert "Traceback" not in server.output()
 
 
 @pytest.mark.timeout(90)

@@ -75,7 +75,7 @@ def build_service(config: Config, holder: str = "") -> Any:
         "conveyor.state_stores",
         server.state_store,
         config,
-        lambda settings: StoreContext(server.state_path, settings, holder),
+        lambda settings: StoreContext(server.state_path, settings, server.public_url or holder),
     )
     where = f"{server.state_store} {server.state_path}"
     shared = isinstance(store, CanLead)

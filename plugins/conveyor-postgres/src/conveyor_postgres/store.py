@@ -2,9 +2,10 @@
 
 State lives in one schema of a PostgreSQL database (``[state_stores.postgres] schema``, created
 if missing), migrated to :data:`SCHEMA_VERSION` under a transaction-scoped advisory lock so that
-servers starting together do not race. Rows are JSON text (never pickle) with the columns the
-web UI filters and sorts by written next to them, the dependency edges in a table of their own,
-and a change counter; the reads are in :mod:`.reads`.
+servers starting together do not race, and never while another server's lease is live (it may be
+a server of the older release, which cannot use the migrated tables). Rows are JSON text (never
+pickle) with the columns the web UI filters and sorts by written next to them, the dependency
+edges in a table of their own, and a change counter; the reads are in :mod:`.reads`.
 
 Several servers may share the store (:class:`~conveyor.server.stores.CanLead`): the ``lease``
 table holds one row, the current term, its holder and when it runs out by the database's clock.
@@ -20,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import getpass
 import hashlib
+import ipaddress
 import json
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -51,11 +54,11 @@ from conveyor.server.stores import (
     Lease,
     RowError,
     StoreContext,
-    compact_row,
     from_row,
     full_row,
     list_worker,
     search_text,
+    stored_json,
 )
 from conveyor.settings import Field
 from psycopg import sql
@@ -71,6 +74,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _SECTION = "[state_stores.postgres]"
 _DEPOSED = "CV001"  # the SQLSTATE the fence raises
 _LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock wait ran past lock_timeout
+_MIGRATION_CHUNK = 2000
+"""How many rows migration 3 reads, rewrites and writes back at a time (all in the migration's
+one transaction): its memory is bounded by a chunk, not by the table."""
 
 # One save, as one statement: fenced (unless expected is NULL: a store that never led), then the
 # tasks upserted with consecutive change numbers, their edges, the workers and what is gone.
@@ -316,6 +322,7 @@ class PostgresStore:
                 f"{self.settings_schema['schema'].expect}"
             )
         self._schema = str(schema)
+        self._holder = context.holder  # (who opens it: its lease, if live, is no other server's)
         self._dsn, origin = _read_dsn(settings)
         try:
             info = psycopg.conninfo.conninfo_to_dict(self._dsn)
@@ -448,7 +455,8 @@ class PostgresStore:
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Create the schema if missing, check it is ours, bring it to :data:`SCHEMA_VERSION`:
         one transaction under an advisory lock (servers starting together wait for each
-        other). A schema of another application, or a newer version, is refused untouched."""
+        other). A schema of another application, or a newer version, is refused untouched, and
+        so is an older one while another server's lease is live (see :meth:`_end_lease`)."""
         try:
             with conn.transaction():
                 lock = f"conveyor-postgres schema {self._schema}"
@@ -459,6 +467,8 @@ class PostgresStore:
                 if found is None:
                     conn.execute(self.q("CREATE SCHEMA {s}"))
                 version = self._check_schema(conn)
+                if 0 < version < SCHEMA_VERSION:
+                    self._end_lease(conn, version)
                 if version == 0:
                     conn.execute(
                         self.q("CREATE TABLE {s}.schema_version (version integer NOT NULL)")
@@ -486,11 +496,62 @@ class PostgresStore:
                 "may create tables in"
             ) from None
 
+    def _end_lease(self, conn: psycopg.Connection[Any], version: int) -> None:
+        """Before migrating a schema of ``version``: ConfigError (one line; the transaction,
+        and with it everything, rolled back) if a server other than this one holds a live
+        lease, as it may be a server of the older release, which cannot use the migrated
+        tables (a lease in this server's own name is another's all the same when that name
+        could be another host's: a loopback or unspecified address). Otherwise end the term
+        of whoever held the lease (its term + 1, held by nobody), so that a server of the
+        older release paused past its lease cannot renew it (a holder may renew a lease
+        nobody took since it ran out) and lead on tables it cannot use. The lease row stays
+        locked (``FOR UPDATE``) until the migration commits: no server takes or renews the
+        lease between this look and the migration."""
+        conn.execute(self.q("SELECT 1 FROM {s}.lease WHERE id = 1 FOR UPDATE"))
+        found = conn.execute(
+            self.q("SELECT term, holder, expires - clock_timestamp() FROM {s}.lease WHERE id = 1")
+        ).fetchone()
+        if found is None:
+            return  # (no lease row: nobody can have led; load() and lead() report it)
+        term, holder, left = found
+        seconds = left.total_seconds() if left is not None else 0.0
+        if seconds > 0 and not (holder == self._holder and _names_one_host(holder)):
+            held_by = repr(self._hide(holder)) if holder else "a server that gave no name"
+            raise ConfigError(
+                f"refusing to migrate the schema {self._schema!r} of the PostgreSQL state "
+                f"store at {self.where} (schema version: stored {version}, this "
+                f"conveyor-postgres {SCHEMA_VERSION}) while {held_by} holds its lease (term "
+                f"{term}, {seconds:.1f} s left): a scheduler of the older version cannot use "
+                "the migrated tables; stop every scheduler of the older version, or wait for "
+                f"its lease to expire ({seconds:.1f} s), then start this one again"
+            )
+        if holder or left is not None:
+            conn.execute(
+                self.q(
+                    "UPDATE {s}.lease SET term = term + 1, holder = '', expires = NULL WHERE id = 1"
+                )
+            )
+
     def _move_deps_out(self, conn: psycopg.Connection[Any]) -> None:
         """Migration 3's data: each row's dependencies into the edges table with their
-        positions, and its JSON rewritten compact, without them. A row that is not a task
-        record is left alone here; ``load()`` reports it."""
-        found = conn.execute(self.q("SELECT task_id, data FROM {s}.tasks")).fetchall()
+        positions, and its JSON rewritten compact, without them; :data:`_MIGRATION_CHUNK`
+        rows at a time, in the order of their ids (keyset pagination on the primary key), in
+        the caller's transaction. A row that is not a task record is left alone here;
+        ``load()`` reports it."""
+        chunk = _MIGRATION_CHUNK
+        first = self.q("SELECT task_id, data FROM {s}.tasks ORDER BY task_id LIMIT %s")
+        after = self.q(
+            "SELECT task_id, data FROM {s}.tasks WHERE task_id > %s ORDER BY task_id LIMIT %s"
+        )
+        found = conn.execute(first, (chunk,)).fetchall()
+        while found:
+            self._move_chunk(conn, found)
+            if len(found) < chunk:
+                break
+            found = conn.execute(after, (found[-1][0], chunk)).fetchall()
+
+    def _move_chunk(self, conn: psycopg.Connection[Any], found: list[tuple[Any, ...]]) -> None:
+        """:meth:`_move_deps_out` for the rows ``found`` (``(task_id, data)`` pairs)."""
         ids, datas, pairs = [], [], []
         for task_id, data in found:
             try:
@@ -500,6 +561,8 @@ class PostgresStore:
             ids.append(task_id)
             datas.append(_data(row))
             pairs += [(task_id, d, n) for n, d in enumerate(dict.fromkeys(row["deps"]))]
+        if not ids:
+            return
         conn.execute(self.q("DELETE FROM {s}.edges WHERE task_id = ANY(%s)"), (ids,))
         conn.execute(
             self.q(
@@ -911,6 +974,23 @@ _SAVE_CALL = "SELECT {s}.save(" + ", ".join(f"%b::{t}" for t in _SAVE_TYPES) + "
 _TOUCH = "UPDATE {s}.changes SET seq = seq WHERE id = 1"
 
 
+def _names_one_host(url: str) -> bool:
+    """Whether the server URL ``url`` names one host: not a loopback or unspecified address
+    (``http://127.0.0.1:8082``, ``http://0.0.0.0:8082``), which servers on other hosts may
+    name themselves by too."""
+    try:
+        host = urllib.parse.urlsplit(url).hostname
+    except ValueError:
+        return False
+    if not host or host == "localhost":
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True
+    return not (address.is_loopback or address.is_unspecified)
+
+
 def _login() -> str:
     """The user libpq connects as when the DSN names none (the login name)."""
     try:
@@ -921,10 +1001,7 @@ def _login() -> str:
 
 def _data(row: Mapping[str, Any]) -> str:
     """What is stored of ``row``: its compact JSON, without its dependencies (the edges)."""
-    return _ENCODER.encode(compact_row(row, without="deps"))
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+    return stored_json(row, without="deps")
 
 
 def _edge_work(
