@@ -172,16 +172,98 @@ def test_a_stale_report_in_a_batch_is_raised_to_its_sender_alone(tmp_path: Path)
 
 
 def test_close_answers_what_was_queued_and_refuses_later_calls(tmp_path: Path) -> None:
+    """close() while calls wait in the queue: each of them is applied, committed and answered
+    before the committer stops; a call after close() is refused, never left waiting."""
     service, _ = _served(tmp_path)
-    results = _batched(service, _asks()[:2])
-    assert all(isinstance(r, WorkAnswer) for r in results)
+    closing = threading.Thread(target=service.close, args=(1,))
+
+    def close_meanwhile(request: Any) -> Any:  # (the others are queued by now: see _batched)
+        if not closing.is_alive() and closing.ident is None:
+            closing.start()
+            wait_for(lambda: service._closed, 30, "close() began")
+        return service.core.call(request)
+
+    results = _batched(service, _asks()[:4], close_meanwhile)
+    closing.join(30)
+    assert not closing.is_alive()
+    assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
+    handed = sorted(r.work.task_id for r in results)
+    assert _running(service, tmp_path) == handed  # (stored before close() went on)
     committer = service._committer
-    assert committer is not None and committer.is_alive()
-    service.close(1)
-    assert not committer.is_alive()
+    assert committer is not None and not committer.is_alive()
 
     async def late() -> Any:
         return await service.call_async(service.core.call, GetWork("late", assistant=True))
 
     with pytest.raises(Unstored, match="shutting down"):
         asyncio.run(late())
+
+
+class ProbeExits(CountingStore):
+    """A store whose first probe (after a failed save) raises SystemExit, as a store plugin
+    may, and which then works again."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, fail_from=1)
+        self.probes = 0
+
+    def probe(self) -> None:
+        self.probes += 1
+        if self.probes == 1:
+            raise SystemExit(3)
+        self.fail_from = None  # (writable again)
+        super().probe()
+
+
+def test_what_escapes_a_batch_answers_it_503_and_the_committer_goes_on(tmp_path: Path) -> None:
+    """A SystemExit from the store's probe escapes the policy's error handling: its batch is
+    answered 503 (nothing acknowledged) and the committer thread serves the next calls."""
+    store = ProbeExits(tmp_path / "state.db")
+    core = SchedulerCore()
+    service = SchedulerService(core, store)
+    service.call(core.call, AddTasks("w", (TaskSpec("a", family="F"), TaskSpec("b", family="F"))))
+
+    async def ask(worker: str) -> Any:
+        try:
+            return await asyncio.wait_for(
+                service.call_async(core.call, GetWork(worker, assistant=True)), 30
+            )
+        except Unstored as exc:
+            return exc
+
+    try:
+        first = asyncio.run(ask("w1"))  # the save fails: 503
+        assert isinstance(first, Unstored) and "disk is full" in str(first)
+        second = asyncio.run(ask("w2"))  # the probe raises SystemExit: 503, not a hang
+        assert isinstance(second, Unstored) and "SystemExit" in str(second)
+        assert service._committer is not None and service._committer.is_alive()
+        third = asyncio.run(ask("w3"))  # the probe works: the state reloaded, work handed out
+        assert isinstance(third, WorkAnswer) and third.work is not None
+        assert _running(service, tmp_path) == [third.work.task_id]
+    finally:
+        service.close(1)
+
+
+def test_a_call_interrupted_by_a_base_exception_is_answered_503(tmp_path: Path) -> None:
+    """A call that raises SystemExit half way is undone like a fault (so are the calls applied
+    before it in its batch) and answered 503; the calls after it are kept."""
+    service, _ = _served(tmp_path)
+    asks = _asks()
+    interrupted = asks[2]
+
+    def dispatch(request: Any) -> Any:
+        answer = service.core.call(request)
+        if request is interrupted:
+            raise SystemExit(1)
+        return answer
+
+    try:
+        results = _batched(service, asks, dispatch)
+        assert isinstance(results[1], Unstored)
+        assert isinstance(results[2], Unstored) and "interrupted (SystemExit)" in str(results[2])
+        after = results[3:]
+        assert all(isinstance(r, WorkAnswer) and r.work is not None for r in after), after
+        kept = sorted([results[0].work.task_id, *(r.work.task_id for r in after)])
+        assert _running(service, tmp_path) == kept
+    finally:
+        service.close(1)

@@ -331,12 +331,9 @@ def test_the_schema_publishes_the_identifier_rules_and_annotate_kinds() -> None:
     assert [b["$ref"] for b in annotate["oneOf"]] == list(mapping.values())
 
 
-def test_the_published_schema_accepts_exactly_what_decode_accepts() -> None:
-    """For bodies of every route made of valid and invalid parts alike, a JSON Schema
-    validator of the published schema and decode agree on every one (integral floats,
-    identifier rules, annotate's kinds included)."""
-    jsonschema = pytest.importorskip("jsonschema")
-    hypothesis = pytest.importorskip("hypothesis")
+def _bodies() -> Any:
+    """A hypothesis strategy maker: ``body(cls)`` gives request bodies of ``cls``, mostly
+    well-typed (so that one rule at a time decides), now and then a value of any type."""
     st = pytest.importorskip("hypothesis.strategies")
     import dataclasses
 
@@ -379,6 +376,9 @@ def test_the_published_schema_accepts_exactly_what_decode_accepts() -> None:
         value of any type."""
         if cls is p.AddTasks:
             by_name["tasks"] = st.lists(body(TaskSpec), max_size=2)
+        if cls is p.GetWork:
+            by_name["done"] = st.lists(body(p.TaskDone), max_size=3)
+            by_name["failed"] = st.lists(body(p.TaskFailed), max_size=2)
         fields = dataclasses.fields(cls)
         value = {f.name: mostly(by_name.get(f.name, text), scalar) for f in fields}
         missing = dataclasses.MISSING
@@ -387,6 +387,18 @@ def test_the_published_schema_accepts_exactly_what_decode_accepts() -> None:
             {name: value[name] for name in required},
             optional={name: value[name] for name in value if name not in required},
         )
+
+    return body
+
+
+def test_the_published_schema_accepts_exactly_what_decode_accepts() -> None:
+    """For bodies of every route made of valid and invalid parts alike, a JSON Schema
+    validator of the published schema and decode agree on every one (integral floats,
+    identifier rules, annotate's kinds included)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    hypothesis = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+    body = _bodies()
 
     validators = {
         name: jsonschema.Draft202012Validator(p.json_schema(route.request))
@@ -410,3 +422,58 @@ def test_the_published_schema_accepts_exactly_what_decode_accepts() -> None:
         assert validators[name].is_valid(data) == accepted, (name, data)
 
     agree()
+
+
+class _NoFastDecoders(dict[Any, Any]):
+    """In place of ``protocol._FAST``: no class has a fast decoder (decode's general path)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return None
+
+
+def test_the_fast_decoders_decode_exactly_as_the_general_path() -> None:
+    """decode's fast path (a decoder per class for the common case) gives, for bodies of every
+    route valid and invalid alike (nested reports too), the value the general path gives, or
+    the same FieldError with the same field and message; in strict and lenient modes."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+    body = _bodies()
+
+    def outcome(cls: type[Any], data: Any, strict: bool) -> Any:
+        try:
+            return ("value", decode(cls, data, strict=strict))
+        except FieldError as exc:
+            return ("error", exc.field, str(exc))
+
+    def general(cls: type[Any], data: Any, strict: bool) -> Any:
+        fast, p._FAST = p._FAST, _NoFastDecoders()
+        try:
+            return outcome(cls, data, strict)
+        finally:
+            p._FAST = fast
+
+    seen = {"value": 0, "error": 0}
+
+    @hypothesis.settings(
+        max_examples=600, deadline=None, database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )  # fmt: skip
+    @hypothesis.given(
+        st.sampled_from(sorted(p.ROUTES)).flatmap(
+            lambda name: st.tuples(st.just(name), body(p.ROUTES[name].request))
+        ),
+        st.booleans(),
+    )
+    def agree(case: tuple[str, Any], strict: bool) -> None:
+        name, data = case
+        cls = p.ROUTES[name].request
+        fast = outcome(cls, data, strict)
+        assert fast == general(cls, data, strict), (name, data)
+        seen[fast[0]] += 1
+
+    agree()
+    assert seen["value"] > 50 and seen["error"] > 50, seen  # (both kinds were tried)
+    report = {"worker_id": "w", "task_id": "t", "attempt": 3}
+    asked = {"worker_id": "w", "max_tasks": 2, "done": [report]}
+    assert p._FAST[p.GetWork, True] is not None  # (the route's body has one)
+    assert decode(p.GetWork, asked) == p.GetWork("w", max_tasks=2, done=(p.TaskDone("w", "t", 3),))

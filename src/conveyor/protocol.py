@@ -954,7 +954,15 @@ def decode(cls: type[T], data: Any, where: str = "", *, strict: bool = True) -> 
     Fields with a default may be left out. Unknown fields are refused when ``strict`` (a
     request the server receives) and ignored otherwise (an answer from a newer server).
     """
-    if not isinstance(data, dict):
+    if type(data) is dict:  # the common case first: every field as expected (else below)
+        fast = _FAST.get((cls, strict), _UNMADE)
+        if fast is _UNMADE:
+            fast = _FAST[cls, strict] = _fast_decoder(cls, strict)
+        if fast is not None:
+            found = fast(data)
+            if found is not _NO:
+                return found  # type: ignore[no-any-return]
+    elif not isinstance(data, dict):
         raise FieldError(where or "body", "expected a JSON object")
     plan = _plan(cls)
     values: dict[str, Any] = {}
@@ -979,6 +987,139 @@ def decode(cls: type[T], data: Any, where: str = "", *, strict: bool = True) -> 
     except FieldError as exc:  # a cross-field check in __post_init__
         path = f"{where}.{exc.field}" if where else exc.field
         raise FieldError(path, str(exc).split(": ", 1)[-1]) from None
+
+
+_NO: Any = object()  # (a fast decoder's "not the common case: ask decode")
+_UNMADE: Any = object()
+_Fast = typing.Callable[[Any], Any]
+_FAST: dict[tuple[type[Any], bool], _Fast | None] = {}
+
+
+def _fast_decoder(cls: type[Any], strict: bool) -> _Fast | None:
+    """A decoder of ``cls`` for the common case, made once per class: a dict whose every field
+    is of the expected JSON type and within its rules decodes to the same value
+    :func:`decode` makes, and anything else (a missing, unknown or odd field, a value
+    :func:`decode` would convert, check further or refuse, a cross-field check that fails) is
+    :data:`_NO`, for :func:`decode` to read again and explain. None for a class with a field
+    it does not cover (variants, unions of several types)."""
+    steps = []
+    for name, hint, meta, variants, required in _plan(cls):
+        convert = None if variants is not None else _fast_value(hint, meta, strict)
+        if convert is None:
+            return None
+        steps.append((name, convert, required))
+    names = frozenset(name for name, _, _ in steps)
+    missing = _UNMADE
+
+    def fast(data: dict[str, Any]) -> Any:
+        if strict and not names.issuperset(data):
+            return _NO
+        values = {}
+        for name, convert, required in steps:
+            value = data.get(name, missing)
+            if value is missing:
+                if required:
+                    return _NO
+                continue
+            value = convert(value)
+            if value is _NO:
+                return _NO
+            values[name] = value
+        try:
+            return cls(**values)
+        except FieldError:  # (decode says which field, with its path)
+            return _NO
+
+    return fast
+
+
+def _fast_value(hint: Any, meta: Mapping[str, Any], strict: bool) -> _Fast | None:
+    """What :func:`_fast_decoder` does with a value of annotation ``hint``: the value, or
+    :data:`_NO` when it is not the common case (None: not covered)."""
+    kind = _kind_of(hint)
+    if kind == _ANY:
+        return lambda v: v
+    if kind == _UNION:
+        options = [o for o in typing.get_args(hint) if o is not type(None)]
+        inner = _fast_value(options[0], meta, strict) if len(options) == 1 else None
+        if inner is None:
+            return None
+        return lambda v: None if v is None else inner(v)
+    if kind == _ENUM:
+        allowed = frozenset(meta.get("choices") or _members(hint))
+        return lambda v: hint(v) if type(v) is str and v in allowed else _NO
+    if kind == _DATACLASS:
+        nested = _fast_decoder(hint, strict)
+        if nested is None:
+            return None
+        return lambda v: nested(v) if type(v) is dict else _NO
+    if kind == _TUPLE:
+        item = _fast_value(typing.get_args(hint)[0], meta, strict)
+        if item is None:
+            return None
+
+        def items(v: Any) -> Any:
+            if type(v) is not list:
+                return _NO
+            made = []
+            for i in v:
+                i = item(i)
+                if i is _NO:
+                    return _NO
+                made.append(i)
+            return tuple(made)
+
+        return items
+    if kind == _MAPPING:
+        value = _fast_value(typing.get_args(hint)[1], meta, strict)
+        keys: TextRule | None = meta.get("keys")
+        if value is None:
+            return None
+
+        def mapping(v: Any) -> Any:
+            if type(v) is not dict:
+                return _NO
+            made = {}
+            for k, i in v.items():
+                if type(k) is not str or (keys is not None and keys.problem(k)):
+                    return _NO
+                i = value(i)
+                if i is _NO:
+                    return _NO
+                made[k] = i
+            return made
+
+        return mapping
+    return _fast_scalar(hint, meta)
+
+
+def _fast_scalar(hint: Any, meta: Mapping[str, Any]) -> _Fast | None:
+    """:func:`_fast_value` for a scalar: exactly the values :func:`_scalar` accepts as they
+    are, without converting or explaining."""
+    if hint is str:
+        rule: TextRule | None = meta.get("text")
+        if rule is None:
+            return lambda v: v if type(v) is str else _NO
+        longest = rule.max_length
+        return lambda v: v if type(v) is str and 0 < len(v) <= longest and v.isprintable() else _NO
+    low, high = meta.get("minimum"), meta.get("maximum")
+    if hint is bool:
+        return lambda v: v if type(v) is bool else _NO
+    if hint is int:
+        if low is None and high is None:
+            return lambda v: v if type(v) is int else _NO
+        return lambda v: v if type(v) is int and _within(v, low, high) else _NO
+    if hint is float:
+        return lambda v: (
+            v
+            if (type(v) is int or (type(v) is float and math.isfinite(v))) and _within(v, low, high)
+            else _NO
+        )
+    return None
+
+
+def _within(value: float, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
 
 
 _Step = tuple[str, Any, Mapping[str, Any], "_Variants | None", bool]

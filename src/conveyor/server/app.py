@@ -115,7 +115,8 @@ GROUP_MAX = 16
 
 
 class _Refused:
-    """A call's refusal (StaleReport, UnknownTask), raised once its group is committed."""
+    """What a call is to raise once its group is committed: its refusal (StaleReport,
+    UnknownTask), or for a call of the committer's batch any error (``call_async``)."""
 
     __slots__ = ("exc",)
 
@@ -163,21 +164,12 @@ class _Queued:
         self.fn, self.args, self.loop, self.future = fn, args, loop, future
 
 
-class _Raise:
-    """What a queued call is to raise once its batch is committed."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
 def _answer(answered: list[tuple[_Queued, Any]]) -> None:
     """On the loop: give each call of a committed batch its result, or what it raised."""
     for item, outcome in answered:
         if item.future.done():  # (its request went away meanwhile)
             continue
-        if isinstance(outcome, _Raise):
+        if isinstance(outcome, _Refused):
             item.future.set_exception(outcome.exc)
         else:
             item.future.set_result(outcome)
@@ -285,13 +277,17 @@ class SchedulerService:
         thread for all the calls of the loop: no hop through a thread pool per call (only to
         tell the plugins, when one wants to be told), and one wake-up of the loop per
         commit."""
-        if self._closed:
-            raise Unstored("the scheduler is shutting down; nothing was changed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        if self._committer is None:
-            self._start_committer()
-        self._queued.put(_Queued(fn, args, loop, future))
+        with self._door:  # (close() stops the committer under it: nothing is queued after)
+            if self._closed:
+                raise Unstored("the scheduler is shutting down; nothing was changed")
+            if self._committer is None:
+                self._committer = threading.Thread(
+                    target=self._commit_queued, name="conveyor-committer", daemon=True
+                )
+                self._committer.start()
+            self._queued.put(_Queued(fn, args, loop, future))
         try:
             return await future
         finally:  # (as call() does: the plugins are told before the caller is answered, in
@@ -299,17 +295,11 @@ class SchedulerService:
             if self.hooks.pending():
                 await asyncio.to_thread(self.hooks.deliver)
 
-    def _start_committer(self) -> None:
-        with self._door:
-            if self._committer is None:
-                self._committer = threading.Thread(
-                    target=self._commit_queued, name="conveyor-committer", daemon=True
-                )
-                self._committer.start()
-
     def _commit_queued(self) -> None:
         """The committer thread: apply the queued calls a batch at a time, commit each batch,
-        answer its calls on their loops, until :meth:`close` queues None."""
+        answer its calls on their loops, until :meth:`close` queues None. Whatever escapes a
+        batch is logged, its calls are answered 503, and the next call reloads the stored
+        state first: the thread itself never ends before :meth:`close`."""
         while True:
             first = self._queued.get()
             if first is None:
@@ -324,7 +314,15 @@ class SchedulerService:
                     self._queued.put(None)  # (the batch in hand is answered first)
                     break
                 batch.append(item)
-            outcomes = self._apply_batch(batch)
+            try:
+                outcomes = self._apply_batch(batch)
+            except BaseException as exc:  # (a reload that failed half way, say: not trusted)
+                with contextlib.suppress(BaseException):
+                    log.exception("scheduler call failed", error=f"{type(exc).__name__}: {exc}")
+                with self.lock:
+                    self._note_failure(exc)
+                    self.core.frozen = True
+                outcomes = [_Refused(Unstored(self.failure)) for _ in batch]
             loops: dict[asyncio.AbstractEventLoop, list[tuple[_Queued, Any]]] = {}
             for item, outcome in zip(batch, outcomes, strict=True):
                 loops.setdefault(item.loop, []).append((item, outcome))
@@ -334,7 +332,7 @@ class SchedulerService:
 
     def _apply_batch(self, batch: list[_Queued]) -> list[Any]:
         """Apply each call of ``batch`` under the lock and commit them all at once: each
-        call's result, or a :class:`_Raise` of what it is to raise."""
+        call's result, or a :class:`_Refused` of what it is to raise."""
         outcomes: list[Any] = []
         applied: list[int] = []  # the calls whose changes wait for the commit
         with self.lock:
@@ -343,19 +341,21 @@ class SchedulerService:
                     self._check_leader()
                     self._check_writable()
                 except Exception as exc:  # (NotLeader, Unstored: nothing changed)
-                    outcomes.append(_Raise(exc))
+                    outcomes.append(_Refused(exc))
                     continue
                 try:
                     result: Any = item.fn(*item.args)
                 except (StaleReport, UnknownTask) as exc:  # refused; what it saw is committed
-                    result = _Raise(exc)
-                except Exception as exc:  # a fault half way: the state is reloaded
+                    result = _Refused(exc)
+                except BaseException as exc:  # a fault half way: the state is reloaded
                     self._roll_back()  # (what the calls before it changed is undone too)
                     undone = self.failure or "the change was undone; nothing was changed"
                     for i in applied:
-                        outcomes[i] = _Raise(Unstored(undone))
+                        outcomes[i] = _Refused(Unstored(undone))
                     applied.clear()
-                    outcomes.append(_Raise(exc))
+                    if not isinstance(exc, Exception):  # (SystemExit: not the loop's to raise)
+                        exc = Unstored(f"the call was interrupted ({type(exc).__name__})")
+                    outcomes.append(_Refused(exc))
                     continue
                 applied.append(len(outcomes))
                 outcomes.append(result)
@@ -364,13 +364,14 @@ class SchedulerService:
                     self._commit_or_roll_back()
                 except NotLeader as exc:
                     for i in applied:
-                        outcomes[i] = _Raise(NotLeader(exc.leader))
+                        outcomes[i] = _Refused(NotLeader(exc.leader))
                 except Exception:  # (Unstored)
                     for i in applied:
-                        outcomes[i] = _Raise(Unstored(self.failure))
-                except BaseException:  # (SystemExit from a store): nothing acknowledged
+                        outcomes[i] = _Refused(Unstored(self.failure))
+                except BaseException:  # (SystemExit from a store): nothing acknowledged, and
+                    # the next call reloads the stored state (this thread must go on)
                     for i in applied:
-                        outcomes[i] = _Raise(Unstored(self.failure))
+                        outcomes[i] = _Refused(Unstored(self.failure))
         return outcomes
 
     def query(self, fn: Callable[..., T], *args: Any) -> T:
@@ -598,8 +599,9 @@ class SchedulerService:
         lifespan's end: uvicorn re-raises a SIGTERM after that, so nothing later runs)."""
         if self._closed:
             return
-        self._closed = True
-        self._queued.put(None)  # (the calls queued before are answered first)
+        with self._door:  # (call_async queues under it: nothing comes after the None)
+            self._closed = True
+            self._queued.put(None)  # (the calls queued before are answered first)
         committer = self._committer
         if committer is not None and committer is not threading.current_thread():
             committer.join(timeout=flush_timeout + 30)
@@ -626,8 +628,8 @@ class SchedulerService:
 def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
     """Each worker-facing route of :data:`~conveyor.protocol.ROUTES`: its decoded request in,
     the scheduler core's answer out (:meth:`SchedulerCore.call`, the one dispatcher), run by
-    :meth:`SchedulerService.call` (committed), or by :meth:`SchedulerService.query` for a
-    route that only asks (answered from what is stored while the store refuses writes)."""
+    :meth:`SchedulerService.call_async` (committed), or by :meth:`SchedulerService.query` for
+    a route that only asks (answered from what is stored while the store refuses writes)."""
     core = service.core
 
     async def query(request: Any) -> Any:
