@@ -10,7 +10,6 @@ takes all of them as its next batch.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,43 +17,14 @@ from typing import Any
 
 import pytest
 
+from commit_support import CALLERS, CountingStore, asks, running, served
 from conveyor.errors import StaleReport
-from conveyor.protocol import AddTasks, GetWork, TaskDone, TaskSpec, WorkAnswer
-from conveyor.scheduler.policy import SchedulerCore
+from conveyor.protocol import GetWork, TaskDone, WorkAnswer
 from conveyor.server.app import SchedulerService
-from conveyor.server.stores import SqliteStore, StoreContext, Unstored
+from conveyor.server.stores import Unstored
 from conveyor.testing.processes import wait_for
 
 pytestmark = pytest.mark.timeout(60)
-
-CALLERS = 6
-
-
-class CountingStore(SqliteStore):
-    """SQLite that counts the rows of each save; every save from the ``fail_from``-th on
-    (0-based: 0 is the set-up's registration) raises a full disk."""
-
-    def __init__(self, path: Path, fail_from: int | None = None) -> None:
-        super().__init__(StoreContext(state_path=str(path)))
-        self.saves: list[int] = []  # rows in each save, -1 for one that failed
-        self.fail_from = fail_from
-
-    def save(self, rows: Any, workers: Any, **kwargs: Any) -> None:
-        rows = list(rows)
-        if self.fail_from is not None and len(self.saves) >= self.fail_from:
-            self.saves.append(-1)
-            raise sqlite3.OperationalError("database or disk is full")
-        self.saves.append(len(rows))
-        super().save(rows, workers, **kwargs)
-
-
-def _served(tmp_path: Path, fail_from: int | None = None) -> tuple[SchedulerService, CountingStore]:
-    store = CountingStore(tmp_path / "state.db", fail_from)
-    core = SchedulerCore()
-    service = SchedulerService(core, store)
-    specs = tuple(TaskSpec(f"t{i}", family="F") for i in range(CALLERS + 1))
-    service.call(core.call, AddTasks("w", specs))
-    return service, store
 
 
 def _batched(
@@ -81,92 +51,83 @@ def _batched(
     return asyncio.run(main())
 
 
-def _stored_statuses(path: Path) -> dict[str, str]:
-    db = sqlite3.connect(path)
-    try:
-        return dict(db.execute("SELECT task_id, status FROM tasks").fetchall())
-    finally:
-        db.close()
-
-
-def _running(service: SchedulerService, tmp_path: Path) -> list[str]:
-    """The RUNNING tasks, the same in the state file and in the scheduler (checked)."""
-    stored = _stored_statuses(tmp_path / "state.db")
-    running = sorted(t for t, s in stored.items() if s == "RUNNING")
-    assert sorted(i.task_id for i in service.core.task_list() if i.status == "RUNNING") == running
-    return running
-
-
-def _asks() -> list[Any]:
-    return [GetWork(f"w{i}", assistant=True) for i in range(CALLERS + 1)]
-
-
 def test_queued_calls_are_committed_in_one_transaction_each_with_its_own_answer(
     tmp_path: Path,
 ) -> None:
-    service, store = _served(tmp_path)
+    service, store = served(tmp_path)
     try:
-        results = _batched(service, _asks())
+        results = _batched(service, asks())
         assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
         handed = [r.work.task_id for r in results]
         assert len(set(handed)) == len(handed)  # (each caller its own task)
         # the registration, the held call alone, then the other six in one save
         assert len(store.saves) == 3 and store.saves[2] >= CALLERS
-        assert _running(service, tmp_path) == sorted(handed)
+        assert running(service, tmp_path) == sorted(handed)
     finally:
         service.close(1)
 
 
+@pytest.mark.parametrize(
+    ("raised", "answered", "says"),
+    [
+        (RuntimeError("a fault half way"), RuntimeError, "a fault half way"),
+        (SystemExit(1), Unstored, "interrupted (SystemExit)"),
+    ],
+    ids=["exception", "system-exit"],
+)
 def test_a_fault_in_a_batch_undoes_the_calls_before_it_and_not_those_after(
-    tmp_path: Path,
+    tmp_path: Path, raised: BaseException, answered: type[Exception], says: str
 ) -> None:
-    service, _ = _served(tmp_path)
-    asks = _asks()
-    faulty = asks[2]
+    """A call that raises half way is undone, and so are the calls applied before it in its
+    batch (the state is reloaded: they are answered 503); the calls after it are kept. An
+    exception is the call's own answer (500); a SystemExit is not the loop's to raise: 503."""
+    service, _ = served(tmp_path)
+    requests = asks()
+    faulty = requests[2]
 
     def dispatch(request: Any) -> Any:
         answer = service.core.call(request)
         if request is faulty:
-            raise RuntimeError("a fault half way")
+            raise raised
         return answer
 
     try:
-        results = _batched(service, asks, dispatch)
+        results = _batched(service, requests, dispatch)
         assert isinstance(results[0], WorkAnswer)  # (committed alone, before the batch)
         assert isinstance(results[1], Unstored)  # applied, then undone by the reload
-        assert isinstance(results[2], RuntimeError)
+        assert isinstance(results[2], answered) and says in str(results[2])
         after = results[3:]
         assert all(isinstance(r, WorkAnswer) and r.work is not None for r in after), after
         kept = sorted([results[0].work.task_id, *(r.work.task_id for r in after)])
-        assert _running(service, tmp_path) == kept
+        assert running(service, tmp_path) == kept
     finally:
         service.close(1)
 
 
 def test_a_failed_commit_answers_every_call_of_its_batch_unstored(tmp_path: Path) -> None:
-    service, store = _served(tmp_path, fail_from=2)  # the held call's save works, the next not
+    service, store = served(tmp_path, fail_from=2)  # the held call's save works, the next not
     try:
-        results = _batched(service, _asks())
+        results = _batched(service, asks())
         assert isinstance(results[0], WorkAnswer) and results[0].work is not None
         assert all(isinstance(r, Unstored) for r in results[1:]), results
         assert "database or disk is full" in str(results[1])
         assert store.saves[-1] == -1
-        assert _running(service, tmp_path) == [results[0].work.task_id]  # nothing else kept
+        assert running(service, tmp_path) == [results[0].work.task_id]  # nothing else kept
     finally:
         service.close(1)
 
 
 def test_a_stale_report_in_a_batch_is_raised_to_its_sender_alone(tmp_path: Path) -> None:
-    service, _ = _served(tmp_path)
+    service, _ = served(tmp_path)
     try:
         first = service.call(service.core.call, GetWork("w0", assistant=True))
         assert isinstance(first, WorkAnswer) and first.work is not None
         stale = TaskDone("w0", first.work.task_id, attempt=first.work.attempt + 1)
-        results = _batched(service, [GetWork("w1", assistant=True), stale, *_asks()[2:]])
+        results = _batched(service, [GetWork("w1", assistant=True), stale, *asks()[2:]])
         assert isinstance(results[1], StaleReport)
         others = [results[0], *results[2:]]
         assert all(isinstance(r, WorkAnswer) and r.work is not None for r in others), others
-        assert first.work.task_id in _running(service, tmp_path)  # (the report changed nothing)
+        assert first.work.task_id in running(service, tmp_path)  # (the report changed nothing)
     finally:
         service.close(1)
 
@@ -174,7 +135,7 @@ def test_a_stale_report_in_a_batch_is_raised_to_its_sender_alone(tmp_path: Path)
 def test_close_answers_what_was_queued_and_refuses_later_calls(tmp_path: Path) -> None:
     """close() while calls wait in the queue: each of them is applied, committed and answered
     before the committer stops; a call after close() is refused, never left waiting."""
-    service, _ = _served(tmp_path)
+    service, _ = served(tmp_path)
     closing = threading.Thread(target=service.close, args=(1,))
 
     def close_meanwhile(request: Any) -> Any:  # (the others are queued by now: see _batched)
@@ -183,12 +144,12 @@ def test_close_answers_what_was_queued_and_refuses_later_calls(tmp_path: Path) -
             wait_for(lambda: service._closed, 30, "close() began")
         return service.core.call(request)
 
-    results = _batched(service, _asks()[:4], close_meanwhile)
+    results = _batched(service, asks()[:4], close_meanwhile)
     closing.join(30)
     assert not closing.is_alive()
     assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
     handed = sorted(r.work.task_id for r in results)
-    assert _running(service, tmp_path) == handed  # (stored before close() went on)
+    assert running(service, tmp_path) == handed  # (stored before close() went on)
     committer = service._committer
     assert committer is not None and not committer.is_alive()
 
@@ -218,10 +179,8 @@ class ProbeExits(CountingStore):
 def test_what_escapes_a_batch_answers_it_503_and_the_committer_goes_on(tmp_path: Path) -> None:
     """A SystemExit from the store's probe escapes the policy's error handling: its batch is
     answered 503 (nothing acknowledged) and the committer thread serves the next calls."""
-    store = ProbeExits(tmp_path / "state.db")
-    core = SchedulerCore()
-    service = SchedulerService(core, store)
-    service.call(core.call, AddTasks("w", (TaskSpec("a", family="F"), TaskSpec("b", family="F"))))
+    service, _ = served(tmp_path, ProbeExits(tmp_path / "state.db"))
+    core = service.core
 
     async def ask(worker: str) -> Any:
         try:
@@ -239,31 +198,6 @@ def test_what_escapes_a_batch_answers_it_503_and_the_committer_goes_on(tmp_path:
         assert service._committer is not None and service._committer.is_alive()
         third = asyncio.run(ask("w3"))  # the probe works: the state reloaded, work handed out
         assert isinstance(third, WorkAnswer) and third.work is not None
-        assert _running(service, tmp_path) == [third.work.task_id]
-    finally:
-        service.close(1)
-
-
-def test_a_call_interrupted_by_a_base_exception_is_answered_503(tmp_path: Path) -> None:
-    """A call that raises SystemExit half way is undone like a fault (so are the calls applied
-    before it in its batch) and answered 503; the calls after it are kept."""
-    service, _ = _served(tmp_path)
-    asks = _asks()
-    interrupted = asks[2]
-
-    def dispatch(request: Any) -> Any:
-        answer = service.core.call(request)
-        if request is interrupted:
-            raise SystemExit(1)
-        return answer
-
-    try:
-        results = _batched(service, asks, dispatch)
-        assert isinstance(results[1], Unstored)
-        assert isinstance(results[2], Unstored) and "interrupted (SystemExit)" in str(results[2])
-        after = results[3:]
-        assert all(isinstance(r, WorkAnswer) and r.work is not None for r in after), after
-        kept = sorted([results[0].work.task_id, *(r.work.task_id for r in after)])
-        assert _running(service, tmp_path) == kept
+        assert running(service, tmp_path) == [third.work.task_id]
     finally:
         service.close(1)

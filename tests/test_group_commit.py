@@ -9,7 +9,6 @@ what the file holds.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,46 +16,14 @@ from typing import Any
 
 import pytest
 
+from commit_support import CALLERS, asks, running, served, stored_statuses
 from conveyor.errors import StaleReport
-from conveyor.protocol import AddTasks, GetWork, TaskDone, TaskSpec
-from conveyor.scheduler.policy import SchedulerCore
+from conveyor.protocol import GetWork, TaskDone
 from conveyor.server.app import NotLeader, SchedulerService
-from conveyor.server.stores import Deposed, SqliteStore, StoreContext, Unstored
+from conveyor.server.stores import Deposed, Unstored
 from conveyor.testing.processes import wait_for
 
 pytestmark = pytest.mark.timeout(60)
-
-CALLERS = 6
-
-
-class CountingStore(SqliteStore):
-    """SQLite that counts the rows of each save; ``fail_with`` is raised by every save from
-    the ``fail_from``-th on (0-based: 0 is the set-up's registration)."""
-
-    def __init__(
-        self, path: Path, fail_from: int | None = None, fail_with: BaseException | None = None
-    ) -> None:
-        super().__init__(StoreContext(state_path=str(path)))
-        self.saves: list[int] = []  # rows in each save, -1 for one that failed
-        self.fail_from = fail_from
-        self.fail_with = fail_with or sqlite3.OperationalError("database or disk is full")
-
-    def save(self, rows: Any, workers: Any, **kwargs: Any) -> None:
-        rows = list(rows)
-        if self.fail_from is not None and len(self.saves) >= self.fail_from:
-            self.saves.append(-1)
-            raise self.fail_with
-        self.saves.append(len(rows))
-        super().save(rows, workers, **kwargs)
-
-
-def _served(tmp_path: Path, **failing: Any) -> tuple[SchedulerService, CountingStore]:
-    store = CountingStore(tmp_path / "state.db", **failing)
-    core = SchedulerCore()
-    service = SchedulerService(core, store)
-    specs = tuple(TaskSpec(f"t{i}", family="F") for i in range(CALLERS + 1))
-    service.call(core.call, AddTasks("w", specs))
-    return service, store
 
 
 def _together(
@@ -93,47 +60,32 @@ def _together(
     return results
 
 
-def _stored_statuses(path: Path) -> dict[str, str]:
-    db = sqlite3.connect(path)
-    try:
-        return dict(db.execute("SELECT task_id, status FROM tasks").fetchall())
-    finally:
-        db.close()
-
-
 def _assert_only_running(service: SchedulerService, tmp_path: Path, task_id: str) -> None:
     """``task_id`` is the one RUNNING task, in the state file and in the scheduler alike."""
-    stored = _stored_statuses(tmp_path / "state.db")
-    running = [t for t, s in stored.items() if s == "RUNNING"]
-    assert running == [task_id]
-    assert [i.task_id for i in service.core.task_list() if i.status == "RUNNING"] == running
-
-
-def _asks() -> list[Any]:
-    return [GetWork(f"w{i}", assistant=True) for i in range(CALLERS + 1)]
+    assert running(service, tmp_path) == [task_id]
 
 
 def test_queued_calls_are_committed_in_one_transaction_and_each_gets_its_own_answer(
     tmp_path: Path,
 ) -> None:
-    service, store = _served(tmp_path)
+    service, store = served(tmp_path)
     try:
-        results = _together(service, _asks())
+        results = _together(service, asks())
         handed = [r.work.task_id for r in results]
         assert sorted(handed) == sorted(f"t{i}" for i in range(CALLERS + 1))  # one each
         # the set-up, the first call alone, then the six queued ones in one commit
         assert len(store.saves) == 3, store.saves
         assert store.saves[2] >= CALLERS  # (their six tasks, at least)
-        stored = _stored_statuses(tmp_path / "state.db")
+        stored = stored_statuses(tmp_path / "state.db")
         assert all(stored[t] == "RUNNING" for t in handed)
     finally:
         store.close()
 
 
 def test_a_failed_group_commit_acknowledges_none_of_its_calls(tmp_path: Path) -> None:
-    service, store = _served(tmp_path, fail_from=2)  # the first call's commit succeeds
+    service, store = served(tmp_path, fail_from=2)  # the first call's commit succeeds
     try:
-        results = _together(service, _asks())
+        results = _together(service, asks())
         first, rest = results[0], results[1:]
         assert first.work is not None  # committed alone, before the failure
         assert all(isinstance(r, Unstored) for r in rest), rest
@@ -145,9 +97,9 @@ def test_a_failed_group_commit_acknowledges_none_of_its_calls(tmp_path: Path) ->
 
 
 def test_a_refused_report_in_a_group_is_raised_to_its_caller_alone(tmp_path: Path) -> None:
-    service, store = _served(tmp_path)
+    service, store = served(tmp_path)
     try:
-        requests: list[Any] = _asks()[:CALLERS]
+        requests: list[Any] = asks()[:CALLERS]
         requests.append(TaskDone("w0", "t0", attempt=12345))  # never handed out: refused
         results = _together(service, requests)
         assert isinstance(results[-1], StaleReport)
@@ -161,7 +113,7 @@ def test_a_fault_in_one_call_of_a_group_answers_the_others_unstored(tmp_path: Pa
     """The group's last call (nobody waiting behind it) raises half way: the whole state is
     put back to the file's, so the calls grouped before it, whose changes went with it, are
     not acknowledged either."""
-    service, store = _served(tmp_path)
+    service, store = served(tmp_path)
     faulted: list[int] = []
 
     def last_one_faults(request: Any) -> Any:
@@ -171,7 +123,7 @@ def test_a_fault_in_one_call_of_a_group_answers_the_others_unstored(tmp_path: Pa
         return service.core.call(request)
 
     try:
-        results = _together(service, _asks(), last_one_faults)
+        results = _together(service, asks(), last_one_faults)
         first, rest = results[0], results[1:]
         assert first.work is not None  # committed alone, first
         assert sum(isinstance(r, RuntimeError) for r in rest) == 1
@@ -186,9 +138,9 @@ def test_a_fault_in_one_call_of_a_group_answers_the_others_unstored(tmp_path: Pa
 def test_a_group_deposed_at_its_commit_is_told_not_leader_with_a_leader_field(
     tmp_path: Path,
 ) -> None:
-    service, store = _served(tmp_path, fail_from=2, fail_with=Deposed("another server leads"))
+    service, store = served(tmp_path, fail_from=2, fail_with=Deposed("another server leads"))
     try:
-        results = _together(service, _asks())
+        results = _together(service, asks())
         assert results[0].work is not None
         for refused in results[1:]:
             assert isinstance(refused, NotLeader), refused
@@ -200,15 +152,15 @@ def test_a_group_deposed_at_its_commit_is_told_not_leader_with_a_leader_field(
 def test_a_save_interrupted_by_system_exit_acknowledges_nothing(tmp_path: Path) -> None:
     """A store that raises SystemExit (outside Exception) mid-commit: the grouped calls are
     not acknowledged, and the next call first reloads what the file holds."""
-    service, store = _served(tmp_path, fail_from=2, fail_with=SystemExit(3))
+    service, store = served(tmp_path, fail_from=2, fail_with=SystemExit(3))
     try:
-        results = _together(service, _asks())
+        results = _together(service, asks())
         first, rest = results[0], results[1:]
         assert first.work is not None
         assert any(isinstance(r, SystemExit) for r in rest)  # (the one that made the commit)
         assert all(isinstance(r, (SystemExit, Unstored)) for r in rest), rest
         store.fail_from = None
-        running = [t for t, s in _stored_statuses(tmp_path / "state.db").items() if s == "RUNNING"]
+        running = [t for t, s in stored_statuses(tmp_path / "state.db").items() if s == "RUNNING"]
         assert running == [first.work.task_id]
         service.call(service.core.call, GetWork("later", assistant=True))  # reloads, then asks
         running_now = {i.task_id for i in service.core.task_list() if i.status == "RUNNING"}
