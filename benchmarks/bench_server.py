@@ -156,7 +156,8 @@ def run_graph(
     env = {
         **os.environ,
         "BENCH_DIR": str(work),
-        "PYTHONPATH": str(work),
+        # (the tasks' module first, then the caller's path: PYTHONPATH=<a tree>/src measures it)
+        "PYTHONPATH": os.pathsep.join(p for p in (str(work), os.environ.get("PYTHONPATH")) if p),
         "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     worker_envs = [env] * processes
