@@ -201,3 +201,48 @@ def test_what_escapes_a_batch_answers_it_503_and_the_committer_goes_on(tmp_path:
         assert running(service, tmp_path) == [third.work.task_id]
     finally:
         service.close(1)
+
+
+class ReloadExits(CountingStore):
+    """A store whose reload raises SystemExit while ``exit_on_load`` is set."""
+
+    exit_on_load = False
+
+    def load_records(self) -> Any:
+        if self.exit_on_load:
+            raise SystemExit(3)
+        return super().load_records()
+
+
+def test_after_a_reload_that_failed_half_way_nothing_is_answered_from_memory(
+    tmp_path: Path,
+) -> None:
+    """A call interrupted half way whose undoing reload is interrupted too: its batch is
+    answered 503, and until a reload succeeds even a read is refused rather than answered
+    from a memory that holds the half-made change; then both agree again."""
+    store = ReloadExits(tmp_path / "state.db")
+    service, _ = served(tmp_path, store)
+    core = service.core
+
+    def interrupted(request: Any) -> Any:
+        core.call(request)  # (hands out a task in memory)
+        store.exit_on_load = True
+        raise SystemExit(1)
+
+    async def ask(fn: Callable[[Any], Any]) -> Any:
+        try:
+            return await service.call_async(fn, GetWork("w1", assistant=True))
+        except Unstored as exc:
+            return exc
+
+    try:
+        answer = asyncio.run(ask(interrupted))
+        assert isinstance(answer, Unstored)
+        with pytest.raises(Unstored):
+            service.query(core.statuses, [f"t{i}" for i in range(CALLERS + 1)])
+        store.exit_on_load = False
+        later = asyncio.run(ask(core.call))  # reloads first, then hands out
+        assert isinstance(later, WorkAnswer) and later.work is not None
+        assert running(service, tmp_path) == [later.work.task_id]
+    finally:
+        service.close(1)

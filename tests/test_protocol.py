@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -431,31 +432,50 @@ class _NoFastDecoders(dict[Any, Any]):
         return None
 
 
+def _typed(value: Any) -> Any:
+    """``value`` with the type of each of its parts, so that equal means decoded alike (a
+    dataclass's ``==`` takes 1 for 1.0, True for 1 and an enum for its text)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (type(value), tuple((f.name, _typed(getattr(value, f.name))) for f in fields))
+    if isinstance(value, dict):
+        return (type(value), tuple((_typed(k), _typed(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_typed(v) for v in value))
+    return (type(value), value)
+
+
+def _outcome(cls: type[Any], data: Any, strict: bool) -> Any:
+    """What decode makes of ``data`` (typed), or the FieldError's field and message."""
+    try:
+        return ("value", _typed(decode(cls, data, strict=strict)))
+    except FieldError as exc:
+        return ("error", exc.field, str(exc))
+
+
+def _general(cls: type[Any], data: Any, strict: bool) -> Any:
+    """:func:`_outcome` of decode's general path alone."""
+    fast, p._FAST = p._FAST, _NoFastDecoders()
+    try:
+        return _outcome(cls, data, strict)
+    finally:
+        p._FAST = fast
+
+
 def test_the_fast_decoders_decode_exactly_as_the_general_path() -> None:
     """decode's fast path (a decoder per class for the common case) gives, for bodies of every
-    route valid and invalid alike (nested reports too), the value the general path gives, or
-    the same FieldError with the same field and message; in strict and lenient modes."""
+    route valid and invalid alike (nested reports too), the value the general path gives,
+    type for type, or the same FieldError with the same field and message; in strict and
+    lenient modes. The fast path itself decodes a good share of them."""
     hypothesis = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
     body = _bodies()
-
-    def outcome(cls: type[Any], data: Any, strict: bool) -> Any:
-        try:
-            return ("value", decode(cls, data, strict=strict))
-        except FieldError as exc:
-            return ("error", exc.field, str(exc))
-
-    def general(cls: type[Any], data: Any, strict: bool) -> Any:
-        fast, p._FAST = p._FAST, _NoFastDecoders()
-        try:
-            return outcome(cls, data, strict)
-        finally:
-            p._FAST = fast
-
-    seen = {"value": 0, "error": 0}
+    seen = {"value": 0, "error": 0, "fast": 0}
 
     @hypothesis.settings(
-        max_examples=600, deadline=None, database=None,
+        max_examples=800, deadline=None, database=None,
         suppress_health_check=list(hypothesis.HealthCheck),
     )  # fmt: skip
     @hypothesis.given(
@@ -467,13 +487,63 @@ def test_the_fast_decoders_decode_exactly_as_the_general_path() -> None:
     def agree(case: tuple[str, Any], strict: bool) -> None:
         name, data = case
         cls = p.ROUTES[name].request
-        fast = outcome(cls, data, strict)
-        assert fast == general(cls, data, strict), (name, data)
+        fast = _outcome(cls, data, strict)
+        assert fast == _general(cls, data, strict), (name, data)
         seen[fast[0]] += 1
+        decoder = p._FAST.get((cls, strict))
+        seen["fast"] += decoder is not None and decoder(data) is not p._NO
 
     agree()
-    assert seen["value"] > 50 and seen["error"] > 50, seen  # (both kinds were tried)
-    report = {"worker_id": "w", "task_id": "t", "attempt": 3}
-    asked = {"worker_id": "w", "max_tasks": 2, "done": [report]}
-    assert p._FAST[p.GetWork, True] is not None  # (the route's body has one)
-    assert decode(p.GetWork, asked) == p.GetWork("w", max_tasks=2, done=(p.TaskDone("w", "t", 3),))
+    assert seen["value"] > 50 and seen["error"] > 50 and seen["fast"] > 50, seen
+
+
+def test_the_fast_decoders_take_full_bodies_and_answers() -> None:
+    """Bodies and answers with every field set (a registration of a task with retry, batch and
+    labels; a get_work with reports; a hand-out) go through the fast path, and decode as the
+    general path does, type for type; a class that holds itself is left to the general path."""
+    spec = TaskSpec(
+        "t1", "Fam", "mod", {"a": "1"}, TaskStatus.DONE, ("d",), 3, {"db": 1}, True, 2, "why",
+        "conveyor", p.RetrySpec(1.0, 2.0, 60.0, 0.1), ("gpu",), p.BatchSpec("k", 5),
+    )  # fmt: skip
+    values: list[Any] = [
+        p.AddTasks("w", (spec, TaskSpec("t2")), True),
+        p.GetWork("w", True, ("t1",), ("conveyor",), 4, (p.TaskDone("w", "t1", 7, "ok"),)),
+        p.WorkAnswer(p.Work("t1", "Fam", "mod", {"a": "1"}, 7, 60.0), batched=True),
+        p.StatusesAnswer({"t1": TaskStatus.RUNNING}),
+    ]
+    for value in values:
+        data = json.loads(json.dumps(encode(value)))
+        for strict in (True, False):
+            assert _outcome(type(value), data, strict) == _general(type(value), data, strict)
+            decoder = p._FAST[type(value), strict]
+            assert decoder is not None and decoder(data) is not p._NO, value
+            assert _typed(decoder(data)) == _typed(value)
+
+    done = {"worker_id": "w", "task_id": "t"}
+    odd = [  # (what JSON allows and the rules turn away, or decode converts)
+        (p.TaskDone, {**done, "attempt": value}) for value in (True, 3.0, -1, 2**70, "3", None)
+    ] + [
+        (p.GetWork, {"worker_id": "w", "max_tasks": 10**6}),
+        (p.GetWork, {"worker_id": "w", "running": ["a\nb"]}),
+        (p.GetWork, {"worker_id": "", "done": [done]}),
+        (p.StatusesAnswer, {"statuses": {"t": "done"}}),
+        (p.WorkAnswer, {"work": {"task_id": "t", "lease": 1}}),  # (an int for a float: kept)
+        (p.WorkAnswer, {"work": {"task_id": "t", "lease": float("inf")}}),
+        (p.AddTasks, {"worker_id": "w", "tasks": [{"task_id": "t", "resources": {"": 1}}]}),
+        (p.AddTasks, {"worker_id": "w", "tasks": [{"task_id": "t", "priority": False}]}),
+    ]
+    for cls, data in odd:
+        for strict in (True, False):
+            assert _outcome(cls, data, strict) == _general(cls, data, strict), (cls, data)
+
+    tree = {"name": "a", "children": [{"name": "b"}]}
+    assert decode(_Node, tree) == _Node("a", (_Node("b"),))
+    assert p._FAST[_Node, True] is None
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A class that holds itself."""
+
+    name: str
+    children: tuple[_Node, ...] = ()

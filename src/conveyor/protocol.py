@@ -995,16 +995,21 @@ _Fast = typing.Callable[[Any], Any]
 _FAST: dict[tuple[type[Any], bool], _Fast | None] = {}
 
 
-def _fast_decoder(cls: type[Any], strict: bool) -> _Fast | None:
+def _fast_decoder(
+    cls: type[Any], strict: bool, building: frozenset[type[Any]] = frozenset()
+) -> _Fast | None:
     """A decoder of ``cls`` for the common case, made once per class: a dict whose every field
     is of the expected JSON type and within its rules decodes to the same value
     :func:`decode` makes, and anything else (a missing, unknown or odd field, a value
     :func:`decode` would convert, check further or refuse, a cross-field check that fails) is
     :data:`_NO`, for :func:`decode` to read again and explain. None for a class with a field
-    it does not cover (variants, unions of several types)."""
+    it does not cover (variants, unions of several types, a class within itself)."""
+    if cls in building:  # (a class that holds itself: decode's general path reads it)
+        return None
+    building |= {cls}
     steps = []
     for name, hint, meta, variants, required in _plan(cls):
-        convert = None if variants is not None else _fast_value(hint, meta, strict)
+        convert = None if variants is not None else _fast_value(hint, meta, strict, building)
         if convert is None:
             return None
         steps.append((name, convert, required))
@@ -1033,15 +1038,18 @@ def _fast_decoder(cls: type[Any], strict: bool) -> _Fast | None:
     return fast
 
 
-def _fast_value(hint: Any, meta: Mapping[str, Any], strict: bool) -> _Fast | None:
+def _fast_value(
+    hint: Any, meta: Mapping[str, Any], strict: bool, building: frozenset[type[Any]]
+) -> _Fast | None:
     """What :func:`_fast_decoder` does with a value of annotation ``hint``: the value, or
-    :data:`_NO` when it is not the common case (None: not covered)."""
+    :data:`_NO` when it is not the common case (None: not covered); ``building``: the classes
+    whose decoders are being made."""
     kind = _kind_of(hint)
     if kind == _ANY:
         return lambda v: v
     if kind == _UNION:
         options = [o for o in typing.get_args(hint) if o is not type(None)]
-        inner = _fast_value(options[0], meta, strict) if len(options) == 1 else None
+        inner = _fast_value(options[0], meta, strict, building) if len(options) == 1 else None
         if inner is None:
             return None
         return lambda v: None if v is None else inner(v)
@@ -1049,12 +1057,12 @@ def _fast_value(hint: Any, meta: Mapping[str, Any], strict: bool) -> _Fast | Non
         allowed = frozenset(meta.get("choices") or _members(hint))
         return lambda v: hint(v) if type(v) is str and v in allowed else _NO
     if kind == _DATACLASS:
-        nested = _fast_decoder(hint, strict)
+        nested = _fast_decoder(hint, strict, building)
         if nested is None:
             return None
         return lambda v: nested(v) if type(v) is dict else _NO
     if kind == _TUPLE:
-        item = _fast_value(typing.get_args(hint)[0], meta, strict)
+        item = _fast_value(typing.get_args(hint)[0], meta, strict, building)
         if item is None:
             return None
 
@@ -1071,7 +1079,7 @@ def _fast_value(hint: Any, meta: Mapping[str, Any], strict: bool) -> _Fast | Non
 
         return items
     if kind == _MAPPING:
-        value = _fast_value(typing.get_args(hint)[1], meta, strict)
+        value = _fast_value(typing.get_args(hint)[1], meta, strict, building)
         keys: TextRule | None = meta.get("keys")
         if value is None:
             return None
@@ -1100,8 +1108,10 @@ def _fast_scalar(hint: Any, meta: Mapping[str, Any]) -> _Fast | None:
         rule: TextRule | None = meta.get("text")
         if rule is None:
             return lambda v: v if type(v) is str else _NO
-        longest = rule.max_length
-        return lambda v: v if type(v) is str and 0 < len(v) <= longest and v.isprintable() else _NO
+        shortest, longest = max(rule.min_length, 0), rule.max_length
+        return lambda v: (
+            v if type(v) is str and shortest <= len(v) <= longest and v.isprintable() else _NO
+        )
     low, high = meta.get("minimum"), meta.get("maximum")
     if hint is bool:
         return lambda v: v if type(v) is bool else _NO

@@ -317,11 +317,16 @@ class SchedulerService:
             try:
                 outcomes = self._apply_batch(batch)
             except BaseException as exc:  # (a reload that failed half way, say: not trusted)
-                with contextlib.suppress(BaseException):
-                    log.exception("scheduler call failed", error=f"{type(exc).__name__}: {exc}")
-                with self.lock:
-                    self._note_failure(exc)
+                with self.lock:  # reads and writes refused until a reload succeeds
+                    self._reloaded = False
                     self.core.frozen = True
+                    self.failure = (
+                        "the scheduler's state is not known to be what is stored (a call failed"
+                        " half way); nothing was changed"
+                    )
+                    with contextlib.suppress(BaseException):  # (even a failing log)
+                        self._note_failure(exc)  # (names the error)
+                        log.exception("scheduler call failed", error=f"{type(exc).__name__}")
                 outcomes = [_Refused(Unstored(self.failure)) for _ in batch]
             loops: dict[asyncio.AbstractEventLoop, list[tuple[_Queued, Any]]] = {}
             for item, outcome in zip(batch, outcomes, strict=True):
@@ -405,7 +410,7 @@ class SchedulerService:
             result: Any = fn(*args)
         except (StaleReport, UnknownTask) as exc:  # refused, but what it saw is committed
             result = _Refused(exc)
-        except Exception:  # a fault half way: what the call changed is not kept
+        except BaseException:  # a fault half way (or SystemExit): what it changed is not kept
             self._roll_back()
             raise
         if self._group is None:
@@ -439,7 +444,7 @@ class SchedulerService:
             # worker may have been seen): kept, not rolled back by reloading the whole state
             self._commit_or_roll_back()
             raise
-        except Exception:  # a fault half way: what the call changed is not kept
+        except BaseException:  # a fault half way (or SystemExit): what it changed is not kept
             self._roll_back()
             raise
         self._commit_or_roll_back()
@@ -544,6 +549,7 @@ class SchedulerService:
         except BaseException as exc:  # (SystemExit from a store; ^C on an embedder's thread)
             # what the calls changed was taken for the save and may not be stored: nothing is
             # acknowledged, and the next call reloads the stored state before it goes on
+            self._reloaded = False  # (not trusted: a read is refused too until a reload)
             self._note_failure(exc)
             self.core.frozen = True
             self._end_group(Unstored(self.failure))
@@ -564,10 +570,12 @@ class SchedulerService:
                 records, workers = records_of(self.store, self.where)
                 self.core.reload(records, workers)
             self._reloaded = True
-        except Exception as exc:
+        except BaseException as exc:  # (SystemExit too: then raised again, untrusted)
             self._reloaded = False
             self.core.frozen = True
             self._note_failure(exc)
+            if not isinstance(exc, Exception):
+                raise
         finally:
             self.hooks.discard()  # what the plugins were to be told of is undone
 
@@ -597,9 +605,9 @@ class SchedulerService:
         """Unconfigure the plugins (``conveyor_unconfigure``, bounded by ``flush_timeout``
         each), then close the store; again is a no-op. Called as the server shuts down (its
         lifespan's end: uvicorn re-raises a SIGTERM after that, so nothing later runs)."""
-        if self._closed:
-            return
         with self._door:  # (call_async queues under it: nothing comes after the None)
+            if self._closed:
+                return
             self._closed = True
             self._queued.put(None)  # (the calls queued before are answered first)
         committer = self._committer
