@@ -681,6 +681,135 @@ class TaskList:
     tasks: tuple[TaskInfo, ...]
 
 
+# --- building the values of the in-process hot path ---------------------------------------------
+# A frozen dataclass's generated __init__ writes each field by object.__setattr__ (a look-up per
+# field); these builders write the slots directly, through each field's slot descriptor, about
+# twice as fast. The value built is the same: frozen, equal and hashed as ``cls(...)`` makes
+# it. Each takes every field positionally, in declaration order (a field added to the class
+# makes its builder fail loudly until it is added here too: see tests/test_hot_path_*).
+
+
+def _slot_setters(cls: type) -> tuple[typing.Callable[[Any, Any], None], ...]:
+    """The ``__set__`` of each field's slot descriptor of ``cls``, in declaration order."""
+    return tuple(getattr(cls, f.name).__set__ for f in dataclasses.fields(cls))
+
+
+_TASK_SPEC_SLOTS = _slot_setters(TaskSpec)
+_WORK_SLOTS = _slot_setters(Work)
+_WORK_ANSWER_SLOTS = _slot_setters(WorkAnswer)
+_new = object.__new__
+
+
+def make_task_spec(
+    task_id: str,
+    family: str,
+    module: str,
+    params: Mapping[str, str],
+    status: TaskStatus,
+    deps: tuple[str, ...],
+    priority: int,
+    resources: Mapping[str, int],
+    runnable: bool,
+    retry_count: int | None,
+    explanation: str,
+    loader: str,
+    retry: RetrySpec | None,
+    labels: tuple[str, ...],
+    batch: BatchSpec | None,
+) -> TaskSpec:
+    """``TaskSpec(...)`` of every field, in order, built directly (a worker's walk makes one
+    per task)."""
+    (
+        set_task_id,
+        set_family,
+        set_module,
+        set_params,
+        set_status,
+        set_deps,
+        set_priority,
+        set_resources,
+        set_runnable,
+        set_retry_count,
+        set_explanation,
+        set_loader,
+        set_retry,
+        set_labels,
+        set_batch,
+    ) = _TASK_SPEC_SLOTS
+    spec: TaskSpec = _new(TaskSpec)
+    set_task_id(spec, task_id)
+    set_family(spec, family)
+    set_module(spec, module)
+    set_params(spec, params)
+    set_status(spec, status)
+    set_deps(spec, deps)
+    set_priority(spec, priority)
+    set_resources(spec, resources)
+    set_runnable(spec, runnable)
+    set_retry_count(spec, retry_count)
+    set_explanation(spec, explanation)
+    set_loader(spec, loader)
+    set_retry(spec, retry)
+    set_labels(spec, labels)
+    set_batch(spec, batch)
+    return spec
+
+
+def make_work(
+    task_id: str,
+    family: str,
+    module: str,
+    params: Mapping[str, str],
+    attempt: int,
+    lease: float,
+    loader: str,
+    batch: tuple[BatchMember, ...],
+    walk: bool,
+) -> Work:
+    """``Work(...)`` of every field, in order, built directly (the in-process scheduler hands
+    one out per task)."""
+    (
+        set_task_id,
+        set_family,
+        set_module,
+        set_params,
+        set_attempt,
+        set_lease,
+        set_loader,
+        set_batch,
+        set_walk,
+    ) = _WORK_SLOTS
+    work: Work = _new(Work)
+    set_task_id(work, task_id)
+    set_family(work, family)
+    set_module(work, module)
+    set_params(work, params)
+    set_attempt(work, attempt)
+    set_lease(work, lease)
+    set_loader(work, loader)
+    set_batch(work, batch)
+    set_walk(work, walk)
+    return work
+
+
+def make_work_answer(
+    work: Work | None,
+    more: tuple[Work, ...],
+    batched: bool,
+    refused: tuple[RefusedReport, ...],
+    stop: tuple[StopAttempt, ...],
+) -> WorkAnswer:
+    """``WorkAnswer(...)`` of every field, in order, built directly (one per ``get_work``)."""
+    set_work, set_more, set_batched, set_refused, set_stop = _WORK_ANSWER_SLOTS
+    answer: WorkAnswer = _new(WorkAnswer)
+    set_work(answer, work)
+    set_more(answer, more)
+    set_batched(answer, batched)
+    set_refused(answer, refused)
+    set_stop(answer, stop)
+    return answer
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A worker-facing ``POST /api/v1/<name>`` route: its request and its answer.

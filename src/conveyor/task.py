@@ -28,6 +28,7 @@ from .events import Params
 from .parameters import (
     BoolParameter,
     DictParameter,
+    IntParameter,
     ListParameter,
     OptionalKind,
     Parameter,
@@ -276,6 +277,10 @@ class Task:
     (a ``batch_method``): None for no limit (Luigi's ``float("inf")``)."""
 
     _params: ClassVar[tuple[tuple[str, Parameter[Any]], ...]] = ()
+    # each parameter with the one type of value its normalize() returns as is (None: any
+    # value goes through normalize()), and its serializer (str, for the same parameters)
+    _bind_plan: ClassVar[tuple[tuple[str, Parameter[Any], type | None], ...]] = ()
+    _serializers: ClassVar[tuple[tuple[str, Callable[[Any], str]], ...]] = ()
     _batched: ClassVar[tuple[str, ...]] = ()  # names of the batched (significant) parameters
     _param_names: ClassVar[frozenset[str]] = frozenset()
     _param_order: ClassVar[tuple[str, ...]] = ()
@@ -306,6 +311,11 @@ class Task:
                 if isinstance(value, Parameter):
                     params[name] = value
         cls._params = tuple(params.items())
+        cls._bind_plan = tuple((name, param, _passed_as_is(param)) for name, param in cls._params)
+        cls._serializers = tuple(
+            (name, str if _passed_as_is(param) is not None else param.serialize)
+            for name, param in cls._params
+        )
         cls._param_names = frozenset(params)
         cls._param_order = tuple(params)
         cls._id_params = tuple(
@@ -349,21 +359,29 @@ class Task:
             if configured:
                 given = {**configured, **given}
         values: dict[str, Any] = {}
-        for name, param in params:  # (_bind, without the call when the value is given)
+        for name, param, as_is in self._bind_plan:  # (_bind, without the call when given)
             if name in given:
+                value = given[name]
+                if type(value) is as_is:  # (what normalize() would return: the value itself)
+                    values[name] = value
+                    continue
                 try:
-                    values[name] = param.normalize(given[name])
+                    values[name] = param.normalize(value)
                     continue
                 except ValueError:
                     pass  # (_bind says what is wrong)
             values[name] = _bind(family, name, param, given, self._missing_hint)
         self.param_kwargs = values  # (_set_values, inlined)
-        for name in values:
+        for name in values:  # (by name: no __dict__ is made, the values stay inline)
             object.__setattr__(self, name, values[name])
         self._str_params = None
         self._task_id = None
         if key is not None:
-            binding = self._string_params()
+            # (_string_params, inlined: a fresh binding, filled without Params.__init__'s check)
+            binding = self._str_params = dict.__new__(_Binding)
+            dict.update(
+                binding, [(name, serialize(values[name])) for name, serialize in self._serializers]
+            )
             if cls.task_id is _TASK_ID:  # (the property, without its call: task_id_afresh)
                 style = self.task_id_style or (
                     defaults.id_style if defaults is not None else _default_id_style()
@@ -505,7 +523,7 @@ class Task:
             # (a fresh binding, filled without Params.__init__'s check that it is empty)
             binding = self._str_params = dict.__new__(_Binding)
             dict.update(
-                binding, [(name, param.serialize(values[name])) for name, param in self._params]
+                binding, [(name, serialize(values[name])) for name, serialize in self._serializers]
             )
         return self._str_params
 
@@ -1054,6 +1072,18 @@ def _bind(
             parameter=name,
             value=value,
         ) from None
+
+
+def _passed_as_is(param: Parameter[Any]) -> type | None:
+    """The type of value ``param.normalize()`` returns unchanged and ``param.serialize()``
+    turns into ``str(value)``: ``str`` for a plain :class:`Parameter`, ``int`` for an
+    :class:`IntParameter` (their own classes, not subclasses); None for any other."""
+    kind = type(param)
+    if kind is Parameter:
+        return str
+    if kind is IntParameter:
+        return int
+    return None
 
 
 def _bound_key(cls: type[Task], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:

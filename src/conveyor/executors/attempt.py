@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Callable, Generator
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 import structlog
@@ -78,10 +79,7 @@ def run_attempt(
     task = request.task
     task_id = request.task_id
     started = time.perf_counter()
-
-    def report(kind: str, value: object) -> None:
-        sink(Note(task_id, NoteKind(kind), value))
-
+    report = partial(_note, sink, task_id)  # (one object, and no closure cells in here)
     # structlog's bind_contextvars(task_id=...), by its context variable itself
     task_id_var = _TASK_ID_VAR or _task_id_var()
     token = task_id_var.set(task_id)
@@ -111,6 +109,11 @@ def run_attempt(
         if request.resume is not None and (outcome is None or outcome.suspended is None):
             request.resume.close()  # not paused again: finish it now, not at garbage collection
         task_id_var.reset(token)
+
+
+def _note(sink: Sink, task_id: str, kind: str, value: object) -> None:
+    """Send what the task reported (``set_status_message`` and friends) to ``sink``."""
+    sink(Note(task_id, NoteKind(kind), value))
 
 
 _TASK_ID_VAR: ContextVar[Any] | None = None

@@ -83,6 +83,8 @@ from ..protocol import (
     Work,
     WorkAnswer,
     WorkLeft,
+    make_work,
+    make_work_answer,
     route_of,
 )
 from ..tasklike import DEFAULT_LOADER
@@ -469,22 +471,33 @@ class SchedulerCore:
         """Register (or update) tasks on behalf of ``worker_id``."""
         with self._lock:
             self._seen(worker_id, assistant)
+            alone = (worker_id,)  # (one tuple shared by the records it is alone in: see _add)
             for spec in specs:
-                self._add(worker_id, spec)
+                self._add(worker_id, spec, alone)
 
-    def _add(self, worker_id: str, spec: TaskSpec) -> None:
-        rec = self._record(spec.task_id)
-        self._touch(rec)
+    def _add(self, worker_id: str, spec: TaskSpec, alone: tuple[str, ...] = ()) -> None:
+        """Register ``spec`` for ``worker_id``. ``alone`` is ``(worker_id,)``, made once per
+        registration: the stakeholders and runners of a record it is the first to register
+        (a tuple is immutable, so sharing one costs nothing but saves one per record)."""
+        task_id = spec.task_id
+        if not alone:
+            alone = (worker_id,)
+        rec = self._record(task_id)
+        if self._dirty is not None:  # (_touch, without the call)
+            self._dirty.add(task_id)
         first = not rec.registered
         rec.registered = True
         if spec.family:
             rec.family, rec.module, rec.params = spec.family, spec.module, spec.params
             rec.loader = spec.loader
         if worker_id not in rec.stakeholders:
-            rec.stakeholders += (worker_id,)
-        _members(self._by_worker, worker_id).add(rec.task_id)
+            rec.stakeholders = (*rec.stakeholders, worker_id) if rec.stakeholders else alone
+        mine = self._by_worker.get(worker_id)  # (_members, without the call)
+        if mine is None:
+            mine = self._by_worker[worker_id] = set()
+        mine.add(task_id)
         if spec.runnable and worker_id not in rec.runners:
-            rec.runners += (worker_id,)
+            rec.runners = (*rec.runners, worker_id) if rec.runners else alone
         if spec.retry_count is not None:
             rec.retry_count = spec.retry_count
         if spec.runnable:  # (the registration of a worker that would run it: its class's)
@@ -504,11 +517,17 @@ class SchedulerCore:
                 self._update_waiting(rec)
         rec.resources = spec.resources
         added: tuple[str, ...] = ()
-        if first or spec.deps or spec.status == PENDING:
-            added = self._set_deps(rec, spec.deps, merge=not first)
-        self._apply_status(rec, spec, worker_id)
-        rec.own_priority = max(rec.own_priority, spec.priority)
-        self._raise_priority(rec, rec.own_priority, added)
+        deps = spec.deps
+        if (deps or rec.deps) and (first or deps or spec.status == PENDING):
+            added = self._set_deps(rec, deps, merge=not first)  # (none either side: a no-op)
+        # (else _apply_status does nothing: _set_status returns at once for an equal status)
+        if spec.status != rec.status or spec.explanation:
+            self._apply_status(rec, spec, worker_id)
+        if spec.priority > rec.own_priority:
+            rec.own_priority = spec.priority
+        # (else _raise_priority has nothing to raise: priorities never fall)
+        if added or rec.own_priority > rec.priority:
+            self._raise_priority(rec, rec.own_priority, added)
         self._offer(rec, only=worker_id)
 
     def _apply_status(self, rec: TaskRecord, spec: TaskSpec, worker_id: str) -> None:
@@ -827,7 +846,7 @@ class SchedulerCore:
                     taken_more.append(taken)
                 more = tuple(taken_more)
             stops = self._stops_for(worker_id) if self._stops else ()
-            return WorkAnswer(work, more, True, tuple(refused) if refused else (), stops)
+            return make_work_answer(work, more, True, tuple(refused) if refused else (), stops)
 
     def _learn_labels(self, worker_id: str, labels: Collection[str]) -> None:
         """Keep what ``worker_id`` offers; when it changed, its own labelled tasks are queued
@@ -1033,19 +1052,18 @@ class SchedulerCore:
                 heapq.heappush(self._parked.setdefault(blocked, []), (entry, key))
                 return None
         self._take(rec, worker_id)
-        lease = self.worker_disconnect_delay
-        if rec.submitted_by and _unwalked(rec):
-            return Work(
-                rec.task_id,
-                rec.family,
-                rec.module,
-                rec.params,
-                rec.attempt,
-                lease,
-                rec.loader,
-                walk=True,
-            )
-        return Work(rec.task_id, rec.family, rec.module, rec.params, rec.attempt, lease, rec.loader)
+        # (every field in order, built without the generated __init__: see make_work)
+        return make_work(
+            rec.task_id,
+            rec.family,
+            rec.module,
+            rec.params,
+            rec.attempt,
+            self.worker_disconnect_delay,
+            rec.loader,
+            (),
+            bool(rec.submitted_by) and _unwalked(rec),
+        )
 
     def _blocking_resource(self, rec: TaskRecord) -> str | None:
         for name, amount in rec.resources.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.states import TaskState
@@ -23,8 +23,9 @@ class Node:
     params: Mapping[str, str]
     state: TaskState = TaskState.NEW
     deps: tuple[str, ...] = ()
-    dynamic: dict[str, None] = field(default_factory=dict)
-    """Ids of the dependencies run() yielded, in order (a dict used as an ordered set)."""
+    dynamic: dict[str, None] | None = None
+    """Ids of the dependencies run() yielded, in order (a dict used as an ordered set); None
+    until run() yields one (most tasks never do: no dict made for them)."""
     attempts: int = 0
     hand_out: int = 0
     """The scheduler's id of the current attempt (``Work.attempt``), named in its report."""
@@ -39,7 +40,8 @@ class Node:
     failed task)."""
     external: bool = False
     limited: bool = False
-    reschedules: dict[str, int] = field(default_factory=dict)
+    reschedules: Mapping[str, int] | None = None
+    """How many times each missing dependency rescheduled the task (None: never yet)."""
     error: str = ""
     notes: dict[str, Any] | None = None
     """The last status message, progress and tracking URL of a run() now suspended at a

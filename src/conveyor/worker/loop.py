@@ -1257,6 +1257,8 @@ class Worker:
     ) -> None:
         ids = tuple(dep.task_id for dep in new_deps)
         dynamic = node.dynamic
+        if dynamic is None:
+            dynamic = node.dynamic = {}
         added = tuple(t for t in dict.fromkeys(ids) if t not in dynamic)
         dynamic.update(dict.fromkeys(added))
         self._transit(node, Trigger.DEPS_YIELDED, dependencies=ids, dynamic=True)

@@ -11,12 +11,12 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Set
 
 from ..config import WorkerSettings
-from ..core.machine import registration
+from ..core.machine import WALK, registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
-from ..protocol import BatchSpec, TaskSpec, TaskStatus
+from ..protocol import BatchSpec, TaskSpec, TaskStatus, make_task_spec
 from ..task import batch_key, requirements
-from ..tasklike import TaskLike, TaskPolicy
+from ..tasklike import DEFAULT_LOADER, TaskLike, TaskPolicy
 from .checks import ParallelChecks, SequentialChecks, check_complete
 from .graph import Node, find_cycle, label
 from .transitions import Transitions
@@ -127,7 +127,26 @@ class GraphWalk:
         transit = self.transit
         if complete:
             transit(node, Trigger.CHECKED_COMPLETE, complete=True)
-            specs.append(TaskSpec(node.task_id, *self._identity(node), status=TaskStatus.DONE))
+            task = node.task  # (TaskSpec(task_id, family, module, params, status=DONE))
+            specs.append(
+                make_task_spec(
+                    node.task_id,
+                    task.task_family,
+                    task.task_module,
+                    node.params,
+                    TaskStatus.DONE,
+                    (),
+                    0,
+                    {},
+                    True,
+                    None,
+                    "",
+                    DEFAULT_LOADER,
+                    None,
+                    (),
+                    None,
+                )
+            )
             return []
         event_cls = transit.move(node, Trigger.CHECKED_INCOMPLETE)
         if event_cls is not None:
@@ -141,15 +160,15 @@ class GraphWalk:
         event_cls = transit.move(node, Trigger.DEPS_FOUND)
         if event_cls is not None:
             transit.fire(node, event_cls, dependencies=node.deps, dynamic=False)
-        policy = node.policy or node.task_policy()
         specs.append(
-            task_spec(
+            _spec(
                 node.task,
+                node.task_id,
+                node.params,
+                node.policy or node.task_policy(),
                 status,
                 runnable,
-                deps=node.all_deps() if node.dynamic else node.deps,
-                policy=policy,
-                params=node.params,
+                node.all_deps() if node.dynamic else node.deps,
             )
         )
         pending.append(node.task_id)
@@ -162,15 +181,18 @@ class GraphWalk:
         task = node.task
         settings = self.settings
         disabled = (node.policy or node.task_policy()).disabled
-        decided = registration(
-            external=node.external,
-            disabled=disabled,
-            retry_external=settings.retry_external_tasks,
-            task_limit=settings.task_limit,
-            scheduled=self.scheduled,
-            attempts=node.attempts,
-            label=repr(task) if disabled else "",  # repr() costs: only when shown
-        )
+        if node.external or disabled or settings.task_limit:
+            decided = registration(
+                external=node.external,
+                disabled=disabled,
+                retry_external=settings.retry_external_tasks,
+                task_limit=settings.task_limit,
+                scheduled=self.scheduled,
+                attempts=node.attempts,
+                label=repr(task) if disabled else "",  # repr() costs: only when shown
+            )
+        else:
+            decided = WALK  # (what registration() decides then, without the call)
         if not decided.walk:
             node.limited = decided.limited
             node.error = decided.error or node.error
@@ -204,10 +226,6 @@ class GraphWalk:
             error = str(DependencyCycle([label(self.graph[t].task) for t in cycle]))
             for task_id in dict.fromkeys(cycle):
                 self._broken(self.graph[task_id], error, "requires", specs)
-
-    def _identity(self, node: Node) -> tuple[str, str, Mapping[str, str]]:
-        task = node.task
-        return task.task_family, task.task_module, node.params
 
     def spec(
         self,
@@ -243,7 +261,29 @@ def task_spec(
     """The registration of ``task`` (its ``policy`` and string ``params``, when already
     known, spare asking the task again): what a worker sends, and what ``conveyor submit``
     sends for a task it does not walk."""
-    policy = task.task_policy() if policy is None else policy
+    return _spec(
+        task,
+        task.task_id,
+        task.task_params if params is None else params,
+        task.task_policy() if policy is None else policy,
+        status,
+        runnable,
+        deps,
+        explanation,
+    )
+
+
+def _spec(
+    task: TaskLike,
+    task_id: str,
+    params: Mapping[str, str],
+    policy: TaskPolicy,
+    status: TaskStatus,
+    runnable: bool,
+    deps: tuple[str, ...],
+    explanation: str = "",
+) -> TaskSpec:
+    """:func:`task_spec` of a task whose id, string params and policy are known."""
     retry_count, own, retry = policy.retry_count, policy.retry_policy, None
     if own is not None:  # (rare: a task's own retry policy, whose count wins)
         if own.count is not None:
@@ -253,22 +293,22 @@ def task_spec(
     if runnable and getattr(task, "_batched", None):  # (a batchable Task class)
         found = batch_key(task)
         batch = None if found is None else BatchSpec(*found)
-    return TaskSpec(
-        task.task_id,
+    return make_task_spec(  # (TaskSpec(...) of every field, in order, built directly)
+        task_id,
         task.task_family,
         task.task_module,
-        task.task_params if params is None else params,
-        status=status,
-        deps=deps,
-        priority=policy.priority,
-        resources=policy.resources,
-        runnable=runnable,
-        retry_count=retry_count,
-        explanation=explanation,
-        loader=policy.loader,
-        retry=retry,
-        labels=policy.labels,
-        batch=batch,
+        params,
+        status,
+        deps,
+        policy.priority,
+        policy.resources,
+        runnable,
+        retry_count,
+        explanation,
+        policy.loader,
+        retry,
+        policy.labels,
+        batch,
     )
 
 
