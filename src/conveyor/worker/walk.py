@@ -16,7 +16,7 @@ from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import BatchSpec, TaskSpec, TaskStatus, make_task_spec
 from ..task import batch_key, requirements
-from ..tasklike import DEFAULT_LOADER, TaskLike, TaskPolicy
+from ..tasklike import TaskLike, TaskPolicy
 from .checks import ParallelChecks, SequentialChecks, check_complete
 from .graph import Node, find_cycle, label
 from .transitions import Transitions
@@ -127,24 +127,14 @@ class GraphWalk:
         transit = self.transit
         if complete:
             transit(node, Trigger.CHECKED_COMPLETE, complete=True)
-            task = node.task  # (TaskSpec(task_id, family, module, params, status=DONE))
+            task = node.task  # (few are complete when found: the constructor, its defaults)
             specs.append(
-                make_task_spec(
+                TaskSpec(
                     node.task_id,
                     task.task_family,
                     task.task_module,
                     node.params,
-                    TaskStatus.DONE,
-                    (),
-                    0,
-                    {},
-                    True,
-                    None,
-                    "",
-                    DEFAULT_LOADER,
-                    None,
-                    (),
-                    None,
+                    status=TaskStatus.DONE,
                 )
             )
             return []
