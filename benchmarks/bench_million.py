@@ -24,7 +24,7 @@ Examples::
     python benchmarks/bench_million.py --n 100000 --profile-server /tmp/prof   # cProfile dumps
 
 With ``--profile-server DIR`` both server processes run under ``cProfile`` (every thread: the
-routes run in worker threads) and their stats go to ``DIR/first.prof`` and ``DIR/reload.prof``
+event loop's and the pool's) and their stats go to ``DIR/first.prof`` and ``DIR/reload.prof``
 (the times measured then include the profiler's cost, about 2-3x).
 """
 

@@ -1,10 +1,10 @@
-"""The committer thread (``SchedulerService.call_async``, what the server's routes use): calls
-queued while it works are applied and committed together, in one transaction, and each caller
-gets its own answer, or what it is to raise, only once that commit is stored.
+"""Group commit on the event loop (``SchedulerService.call_async``, what the server's routes
+use): the calls a loop queues in one turn are applied and committed together, in one
+transaction, and each caller gets its own answer, or what it is to raise, only once that commit
+is stored.
 
-The store is SQLite on disk (real). To make calls meet for certain, the first call is held
-inside its policy call until every other call is queued (polled, bounded): the committer then
-takes all of them as its next batch.
+The store is SQLite on disk (real). The calls of a test are started together (tasks made in one
+turn of the loop: each queues its call in the next turn), so they make one batch for certain.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from commit_support import CALLERS, CountingStore, asks, running, served
 from conveyor.errors import StaleReport
 from conveyor.protocol import GetWork, TaskDone, WorkAnswer
-from conveyor.server.app import SchedulerService
+from conveyor.server.app import GROUP_MAX, SchedulerService
 from conveyor.server.stores import Unstored
 from conveyor.testing.processes import wait_for
 
@@ -30,22 +30,13 @@ pytestmark = pytest.mark.timeout(60)
 def _batched(
     service: SchedulerService, requests: list[Any], fn: Callable[[Any], Any] | None = None
 ) -> list[Any]:
-    """Queue every request with ``call_async`` on one loop: the first is held inside the
-    policy until all the others are queued, so they make the committer's next batch; they go
-    through ``fn`` (default the scheduler's own dispatcher). What each returned or raised."""
-    core_call = service.core.call
-    inside = threading.Event()
-
-    def held(request: Any) -> Any:
-        inside.set()
-        wait_for(lambda: service._queued.qsize() >= len(requests) - 1, 30, "all queued", 0.005)
-        return core_call(request)
+    """Queue every request with ``call_async`` in one turn of one loop, through ``fn``
+    (default the scheduler's own dispatcher): they make one batch. What each returned or
+    raised."""
 
     async def main() -> list[Any]:
-        first = asyncio.ensure_future(service.call_async(held, requests[0]))
-        assert await asyncio.to_thread(inside.wait, 30), "the first call never got in"
-        calls = [service.call_async(fn or core_call, request) for request in requests[1:]]
-        every = asyncio.gather(first, *calls, return_exceptions=True)
+        calls = [service.call_async(fn or service.core.call, request) for request in requests]
+        every = asyncio.gather(*calls, return_exceptions=True)
         return await asyncio.wait_for(every, 30)
 
     return asyncio.run(main())
@@ -60,8 +51,8 @@ def test_queued_calls_are_committed_in_one_transaction_each_with_its_own_answer(
         assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
         handed = [r.work.task_id for r in results]
         assert len(set(handed)) == len(handed)  # (each caller its own task)
-        # the registration, the held call alone, then the other six in one save
-        assert len(store.saves) == 3 and store.saves[2] >= CALLERS
+        # the registration, then every call in one save
+        assert len(store.saves) == 2 and store.saves[1] >= CALLERS + 1
         assert running(service, tmp_path) == sorted(handed)
     finally:
         service.close(1)
@@ -93,26 +84,24 @@ def test_a_fault_in_a_batch_undoes_the_calls_before_it_and_not_those_after(
 
     try:
         results = _batched(service, requests, dispatch)
-        assert isinstance(results[0], WorkAnswer)  # (committed alone, before the batch)
-        assert isinstance(results[1], Unstored)  # applied, then undone by the reload
+        before = results[:2]
+        assert all(isinstance(r, Unstored) for r in before), before  # undone by the reload
         assert isinstance(results[2], answered) and says in str(results[2])
         after = results[3:]
         assert all(isinstance(r, WorkAnswer) and r.work is not None for r in after), after
-        kept = sorted([results[0].work.task_id, *(r.work.task_id for r in after)])
-        assert running(service, tmp_path) == kept
+        assert running(service, tmp_path) == sorted(r.work.task_id for r in after)
     finally:
         service.close(1)
 
 
 def test_a_failed_commit_answers_every_call_of_its_batch_unstored(tmp_path: Path) -> None:
-    service, store = served(tmp_path, fail_from=2)  # the held call's save works, the next not
+    service, store = served(tmp_path, fail_from=1)  # the registration is saved, the batch not
     try:
         results = _batched(service, asks())
-        assert isinstance(results[0], WorkAnswer) and results[0].work is not None
-        assert all(isinstance(r, Unstored) for r in results[1:]), results
-        assert "database or disk is full" in str(results[1])
-        assert store.saves[-1] == -1
-        assert running(service, tmp_path) == [results[0].work.task_id]  # nothing else kept
+        assert all(isinstance(r, Unstored) for r in results), results
+        assert "database or disk is full" in str(results[0])
+        assert store.saves == [CALLERS + 1, -1]
+        assert running(service, tmp_path) == []  # nothing kept
     finally:
         service.close(1)
 
@@ -132,14 +121,15 @@ def test_a_stale_report_in_a_batch_is_raised_to_its_sender_alone(tmp_path: Path)
         service.close(1)
 
 
-def test_close_answers_what_was_queued_and_refuses_later_calls(tmp_path: Path) -> None:
-    """close() while calls wait in the queue: each of them is applied, committed and answered
-    before the committer stops; a call after close() is refused, never left waiting."""
+def test_close_lets_the_batch_in_hand_finish_then_refuses_later_calls(tmp_path: Path) -> None:
+    """close() while a batch is being applied: the whole batch is committed and answered
+    before the store is closed; a call made after close() is refused (503). (A call queued
+    before close() whose batch begins after it: the next test.)"""
     service, _ = served(tmp_path)
     closing = threading.Thread(target=service.close, args=(1,))
 
-    def close_meanwhile(request: Any) -> Any:  # (the others are queued by now: see _batched)
-        if not closing.is_alive() and closing.ident is None:
+    def close_meanwhile(request: Any) -> Any:  # (the first call of the batch)
+        if closing.ident is None:
             closing.start()
             wait_for(lambda: service._closed, 30, "close() began")
         return service.core.call(request)
@@ -149,15 +139,29 @@ def test_close_answers_what_was_queued_and_refuses_later_calls(tmp_path: Path) -
     assert not closing.is_alive()
     assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
     handed = sorted(r.work.task_id for r in results)
-    assert running(service, tmp_path) == handed  # (stored before close() went on)
-    committer = service._committer
-    assert committer is not None and not committer.is_alive()
+    assert running(service, tmp_path) == handed  # (stored before close() closed the store)
 
     async def late() -> Any:
         return await service.call_async(service.core.call, GetWork("late", assistant=True))
 
     with pytest.raises(Unstored, match="shutting down"):
         asyncio.run(late())
+
+
+def test_a_call_queued_before_close_and_applied_after_is_refused(tmp_path: Path) -> None:
+    service, _ = served(tmp_path)
+
+    async def main() -> Any:
+        call = asyncio.ensure_future(
+            service.call_async(service.core.call, GetWork("w0", assistant=True))
+        )
+        await asyncio.sleep(0)  # (the call is queued in this turn: its batch runs in the next)
+        assert service._queued, "the call was not queued"
+        service.close(1)
+        return await asyncio.wait_for(asyncio.gather(call, return_exceptions=True), 30)
+
+    (answer,) = asyncio.run(main())
+    assert isinstance(answer, Unstored) and "shutting down" in str(answer)
 
 
 class ProbeExits(CountingStore):
@@ -176,9 +180,9 @@ class ProbeExits(CountingStore):
         super().probe()
 
 
-def test_what_escapes_a_batch_answers_it_503_and_the_committer_goes_on(tmp_path: Path) -> None:
+def test_what_escapes_a_batch_answers_it_503_and_the_loop_goes_on(tmp_path: Path) -> None:
     """A SystemExit from the store's probe escapes the policy's error handling: its batch is
-    answered 503 (nothing acknowledged) and the committer thread serves the next calls."""
+    answered 503 (nothing acknowledged), and the next calls are served."""
     service, _ = served(tmp_path, ProbeExits(tmp_path / "state.db"))
     core = service.core
 
@@ -190,15 +194,102 @@ def test_what_escapes_a_batch_answers_it_503_and_the_committer_goes_on(tmp_path:
         except Unstored as exc:
             return exc
 
+    async def three() -> list[Any]:  # (one after the other, on one loop)
+        return [await ask(worker) for worker in ("w1", "w2", "w3")]
+
     try:
-        first = asyncio.run(ask("w1"))  # the save fails: 503
-        assert isinstance(first, Unstored) and "disk is full" in str(first)
-        second = asyncio.run(ask("w2"))  # the probe raises SystemExit: 503, not a hang
+        first, second, third = asyncio.run(three())
+        assert isinstance(first, Unstored) and "disk is full" in str(first)  # the save fails
+        # the probe raises SystemExit: 503, not a hang
         assert isinstance(second, Unstored) and "SystemExit" in str(second)
-        assert service._committer is not None and service._committer.is_alive()
-        third = asyncio.run(ask("w3"))  # the probe works: the state reloaded, work handed out
+        # the probe works: the state reloaded, work handed out
         assert isinstance(third, WorkAnswer) and third.work is not None
         assert running(service, tmp_path) == [third.work.task_id]
+    finally:
+        service.close(1)
+
+
+def test_while_another_thread_holds_the_lock_a_thread_applies_the_calls_not_the_loop(
+    tmp_path: Path,
+) -> None:
+    """The loop never waits for the lock: while another thread holds it (a web UI action, the
+    tick), the turn's calls go to a thread of the pool, the loop goes on serving, and the
+    calls are committed and answered once the lock is free."""
+    service, store = served(tmp_path)
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with service.lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+
+    async def main() -> tuple[list[Any], int]:
+        calls = asyncio.ensure_future(
+            asyncio.gather(
+                *(service.call_async(service.core.call, request) for request in asks()[:3])
+            )
+        )
+        turns = 0
+        while turns < 50:  # (the loop turns while the calls wait: it is not blocked)
+            await asyncio.sleep(0)
+            turns += 1
+        assert not calls.done()  # (the lock is still held: nothing answered yet)
+        release.set()
+        return await asyncio.wait_for(calls, 30), turns
+
+    try:
+        assert held.wait(30)
+        results, turns = asyncio.run(main())
+        assert turns == 50
+        assert all(isinstance(r, WorkAnswer) and r.work is not None for r in results), results
+        assert running(service, tmp_path) == sorted(r.work.task_id for r in results)
+        assert len(store.saves) == 2  # (the registration, then the three in one save)
+    finally:
+        release.set()
+        thread.join(30)
+        service.close(1)
+
+
+def test_more_calls_in_a_turn_than_a_batch_takes_are_all_committed_and_answered(
+    tmp_path: Path,
+) -> None:
+    service, store = served(tmp_path)
+    many = [GetWork(f"x{i}", assistant=True) for i in range(GROUP_MAX + 3)]
+    try:
+        results = _batched(service, many)
+        assert sum(isinstance(r, WorkAnswer) for r in results) == len(many), results
+        assert len(store.saves) == 3  # (the registration, then 16 calls and 3 in two saves)
+        handed = [r.work.task_id for r in results if r.work is not None]
+        assert len(handed) == CALLERS + 1  # (every task, each once)
+        assert running(service, tmp_path) == sorted(handed)
+    finally:
+        service.close(1)
+
+
+def test_a_call_that_raises_stop_iteration_is_answered_and_so_are_the_others(
+    tmp_path: Path,
+) -> None:
+    """StopIteration, which an asyncio future cannot hold, reaches its caller as a
+    RuntimeError; the other calls of its turn, in its batch and after, are answered."""
+    service, _ = served(tmp_path)
+    many = [GetWork(f"x{i}", assistant=True) for i in range(GROUP_MAX + 3)]
+    odd = many[1]
+
+    def dispatch(request: Any) -> Any:
+        if request is odd:
+            raise StopIteration("nothing left")
+        return service.core.call(request)
+
+    try:
+        results = _batched(service, many, dispatch)
+        assert isinstance(results[1], RuntimeError) and "StopIteration" in str(results[1])
+        assert isinstance(results[0], Unstored)  # (applied before it, undone by the reload)
+        rest = results[2:]
+        assert all(isinstance(r, WorkAnswer) for r in rest), rest
     finally:
         service.close(1)
 

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import json
-import queue
 import threading
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -113,10 +114,13 @@ _READS = tuple(name for name, v in vars(TaskReads).items() if callable(v) and na
 GROUP_MAX = 16
 """The most calls committed in one transaction (group commit: see :meth:`SchedulerService.call`)."""
 
+_SHUTTING_DOWN = "the scheduler is shutting down; nothing was changed"
+_UNANSWERED = "the call could not be applied (the server's fault); nothing was changed"
+
 
 class _Refused:
     """What a call is to raise once its group is committed: its refusal (StaleReport,
-    UnknownTask), or for a call of the committer's batch any error (``call_async``)."""
+    UnknownTask), or for a call of a loop's batch any error (``call_async``)."""
 
     __slots__ = ("exc",)
 
@@ -150,29 +154,29 @@ class _Group:
 
 
 class _Queued:
-    """A call waiting for the committer thread (:meth:`SchedulerService.call_async`)."""
+    """A call waiting for its loop's next batch (:meth:`SchedulerService.call_async`)."""
 
-    __slots__ = ("args", "fn", "future", "loop")
+    __slots__ = ("args", "fn", "future")
 
     def __init__(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        self, fn: Callable[..., Any], args: tuple[Any, ...], future: asyncio.Future[Any]
     ) -> None:
-        self.fn, self.args, self.loop, self.future = fn, args, loop, future
+        self.fn, self.args, self.future = fn, args, future
 
 
-def _answer(answered: list[tuple[_Queued, Any]]) -> None:
+def _answer(answered: Iterable[tuple[_Queued, Any]]) -> None:
     """On the loop: give each call of a committed batch its result, or what it raised."""
     for item, outcome in answered:
-        if item.future.done():  # (its request went away meanwhile)
+        future = item.future
+        if future.done():  # (its request went away meanwhile, or it was answered)
             continue
         if isinstance(outcome, _Refused):
-            item.future.set_exception(outcome.exc)
+            exc = outcome.exc
+            if isinstance(exc, StopIteration):  # (which a future cannot hold)
+                exc = RuntimeError(f"the call raised {type(exc).__name__}: {exc}")
+            future.set_exception(exc)
         else:
-            item.future.set_result(outcome)
+            future.set_result(outcome)
 
 
 class SchedulerService:
@@ -233,9 +237,12 @@ class SchedulerService:
         self.clock: Callable[[], float] = time.monotonic
         self.campaign: Campaign | None = None
         """The :class:`~.leadership.Campaign` that keeps the lease of a shared store."""
-        self._door = threading.Lock()  # guards _entering and the committer's start
-        self._queued: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
-        self._committer: threading.Thread | None = None  # started by the first call_async
+        self._door = threading.Lock()  # guards _entering and _closed
+        # per event loop, the calls of call_async waiting for the batch it runs next (each
+        # list is touched by its own loop's thread only; a loop closed first is let go)
+        self._queued: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Queued]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._entering = 0  # calls waiting for (or about to take) the lock
         self._group: _Group | None = None  # calls applied, their commit left to the next
         self._grouped = 0  # how many calls _group holds
@@ -270,24 +277,23 @@ class SchedulerService:
             self.hooks.deliver()
 
     async def call_async(self, fn: Callable[..., T], *args: Any) -> T:
-        """:meth:`call` for the event loop: ``fn(*args)`` applied and committed by the
-        committer thread, which takes every call queued meanwhile (up to :data:`GROUP_MAX`)
-        and commits them in one transaction, as :meth:`call` does for calls that wait for the
-        lock; the same results and errors, and nothing answered before it is stored. One
-        thread for all the calls of the loop: no hop through a thread pool per call (only to
-        tell the plugins, when one wants to be told), and one wake-up of the loop per
-        commit."""
+        """:meth:`call` for the event loop: ``fn(*args)`` applied and committed together with
+        every other call the loop queued in the same turn (up to :data:`GROUP_MAX` in one
+        transaction), with the same results and errors as :meth:`call` and nothing answered
+        before it is stored. The loop applies and commits them itself, no thread woken for
+        them, unless another thread holds the lock or the store refuses writes: then a thread
+        of the pool does, so that the loop never waits for a lock, a probe or a reload. The
+        plugins are told what changed before the caller is answered, in a thread of the pool
+        and only when one wants to be told."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        with self._door:  # (close() stops the committer under it: nothing is queued after)
-            if self._closed:
-                raise Unstored("the scheduler is shutting down; nothing was changed")
-            if self._committer is None:
-                self._committer = threading.Thread(
-                    target=self._commit_queued, name="conveyor-committer", daemon=True
-                )
-                self._committer.start()
-            self._queued.put(_Queued(fn, args, loop, future))
+        if self._closed:
+            raise Unstored(_SHUTTING_DOWN)
+        queued = self._queued.get(loop)
+        if queued is None:  # the first of this turn: the batch runs once the turn is over
+            loop.call_soon(self._run_queued, loop, context=contextvars.Context())
+            queued = self._queued[loop] = []
+        queued.append(_Queued(fn, args, future))
         try:
             return await future
         finally:  # (as call() does: the plugins are told before the caller is answered, in
@@ -295,88 +301,107 @@ class SchedulerService:
             if self.hooks.pending():
                 await asyncio.to_thread(self.hooks.deliver)
 
-    def _commit_queued(self) -> None:
-        """The committer thread: apply the queued calls a batch at a time, commit each batch,
-        answer its calls on their loops, until :meth:`close` queues None. Whatever escapes a
-        batch is logged, its calls are answered 503, and the next call reloads the stored
-        state first: the thread itself never ends before :meth:`close`."""
-        while True:
-            first = self._queued.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < GROUP_MAX:
-                try:
-                    item = self._queued.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queued.put(None)  # (the batch in hand is answered first)
-                    break
-                batch.append(item)
-            try:
-                outcomes = self._apply_batch(batch)
-            except BaseException as exc:  # (a reload that failed half way, say: not trusted)
-                with self.lock:  # reads and writes refused until a reload succeeds
-                    self._reloaded = False
-                    self.core.frozen = True
-                    self.failure = (
-                        "the scheduler's state is not known to be what is stored (a call failed"
-                        " half way); nothing was changed"
-                    )
-                    with contextlib.suppress(BaseException):  # (even a failing log)
-                        self._note_failure(exc)  # (names the error)
-                        log.exception("scheduler call failed", error=f"{type(exc).__name__}")
-                outcomes = [_Refused(Unstored(self.failure)) for _ in batch]
-            loops: dict[asyncio.AbstractEventLoop, list[tuple[_Queued, Any]]] = {}
-            for item, outcome in zip(batch, outcomes, strict=True):
-                loops.setdefault(item.loop, []).append((item, outcome))
-            for loop, answered in loops.items():
-                with contextlib.suppress(RuntimeError):  # (a loop closed meanwhile)
-                    loop.call_soon_threadsafe(_answer, answered)
+    def _run_queued(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: the calls it queued in the turn that ended, :data:`GROUP_MAX` at a
+        time, each batch applied, committed and answered here while the lock is free and the
+        state sound; from the first batch that finds it otherwise, the rest are handed, in
+        order, to a thread of the pool. Every call is answered, 503 if all else fails."""
+        queued = self._queued.pop(loop, [])
+        handed = len(queued)  # (from there on, the thread answers)
+        try:
+            for first in range(0, len(queued), GROUP_MAX):
+                batch = queued[first : first + GROUP_MAX]
+                if not self.lock.acquire(blocking=False):
+                    outcomes = None
+                elif self.failure or not self._reloaded:  # (a probe or a reload: not here)
+                    self.lock.release()
+                    outcomes = None
+                else:
+                    try:
+                        outcomes = self._settle(batch)
+                    finally:
+                        self.lock.release()
+                if outcomes is None:
+                    loop.run_in_executor(None, self._run_in_thread, loop, queued[first:])
+                    handed = first
+                    return
+                _answer(zip(batch, outcomes, strict=True))
+        finally:
+            _answer((item, _Refused(Unstored(_UNANSWERED))) for item in queued[:handed])
+
+    def _run_in_thread(self, loop: asyncio.AbstractEventLoop, queued: list[_Queued]) -> None:
+        """In a thread of the pool: :meth:`_run_queued`'s work for ``queued``, waiting for
+        the lock as long as it takes; the answers go back to ``loop``."""
+        for first in range(0, len(queued), GROUP_MAX):
+            batch = queued[first : first + GROUP_MAX]
+            with self.lock:
+                outcomes = self._settle(batch)
+            with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+                loop.call_soon_threadsafe(_answer, list(zip(batch, outcomes, strict=True)))
+
+    def _settle(self, batch: list[_Queued]) -> list[Any]:
+        """Under the lock: apply and commit ``batch`` (:meth:`_apply_batch`); whatever escapes
+        that (a reload that failed half way, a ``SystemExit`` from a store) is logged, marks
+        the state untrusted (reads and writes refused until a reload succeeds: the next call
+        probes the store and reloads first) and answers the batch 503."""
+        try:
+            return self._apply_batch(batch)
+        except BaseException as exc:
+            self._reloaded = False
+            self.core.frozen = True
+            self.failure = (
+                "the scheduler's state is not known to be what is stored (a call failed half"
+                " way); nothing was changed"
+            )
+            with contextlib.suppress(BaseException):  # (even a failing log)
+                self._note_failure(exc)  # (names the error)
+                log.exception("scheduler call failed", error=f"{type(exc).__name__}")
+            return [_Refused(Unstored(self.failure)) for _ in batch]
 
     def _apply_batch(self, batch: list[_Queued]) -> list[Any]:
-        """Apply each call of ``batch`` under the lock and commit them all at once: each
+        """Under the lock: apply each call of ``batch`` and commit them all at once; each
         call's result, or a :class:`_Refused` of what it is to raise."""
         outcomes: list[Any] = []
         applied: list[int] = []  # the calls whose changes wait for the commit
-        with self.lock:
-            for item in batch:
-                try:
-                    self._check_leader()
-                    self._check_writable()
-                except Exception as exc:  # (NotLeader, Unstored: nothing changed)
-                    outcomes.append(_Refused(exc))
-                    continue
-                try:
-                    result: Any = item.fn(*item.args)
-                except (StaleReport, UnknownTask) as exc:  # refused; what it saw is committed
-                    result = _Refused(exc)
-                except BaseException as exc:  # a fault half way: the state is reloaded
-                    self._roll_back()  # (what the calls before it changed is undone too)
-                    undone = self.failure or "the change was undone; nothing was changed"
-                    for i in applied:
-                        outcomes[i] = _Refused(Unstored(undone))
-                    applied.clear()
-                    if not isinstance(exc, Exception):  # (SystemExit: not the loop's to raise)
-                        exc = Unstored(f"the call was interrupted ({type(exc).__name__})")
-                    outcomes.append(_Refused(exc))
-                    continue
-                applied.append(len(outcomes))
-                outcomes.append(result)
-            if applied:
-                try:
-                    self._commit_or_roll_back()
-                except NotLeader as exc:
-                    for i in applied:
-                        outcomes[i] = _Refused(NotLeader(exc.leader))
-                except Exception:  # (Unstored)
-                    for i in applied:
-                        outcomes[i] = _Refused(Unstored(self.failure))
-                except BaseException:  # (SystemExit from a store): nothing acknowledged, and
-                    # the next call reloads the stored state (this thread must go on)
-                    for i in applied:
-                        outcomes[i] = _Refused(Unstored(self.failure))
+        closed = self._closed  # (a batch begun before close() is committed whole)
+        for item in batch:
+            try:
+                if closed:  # (queued before close(): its store is closed, or closing)
+                    raise Unstored(_SHUTTING_DOWN)
+                self._check_leader()
+                self._check_writable()
+            except Exception as exc:  # (NotLeader, Unstored: nothing changed)
+                outcomes.append(_Refused(exc))
+                continue
+            try:
+                result: Any = item.fn(*item.args)
+            except (StaleReport, UnknownTask) as exc:  # refused; what it saw is committed
+                result = _Refused(exc)
+            except BaseException as exc:  # a fault half way: the state is reloaded
+                self._roll_back()  # (what the calls before it changed is undone too)
+                undone = self.failure or "the change was undone; nothing was changed"
+                for i in applied:
+                    outcomes[i] = _Refused(Unstored(undone))
+                applied.clear()
+                if not isinstance(exc, Exception):  # (SystemExit: not the loop's to raise)
+                    exc = Unstored(f"the call was interrupted ({type(exc).__name__})")
+                outcomes.append(_Refused(exc))
+                continue
+            applied.append(len(outcomes))
+            outcomes.append(result)
+        if applied:
+            try:
+                self._commit_or_roll_back()
+            except NotLeader as exc:
+                for i in applied:
+                    outcomes[i] = _Refused(NotLeader(exc.leader))
+            except Exception:  # (Unstored)
+                for i in applied:
+                    outcomes[i] = _Refused(Unstored(self.failure))
+            except BaseException:  # (SystemExit from a store): nothing acknowledged, and
+                # the next call reloads the stored state (the loop must go on)
+                for i in applied:
+                    outcomes[i] = _Refused(Unstored(self.failure))
         return outcomes
 
     def query(self, fn: Callable[..., T], *args: Any) -> T:
@@ -605,14 +630,14 @@ class SchedulerService:
         """Unconfigure the plugins (``conveyor_unconfigure``, bounded by ``flush_timeout``
         each), then close the store; again is a no-op. Called as the server shuts down (its
         lifespan's end: uvicorn re-raises a SIGTERM after that, so nothing later runs)."""
-        with self._door:  # (call_async queues under it: nothing comes after the None)
+        with self._door:
             if self._closed:
                 return
-            self._closed = True
-            self._queued.put(None)  # (the calls queued before are answered first)
-        committer = self._committer
-        if committer is not None and committer is not threading.current_thread():
-            committer.join(timeout=flush_timeout + 30)
+            self._closed = True  # (a batch a loop begins from now on is answered 503)
+        # a batch being committed meanwhile ends first (bounded; those begun later are
+        # refused): what it changed is stored before the store is closed
+        if self.lock.acquire(timeout=flush_timeout + 30):
+            self.lock.release()
         try:
             if self.campaign is not None:
                 self.campaign.stop()  # (resigns the lease: a standby takes it at its next look)

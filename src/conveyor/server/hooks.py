@@ -9,9 +9,10 @@ Theory of operation. The scheduling policy tells :class:`ServerHooks` about stat
 workers through its observers (``on_move``, ``on_worker``), under the service's lock; the
 events are only *collected* then. When the call's changes are committed, they move to an
 outbox, in commit order (still under the lock); when they are rolled back, they are dropped.
-After the lock is released, the thread that made the call drains the outbox, one delivery at a
-time, so plugins see the events in commit order, never one that was rolled back, and a slow
-plugin holds up responses but never the scheduler's lock. An observer is only installed for a
+After the lock is released, a thread of the pool (for a call made in a thread, that thread)
+drains the outbox before the call is answered, one delivery at a time, so plugins see the
+events in commit order, never one that was rolled back, and a slow plugin holds up responses
+but never the scheduler's lock. An observer is only installed for a
 hook some plugin implements: with no plugin, no event object is ever built.
 """
 

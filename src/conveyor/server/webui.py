@@ -262,7 +262,7 @@ def ui_routes(service: SchedulerService, *, token: str) -> list[BaseRoute]:
 
     # Reads run on one thread of their own, which also encodes their answers: however many
     # pages are open, the UI takes at most that thread (and never the event loop, nor the
-    # threads the worker routes run on) for its queries and its JSON.
+    # pool the worker routes fall back to) for its queries and its JSON.
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="conveyor-ui")
 
     async def answer(work: Callable[[], Any]) -> Response:
