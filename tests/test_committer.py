@@ -337,3 +337,123 @@ def test_after_a_reload_that_failed_half_way_nothing_is_answered_from_memory(
         assert running(service, tmp_path) == [later.work.task_id]
     finally:
         service.close(1)
+
+
+class WhereCalled(CountingStore):
+    """A store that fails its first batch's save (after the registration), then works, and
+    records the thread each probe and reload runs on."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, fail_from=1)
+        self.calls: list[tuple[str, str]] = []
+
+    def probe(self) -> None:
+        self.calls.append(("probe", threading.current_thread().name))
+        self.fail_from = None  # (writable again)
+        super().probe()
+
+    def load_records(self) -> Any:
+        self.calls.append(("load", threading.current_thread().name))
+        return super().load_records()
+
+
+def test_while_the_store_refuses_writes_the_probe_and_the_reload_are_not_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A commit that fails on the loop is rolled back there (documented); the next call, which
+    must probe the store and reload the state first, goes to a thread of the pool."""
+    store = WhereCalled(tmp_path / "state.db")
+    service, _ = served(tmp_path, store)
+    core = service.core
+
+    async def ask(worker: str) -> Any:
+        try:
+            return await service.call_async(core.call, GetWork(worker, assistant=True))
+        except Unstored as exc:
+            return exc
+
+    async def both() -> tuple[Any, Any, str]:
+        first = await ask("w1")  # (its commit fails: rolled back on the loop)
+        second = await ask("w2")
+        return first, second, threading.current_thread().name
+
+    try:
+        first, second, loop_thread = asyncio.run(both())
+        assert isinstance(first, Unstored) and "disk is full" in str(first)
+        assert isinstance(second, WorkAnswer) and second.work is not None
+        probes = [thread for kind, thread in store.calls if kind == "probe"]
+        assert probes and loop_thread not in probes, store.calls
+        assert store.calls[0] == ("load", loop_thread)  # (the rollback of the failed commit)
+        assert [kind for kind, _ in store.calls].count("load") == 2, store.calls
+        assert store.calls[-1][1] != loop_thread, store.calls  # (the recovery's reload)
+        assert running(service, tmp_path) == [second.work.task_id]
+    finally:
+        service.close(1)
+
+
+def test_a_turn_larger_than_a_batch_handed_to_a_thread_is_applied_in_order(
+    tmp_path: Path,
+) -> None:
+    """While another thread holds the lock, a turn of more calls than a batch takes goes to a
+    thread as a whole: every call is answered, the batches committed one after the other, in
+    the order the calls came (the first calls get the tasks)."""
+    service, store = served(tmp_path)
+    many = [GetWork(f"x{i}", assistant=True) for i in range(GROUP_MAX + 3)]
+
+    async def main() -> list[Any]:
+        calls = asyncio.gather(*(service.call_async(service.core.call, r) for r in many))
+        gathered = asyncio.ensure_future(calls)
+        for _ in range(3):  # (the turn that queues them, the one that hands them over)
+            await asyncio.sleep(0)
+        assert not service._queued and not gathered.done()  # (handed over, waiting)
+        service.lock.release()  # (taken below, before the loop started)
+        return await asyncio.wait_for(gathered, 30)
+
+    try:
+        service.lock.acquire()
+        results = asyncio.run(main())
+        assert all(isinstance(r, WorkAnswer) for r in results), results
+        got = [i for i, r in enumerate(results) if r.work is not None]
+        assert got == list(range(CALLERS + 1)), got
+        assert len(store.saves) == 3  # (the registration, then two batches)
+    finally:
+        service.close(1)
+
+
+def test_a_stale_report_in_a_batch_whose_commit_fails_is_answered_unstored(
+    tmp_path: Path,
+) -> None:
+    """A refused report's answer stands only once what it saw is stored: when its batch's
+    commit fails, its sender is answered 503 like the others."""
+    service, store = served(tmp_path)
+    try:
+        first = service.call(service.core.call, GetWork("w0", assistant=True))
+        assert isinstance(first, WorkAnswer) and first.work is not None
+        stale = TaskDone("w0", first.work.task_id, attempt=first.work.attempt + 1)
+        store.fail_from = len(store.saves)  # (the batch's save fails)
+        results = _batched(service, [GetWork("w1", assistant=True), stale])
+        assert all(isinstance(r, Unstored) for r in results), results
+    finally:
+        service.close(1)
+
+
+def test_a_turn_that_cannot_be_handed_to_a_thread_is_answered_unstored(tmp_path: Path) -> None:
+    """While the lock is held and the loop's pool refuses work (it is shutting down), the
+    turn's calls are answered 503, never left waiting."""
+    service, _ = served(tmp_path)
+
+    def refuse(*_: Any) -> Any:
+        raise RuntimeError("Executor shutdown has been called")
+
+    async def main() -> list[Any]:
+        asyncio.get_running_loop().run_in_executor = refuse  # type: ignore[method-assign]
+        calls = (service.call_async(service.core.call, r) for r in asks()[:3])
+        every = asyncio.gather(*calls, return_exceptions=True)
+        return await asyncio.wait_for(every, 30)
+
+    try:
+        with service.lock:
+            results = asyncio.run(main())
+        assert all(isinstance(r, Unstored) for r in results), results
+    finally:
+        service.close(1)

@@ -115,7 +115,7 @@ GROUP_MAX = 16
 """The most calls committed in one transaction (group commit: see :meth:`SchedulerService.call`)."""
 
 _SHUTTING_DOWN = "the scheduler is shutting down; nothing was changed"
-_UNANSWERED = "the call could not be applied (the server's fault); nothing was changed"
+_UNANSWERED = "the call could not be applied; nothing was changed"
 
 
 class _Refused:
@@ -173,7 +173,9 @@ def _answer(answered: Iterable[tuple[_Queued, Any]]) -> None:
         if isinstance(outcome, _Refused):
             exc = outcome.exc
             if isinstance(exc, StopIteration):  # (which a future cannot hold)
+                raised = exc
                 exc = RuntimeError(f"the call raised {type(exc).__name__}: {exc}")
+                exc.__cause__ = raised
             future.set_exception(exc)
         else:
             future.set_result(outcome)
@@ -304,48 +306,59 @@ class SchedulerService:
     def _run_queued(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: the calls it queued in the turn that ended, :data:`GROUP_MAX` at a
         time, each batch applied, committed and answered here while the lock is free and the
-        state sound; from the first batch that finds it otherwise, the rest are handed, in
+        state sound; from the first call that finds it otherwise, the rest are handed, in
         order, to a thread of the pool. Every call is answered, 503 if all else fails."""
         queued = self._queued.pop(loop, [])
+        done = 0  # the calls answered here
         handed = len(queued)  # (from there on, the thread answers)
         try:
-            for first in range(0, len(queued), GROUP_MAX):
-                batch = queued[first : first + GROUP_MAX]
+            while done < len(queued):
                 if not self.lock.acquire(blocking=False):
-                    outcomes = None
-                elif self.failure or not self._reloaded:  # (a probe or a reload: not here)
+                    break
+                try:
+                    batch = queued[done : done + GROUP_MAX]
+                    outcomes = self._settle(batch, inline=True)  # (maybe of a part of it)
+                finally:
                     self.lock.release()
-                    outcomes = None
-                else:
-                    try:
-                        outcomes = self._settle(batch)
-                    finally:
-                        self.lock.release()
-                if outcomes is None:
-                    loop.run_in_executor(None, self._run_in_thread, loop, queued[first:])
-                    handed = first
-                    return
-                _answer(zip(batch, outcomes, strict=True))
+                if not outcomes:  # (a probe or a reload comes first: not on the loop)
+                    break
+                _answer(zip(batch, outcomes, strict=False))
+                done += len(outcomes)
+            else:
+                return
+            with contextlib.suppress(RuntimeError):  # (the loop or its pool is shutting down)
+                loop.run_in_executor(None, self._run_in_thread, loop, queued[done:])
+                handed = done
         finally:
             _answer((item, _Refused(Unstored(_UNANSWERED))) for item in queued[:handed])
 
     def _run_in_thread(self, loop: asyncio.AbstractEventLoop, queued: list[_Queued]) -> None:
         """In a thread of the pool: :meth:`_run_queued`'s work for ``queued``, waiting for
-        the lock as long as it takes; the answers go back to ``loop``."""
-        for first in range(0, len(queued), GROUP_MAX):
-            batch = queued[first : first + GROUP_MAX]
-            with self.lock:
-                outcomes = self._settle(batch)
-            with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
-                loop.call_soon_threadsafe(_answer, list(zip(batch, outcomes, strict=True)))
-
-    def _settle(self, batch: list[_Queued]) -> list[Any]:
-        """Under the lock: apply and commit ``batch`` (:meth:`_apply_batch`); whatever escapes
-        that (a reload that failed half way, a ``SystemExit`` from a store) is logged, marks
-        the state untrusted (reads and writes refused until a reload succeeds: the next call
-        probes the store and reloads first) and answers the batch 503."""
+        the lock as long as it takes; the answers go back to ``loop`` (503 for any call that
+        could not be applied)."""
+        answered = 0
         try:
-            return self._apply_batch(batch)
+            while answered < len(queued):
+                batch = queued[answered : answered + GROUP_MAX]
+                with self.lock:
+                    outcomes = self._settle(batch)
+                with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+                    loop.call_soon_threadsafe(_answer, list(zip(batch, outcomes, strict=True)))
+                answered += len(batch)
+        finally:
+            refused = [(item, _Refused(Unstored(_UNANSWERED))) for item in queued[answered:]]
+            if refused:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_answer, refused)
+
+    def _settle(self, batch: list[_Queued], inline: bool = False) -> list[Any]:
+        """Under the lock: apply and commit ``batch`` (:meth:`_apply_batch`, ``inline`` as
+        it says); whatever escapes that (a reload that failed half way, a ``SystemExit`` from
+        a store) is logged, marks the state untrusted (reads and writes refused until a reload
+        succeeds: the next call probes the store and reloads first) and answers the batch
+        503."""
+        try:
+            return self._apply_batch(batch, inline)
         except BaseException as exc:
             self._reloaded = False
             self.core.frozen = True
@@ -358,13 +371,18 @@ class SchedulerService:
                 log.exception("scheduler call failed", error=f"{type(exc).__name__}")
             return [_Refused(Unstored(self.failure)) for _ in batch]
 
-    def _apply_batch(self, batch: list[_Queued]) -> list[Any]:
+    def _apply_batch(self, batch: list[_Queued], inline: bool = False) -> list[Any]:
         """Under the lock: apply each call of ``batch`` and commit them all at once; each
-        call's result, or a :class:`_Refused` of what it is to raise."""
+        call's result, or a :class:`_Refused` of what it is to raise. ``inline`` (on the event
+        loop): stop before a call that would probe the store or reload the state first (a
+        call's fault was undone by a reload that failed): the outcomes of the calls before
+        it, the rest left to the caller."""
         outcomes: list[Any] = []
         applied: list[int] = []  # the calls whose changes wait for the commit
         closed = self._closed  # (a batch begun before close() is committed whole)
         for item in batch:
+            if inline and (self.failure or not self._reloaded):
+                break  # (nothing applied is left uncommitted: the reload undid it)
             try:
                 if closed:  # (queued before close(): its store is closed, or closing)
                     raise Unstored(_SHUTTING_DOWN)
