@@ -348,6 +348,7 @@ def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: 
         ("priority", "high", "field 'priority' is \"high\"; expected an integer"),
         ("status", None, "field 'status' is null; expected one of"),
         ("colour", "red", "field 'colour' is not a field of a task row"),
+        ("deps", ["x"], "field 'deps' is in the row's JSON; expected the dependencies only in"),
     ],
 )
 def test_bad_compact_rows_are_still_reported_and_quarantined(

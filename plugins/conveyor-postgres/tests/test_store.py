@@ -180,6 +180,24 @@ def test_unusable_rows_are_reported_not_loaded(
     assert "not JSON" in caught.value.bad[0].reason
 
 
+def test_a_row_holding_its_dependencies_in_its_json_is_reported(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """Since schema 3 a task's dependencies are only in the edges table: a row whose JSON
+    holds some is refused (taken as the task's, they would be lost at its next save)."""
+    store = stores()
+    store.save([_row("good"), _row("bad")], [])
+    pg_cluster.sql(
+        "UPDATE conveyor.tasks SET data = jsonb_set(data::jsonb, '{deps}', '[\"x\"]')::text"
+        " WHERE task_id = 'bad'",
+        _database(pg_dsn),
+    )
+    with pytest.raises(CorruptState) as caught:
+        store.load()
+    assert [b.key for b in caught.value.bad] == [("tasks", "bad")]
+    assert "field 'deps' is in the row's JSON" in caught.value.bad[0].reason
+
+
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:
     store = stores()
     store.save([_row("a")], [])

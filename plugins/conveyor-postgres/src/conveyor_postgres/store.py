@@ -799,7 +799,7 @@ class PostgresStore:
             digests: dict[str, bytes] = {}
             for task_id, data in tasks:
                 try:
-                    row = _task_row(task_id, data, edges.get(task_id))
+                    row = _task_row(task_id, data, edges.get(task_id), edged=True)
                 except RowError as exc:
                     bad.append(BadRow(("tasks", task_id), f"task row {task_id!r}", str(exc)))
                     continue
@@ -1079,20 +1079,31 @@ def _ui_columns(row: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _task_row(task_id: str, data: str, deps: list[str] | None = None) -> dict[str, Any]:
+def _task_row(
+    task_id: str, data: str, deps: list[str] | None = None, *, edged: bool = False
+) -> dict[str, Any]:
     """The whole row saved as ``data`` (compact, or whole as before schema 3) under
     ``task_id``, with ``deps`` (from the edges table, in order; None: none there) as its
-    dependencies; RowError if it is not a valid one."""
+    dependencies; RowError if it is not a valid one, or (``edged``: schema 3) if its JSON
+    holds dependencies, which are kept only in the edges table then (taken as the task's,
+    they would be lost at its next save)."""
     try:
-        row = json.loads(data, parse_constant=_not_a_number)
+        stored = json.loads(data, parse_constant=_not_a_number)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
+    row = stored
     if type(row) is dict:
         row = full_row(row) if deps is None else full_row(row, deps=deps)
     from_row(row)
     if row["task_id"] != task_id:
         message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
+    if edged and "deps" in stored:
+        raise RowError(
+            "field 'deps' is in the row's JSON; expected the dependencies only in table"
+            " 'edges' (since schema 3)",
+            "deps",
+        )
     return dict(row)
 
 

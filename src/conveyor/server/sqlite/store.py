@@ -321,7 +321,8 @@ class SqliteStore:
         with self._lock:
             self._db.execute("BEGIN")  # (one snapshot of the edges and the tasks)
             try:
-                edges = reads.all_deps(self._db) if self._version >= 3 else {}
+                edged = self._version >= 3  # (a row's dependencies are in table 'edges')
+                edges = reads.all_deps(self._db) if edged else {}
                 # (one statement: one snapshot of the table, read in chunks)
                 cursor = self._db.execute("SELECT rowid, task_id, data FROM tasks")
                 rows = iter(lambda: cursor.fetchmany(_LOAD_CHUNK), [])
@@ -332,7 +333,9 @@ class SqliteStore:
                             if listed is None:
                                 raise RowError(_UNORDERED, "deps")
                             stored = None if listed is _NO_EDGES else listed
-                            row, record = _task_row(task_id, data, strings, stored, whole=whole)
+                            row, record = _task_row(
+                                task_id, data, strings, stored, whole=whole, edges=edged
+                            )
                         except RowError as exc:
                             where = f"task row {rowid} (task_id {task_id!r})"
                             bad.append(BadRow(("tasks", rowid), where, str(exc)))
@@ -570,6 +573,10 @@ class SqliteStore:
 
 _NO_EDGES: list[str] = []
 _UNORDERED = "field 'deps': the positions of its edges (table 'edges') are not integers"
+_DEPS_IN_ROW = (
+    "field 'deps' is in the row's JSON; expected the dependencies only in table 'edges' (since"
+    " schema 3)"
+)
 _LOAD_CHUNK = 10_000
 """Task rows fetched from SQLite at a time by a load."""
 _WAL_SIZE_LIMIT = 64 * 2**20
@@ -735,19 +742,24 @@ def _task_row(
     deps: list[str] | None = None,
     *,
     whole: bool = True,
+    edges: bool = False,
 ) -> tuple[dict[str, Any], TaskRecord]:
     """The row saved as ``data`` under ``task_id`` (compact, see
     :func:`~conveyor.scheduler.persist.compact_row`; or whole, as saved before schema 3),
     with ``deps`` (from the edges table, in order; None: none there) as its dependencies
     (the whole row, see :func:`~conveyor.scheduler.persist.full_row`; with ``whole`` false,
     the row as stored), and its record (``from_row(row, strings)``); RowError if it is not a
-    valid one."""
+    valid one, or (``edges``: a file of schema 3 or later) if its JSON holds dependencies,
+    which are kept only in the edges table there (taken as the task's, they would be lost at
+    its next save)."""
     if not isinstance(data, str):
         raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
     try:
         row = _DECODER.decode(data)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
+    if edges and isinstance(row, dict) and "deps" in row:
+        raise RowError(_DEPS_IN_ROW, "deps")
     record = from_stored(row, strings, deps)
     if record.task_id != task_id:
         message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
