@@ -354,8 +354,9 @@ def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: 
 def test_bad_compact_rows_are_still_reported_and_quarantined(
     tmp_path: Path, field: str, value: Any, said: str
 ) -> None:
-    """A compact row with a field of the wrong type (or one that is no field) is reported by
-    task id and field, and quarantined; the rest loads."""
+    """A compact row with a field of the wrong type (or one that is no field, or dependencies
+    in its JSON where the edges table has none) is reported by task id and field, and
+    quarantined; the rest loads."""
     path = tmp_path / "state.db"
     store = _open(path)
     try:
@@ -380,6 +381,36 @@ def test_bad_compact_rows_are_still_reported_and_quarantined(
     finally:
         store.close()
     assert [r["task_id"] for r in rows] == ["good"] and rows[0]["deps"] == ["bad"]
+
+
+def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
+    tmp_path: Path,
+) -> None:
+    """A row whose JSON holds dependencies while the edges table holds its own loads with
+    the edges' (nothing is lost: the next save writes the row without them)."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.save([to_row(_plain("w", ("a", "b")))], [])
+    finally:
+        store.close()
+    db = _db(path)
+    try:
+        row = {**_stored(path, "w"), "deps": ["x"]}
+        db.execute("UPDATE tasks SET data = ? WHERE task_id = 'w'", (json.dumps(row),))
+        db.commit()
+    finally:
+        db.close()
+    store = _open(path)
+    try:
+        (record,), _ = store.load_records()
+        assert record.deps == ["a", "b"]
+        record.deps.append("c")
+        store.save([to_row(record)], [])
+        assert "deps" not in _stored(path, "w")  # (written again, without them)
+        assert [dep for dep, _ in _edges(path, "w")] == ["a", "b", "c"]
+    finally:
+        store.close()
 
 
 def test_edges_whose_positions_are_not_numbers_make_the_row_unusable(tmp_path: Path) -> None:

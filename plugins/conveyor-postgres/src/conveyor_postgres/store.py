@@ -1085,8 +1085,9 @@ def _task_row(
     """The whole row saved as ``data`` (compact, or whole as before schema 3) under
     ``task_id``, with ``deps`` (from the edges table, in order; None: none there) as its
     dependencies; RowError if it is not a valid one, or (``edged``: schema 3) if its JSON
-    holds dependencies, which are kept only in the edges table then (taken as the task's,
-    they would be lost at its next save)."""
+    holds dependencies and the edges table none: they are kept only there then (taken as
+    the task's, they would be lost at its next save; beside edges, the edges stand and the
+    next save drops them)."""
     try:
         stored = json.loads(data, parse_constant=_not_a_number)
     except (ValueError, RecursionError) as exc:
@@ -1098,7 +1099,7 @@ def _task_row(
     if row["task_id"] != task_id:
         message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
-    if edged and "deps" in stored:
+    if edged and deps is None and "deps" in stored:
         raise RowError(
             "field 'deps' is in the row's JSON; expected the dependencies only in table"
             " 'edges' (since schema 3)",

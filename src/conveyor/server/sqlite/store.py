@@ -749,21 +749,21 @@ def _task_row(
     with ``deps`` (from the edges table, in order; None: none there) as its dependencies
     (the whole row, see :func:`~conveyor.scheduler.persist.full_row`; with ``whole`` false,
     the row as stored), and its record (``from_row(row, strings)``); RowError if it is not a
-    valid one, or (``edges``: a file of schema 3 or later) if its JSON holds dependencies,
-    which are kept only in the edges table there (taken as the task's, they would be lost at
-    its next save)."""
+    valid one, or (``edges``: a file of schema 3 or later) if its JSON holds dependencies and
+    the edges table none: they are kept only there (taken as the task's, they would be lost
+    at its next save; beside edges, the edges stand and the next save drops them)."""
     if not isinstance(data, str):
         raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
     try:
         row = _DECODER.decode(data)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
-    if edges and isinstance(row, dict) and "deps" in row:
-        raise RowError(_DEPS_IN_ROW, "deps")
     record = from_stored(row, strings, deps)
     if record.task_id != task_id:
         message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
+    if edges and deps is None and "deps" in row:
+        raise RowError(_DEPS_IN_ROW, "deps")
     if whole:
         row = full_row(row) if deps is None else full_row(row, deps=deps)
     return row, record
