@@ -88,6 +88,25 @@ def _db(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path)
 
 
+def _saved(path: Path, *records: TaskRecord) -> None:
+    """A state file at ``path`` holding ``records``, closed."""
+    store = _open(path)
+    try:
+        store.save([to_row(r) for r in records], [])
+    finally:
+        store.close()
+
+
+def _altered(path: Path, statement: str, values: tuple[Any, ...] = ()) -> None:
+    """The state file at ``path`` changed by one SQL statement behind the store's back."""
+    db = _db(path)
+    try:
+        db.execute(statement, values)
+        db.commit()
+    finally:
+        db.close()
+
+
 def _stored(path: Path, task_id: str) -> dict[str, Any]:
     db = _db(path)
     try:
@@ -293,17 +312,8 @@ def test_a_newer_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     """A file of a schema newer than this conveyor's is refused (ConfigError saying to
     upgrade) before anything is written: byte for byte unchanged, nothing quarantined."""
     path = tmp_path / "state.db"
-    store = _open(path)
-    try:
-        store.save([to_row(_plain("a"))], [])
-    finally:
-        store.close()
-    db = _db(path)
-    try:
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-        db.commit()
-    finally:
-        db.close()
+    _saved(path, _plain("a"))
+    _altered(path, f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(ConfigError, match=f"schema version {SCHEMA_VERSION + 1}, newer") as e:
         _open(path)
@@ -358,18 +368,9 @@ def test_bad_compact_rows_are_still_reported_and_quarantined(
     in its JSON where the edges table has none) is reported by task id and field, and
     quarantined; the rest loads."""
     path = tmp_path / "state.db"
-    store = _open(path)
-    try:
-        store.save([to_row(_plain("good", ("bad",))), to_row(_plain("bad"))], [])
-    finally:
-        store.close()
-    db = _db(path)
-    try:
-        row = {**_stored(path, "bad"), field: value}
-        db.execute("UPDATE tasks SET data = ? WHERE task_id = 'bad'", (json.dumps(row),))
-        db.commit()
-    finally:
-        db.close()
+    _saved(path, _plain("good", ("bad",)), _plain("bad"))
+    row = {**_stored(path, "bad"), field: value}
+    _altered(path, "UPDATE tasks SET data = ? WHERE task_id = 'bad'", (json.dumps(row),))
     store = _open(path)
     try:
         with pytest.raises(CorruptState) as caught:
@@ -389,18 +390,9 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
     """A row whose JSON holds dependencies while the edges table holds its own loads with
     the edges' (nothing is lost: the next save writes the row without them)."""
     path = tmp_path / "state.db"
-    store = _open(path)
-    try:
-        store.save([to_row(_plain("w", ("a", "b")))], [])
-    finally:
-        store.close()
-    db = _db(path)
-    try:
-        row = {**_stored(path, "w"), "deps": ["x"]}
-        db.execute("UPDATE tasks SET data = ? WHERE task_id = 'w'", (json.dumps(row),))
-        db.commit()
-    finally:
-        db.close()
+    _saved(path, _plain("w", ("a", "b")))
+    row = {**_stored(path, "w"), "deps": ["x"]}
+    _altered(path, "UPDATE tasks SET data = ? WHERE task_id = 'w'", (json.dumps(row),))
     store = _open(path)
     try:
         (record,), _ = store.load_records()
@@ -416,17 +408,8 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
 def test_edges_whose_positions_are_not_numbers_make_the_row_unusable(tmp_path: Path) -> None:
     """An edge position that is not an integer is reported as the task's field 'deps'."""
     path = tmp_path / "state.db"
-    store = _open(path)
-    try:
-        store.save([to_row(_plain("w", ("a", "b")))], [])
-    finally:
-        store.close()
-    db = _db(path)
-    try:
-        db.execute("UPDATE edges SET pos = 'first' WHERE dep_id = 'a'")
-        db.commit()
-    finally:
-        db.close()
+    _saved(path, _plain("w", ("a", "b")))
+    _altered(path, "UPDATE edges SET pos = 'first' WHERE dep_id = 'a'")
     store = _open(path)
     try:
         with pytest.raises(CorruptState) as caught:

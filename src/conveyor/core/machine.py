@@ -32,7 +32,6 @@ from .states import TaskState, Trigger
 
 __all__ = [
     "HAND_OUT",
-    "WALK",
     "FailureDecision",
     "HandOut",
     "Registration",
@@ -88,10 +87,6 @@ _WALK = Registration(TaskStatus.PENDING, True, walk=True)
 _LIMITED = Registration(TaskStatus.PENDING, False, walk=False, limited=True)
 _EXTERNAL = Registration(TaskStatus.PENDING, False, walk=False)
 _EXTERNAL_RETRIED = Registration(TaskStatus.PENDING, True, walk=False)
-
-#: What :func:`registration` decides for a task neither external nor disabled, when no
-#: ``task_limit`` is set: walk it, PENDING and runnable (the walk's usual case, without the call).
-WALK = _WALK
 
 
 class HandOut(enum.Enum):

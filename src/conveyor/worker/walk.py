@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Set
 
 from ..config import WorkerSettings
-from ..core.machine import WALK, registration
+from ..core.machine import registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import BatchSpec, TaskSpec, TaskStatus, make_task_spec
@@ -171,18 +171,15 @@ class GraphWalk:
         task = node.task
         settings = self.settings
         disabled = (node.policy or node.task_policy()).disabled
-        if node.external or disabled or settings.task_limit:
-            decided = registration(
-                external=node.external,
-                disabled=disabled,
-                retry_external=settings.retry_external_tasks,
-                task_limit=settings.task_limit,
-                scheduled=self.scheduled,
-                attempts=node.attempts,
-                label=repr(task) if disabled else "",  # repr() costs: only when shown
-            )
-        else:
-            decided = WALK  # (what registration() decides then, without the call)
+        decided = registration(
+            external=node.external,
+            disabled=disabled,
+            retry_external=settings.retry_external_tasks,
+            task_limit=settings.task_limit,
+            scheduled=self.scheduled,
+            attempts=node.attempts,
+            label=repr(task) if disabled else "",  # repr() costs: only when shown
+        )
         if not decided.walk:
             node.limited = decided.limited
             node.error = decided.error or node.error
