@@ -11,6 +11,7 @@ import json
 import sqlite3
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,86 @@ def test_from_stored_makes_what_from_row_makes_of_the_whole_row(
         assert (str(got.value), got.value.field) == (str(wanted.value), wanted.value.field)
 
 
+def _as_stored(record: TaskRecord) -> dict[str, Any]:
+    """What a store reads back of ``record``: its compact row, as json makes it."""
+    return json.loads(stored_json(to_row(record)))
+
+
+def test_from_stored_converts_a_stored_row_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row as a store reads it back, every field set or none, is converted without
+    from_row (which judges only what does not fit)."""
+
+    def judged(*_args: object) -> TaskRecord:
+        raise AssertionError("from_row was asked")
+
+    expected = [from_row(to_row(r), {}) for r in (_busy("b", ("x",)), _plain("p"))]
+    monkeypatch.setattr(persist, "_canonical", judged)
+    got = [from_stored(_as_stored(r), {}) for r in (_busy("b", ("x",)), _plain("p"))]
+    assert [_fields(r) for r in got] == [_fields(r) for r in expected]
+
+
+_ODD_VALUES: list[Any] = [
+    None, True, False, 0, 1, -1, 7, 2.0, -0.5, float("nan"), float("inf"), float("-inf"),
+    "", "x", "DONE", "timed_out", [], ["w1"], ["w1", "w2"], ["w1", 2], [["w1"]], [{}], [None],
+    {}, {"p": "1"}, {"p": 1}, {"p": None}, {"db": 1}, {"db": -1}, {"db": True},
+]  # fmt: skip
+_ATTEMPT = {"attempt": 3, "started": 10.0, "ended": 11.0, "outcome": "failed", "worker": "w1"}
+
+
+def _odd_rows() -> Iterator[dict[str, Any]]:
+    """The stored row of a busy record with one field, or one field of an attempt in its
+    history, set to each odd value, or left out; and with an unknown field."""
+    base = _as_stored(_busy("b", ("x", "y")))
+    yield {**base, "colour": "red"}
+    for name in [*persist._FIELDS, *_ATTEMPT, "attempts[extra]"]:
+        if name in base:
+            yield {k: v for k, v in base.items() if k != name}
+        for value in _ODD_VALUES:
+            if name in _ATTEMPT or name == "attempts[extra]":
+                key = name if name in _ATTEMPT else "extra"
+                yield {**base, "attempts": [_ATTEMPT, {**_ATTEMPT, key: value}]}
+            else:
+                yield {**base, name: value}
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_from_stored_judges_any_value_as_from_row_does(shared: bool) -> None:
+    """from_stored's conversions take only what json makes of a row a store wrote and leave
+    anything else to from_row: whatever one field holds, the record is the one from_row
+    makes of the whole row, or the RowError is the same."""
+    for row in _odd_rows():
+        try:
+            expected = _fields(from_row(full_row(row), {} if shared else None))
+        except RowError as wanted:
+            with pytest.raises(RowError) as got:
+                from_stored(row, {} if shared else None)
+            assert (str(got.value), got.value.field) == (str(wanted), wanted.field), row
+        else:
+            assert _fields(from_stored(row, {} if shared else None)) == expected, row
+
+
+def test_loaded_records_share_their_repeated_values() -> None:
+    """Rows loaded with one strings dict share one object per family, module, parameter name
+    and worker id, one tuple per list of stakeholders or runners, and one per history's worker;
+    without it, nothing is shared and each record has its own lists."""
+    rows = [_as_stored(_busy(t)) for t in ("a", "b")]
+    strings: dict[Any, Any] = {}
+    first, second = (from_stored(r, strings) for r in rows)
+    assert first.stakeholders == ("w1",) and first.stakeholders is second.stakeholders
+    assert first.runners is second.runners and first.family is second.family
+    assert first.module is second.module and first.worker is second.worker
+    assert next(iter(first.params)) is next(iter(second.params))
+    assert first.attempts and second.attempts
+    assert first.attempts[0].worker is second.attempts[0].worker is first.worker
+    assert first.params is not rows[0]["params"]
+    apart = [from_stored(r) for r in rows]
+    assert apart[0].stakeholders is not apart[1].stakeholders
+    assert [from_stored(_as_stored(_plain("p")), s).attempts for s in (None, {})] == [
+        [],
+        None,
+    ]
+
+
 def _version_2_file(path: Path, rows: list[dict[str, Any]]) -> None:
     """A state file as conveyor wrote it at schema 2: whole rows, deps in the JSON, edges
     without positions."""
@@ -357,6 +438,8 @@ def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: 
     [
         ("priority", "high", "field 'priority' is \"high\"; expected an integer"),
         ("status", None, "field 'status' is null; expected one of"),
+        ("attempts", [{**_ATTEMPT, "outcome": []}], "; outcome null or one of succeeded,"),
+        ("stakeholders", ["w1", ["w2"]], 'field \'stakeholders\' is ["w1", ["w2"]]; expected'),
         ("colour", "red", "field 'colour' is not a field of a task row"),
         ("deps", ["x"], "field 'deps' is in the row's JSON; expected the dependencies only in"),
     ],

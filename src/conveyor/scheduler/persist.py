@@ -277,27 +277,31 @@ def from_row(row: object, strings: dict[str, str] | None = None) -> TaskRecord:
 
 
 def from_stored(
-    stored: object, strings: dict[str, str] | None = None, deps: list[str] | None = None
+    stored: object, strings: dict[Any, Any] | None = None, deps: list[str] | None = None
 ) -> TaskRecord:
     """``from_row(full_row(stored, deps=deps), strings)``: the record of a compact row
     (:func:`compact_row`) with ``deps`` as its dependencies (None: the row's own), or the
     RowError :func:`from_row` raises for it, in a time that grows with the fields ``stored``
-    holds rather than with all of them (a store's load of a million rows)."""
+    holds rather than with all of them (a store's load of a million rows).
+
+    Each field present is converted by its entry in :data:`_STORED`, which takes only the
+    plain values json makes and shares repeated ones through ``strings`` as it goes (the
+    strings of :func:`from_row`, and the tuples of worker ids: they are few); anything else,
+    a bad value or merely an unusual one (a whole number as a time), goes to :func:`from_row`,
+    which names the field or accepts it."""
     if type(stored) is not dict or not stored.keys() >= _REQUIRED:
         return _canonical(stored, strings, deps)
     values = _RECORD_DEFAULTS.copy()
     values["resources"] = {}
     values["attempts"] = [] if strings is None else None
-    convert = _CONVERTERS
+    convert = _STORED
     try:
         for name, value in stored.items():
-            values[name] = convert[name](value)
+            values[name] = convert[name](value, strings)
         if deps is not None:
             values["deps"] = _dep_list(deps)
     except (KeyError, _Expected):  # (an unknown field, or a value that does not fit)
         return _canonical(stored, strings, deps)
-    if strings is not None:
-        _share(values, strings)
     return TaskRecord(**values)
 
 
@@ -318,26 +322,123 @@ def _dep_list(value: Any) -> Sequence[str]:
     return list(dict.fromkeys(_texts(value)))
 
 
-def _share(values: dict[str, Any], strings: dict[str, str]) -> None:
-    """Replace the repeated strings of converted ``values`` by those of ``strings`` (adding
-    the new ones), and an empty attempt history by None."""
-    one = strings.setdefault
-    for name in ("family", "module", "loader"):
-        values[name] = one(values[name], values[name])
-    worker = values["worker"]
-    if worker is not None:
-        values["worker"] = one(worker, worker)
-    for name in ("stakeholders", "runners"):
-        if values[name]:
-            values[name] = tuple([one(w, w) for w in values[name]])
-    if values["params"]:
-        values["params"] = {one(k, k): v for k, v in values["params"].items()}
-    attempts = values["attempts"]
-    if not attempts:
-        values["attempts"] = None
-    else:
-        for attempt in attempts:
-            attempt.worker = one(attempt.worker, attempt.worker)
+# --- from_stored's conversions: (value, strings) -> the record's value, or _Expected ----------
+# (strict: only the types json gives for a row a store wrote; from_row judges anything else)
+
+
+def _unfit() -> _Expected:
+    return _Expected("a value from_row judges")
+
+
+def _stored_text(value: Any, _strings: object) -> str:
+    if type(value) is not str:
+        raise _unfit()
+    return value
+
+
+def _stored_shared_text(value: Any, strings: dict[Any, Any] | None) -> str:
+    if type(value) is not str:
+        raise _unfit()
+    return value if strings is None else strings.setdefault(value, value)
+
+
+def _stored_worker(value: Any, strings: dict[Any, Any] | None) -> str | None:
+    return None if value is None else _stored_shared_text(value, strings)
+
+
+def _stored_integer(value: Any, _strings: object) -> int:
+    if type(value) is not int:
+        raise _unfit()
+    return value
+
+
+def _stored_count(value: Any, _strings: object) -> int:
+    if type(value) is not int or value < 0:
+        raise _unfit()
+    return value
+
+
+def _stored_boolean(value: Any, _strings: object) -> bool:
+    if value is not True and value is not False:
+        raise _unfit()
+    return value
+
+
+def _stored_status(value: Any, _strings: object) -> TaskStatus:
+    status = _STATUS_OF.get(value) if type(value) is str else None
+    if status is None:
+        raise _unfit()
+    return status
+
+
+def _stored_params(value: Any, strings: dict[Any, Any] | None) -> dict[str, str]:
+    if type(value) is not dict:
+        raise _unfit()
+    for text in value.values():
+        if type(text) is not str:
+            raise _unfit()
+    if strings is None:
+        return dict(value)
+    one: Callable[[str, str], str] = strings.setdefault
+    return {one(k, k): v for k, v in value.items()}
+
+
+def _stored_workers(value: Any, strings: dict[Any, Any] | None) -> tuple[str, ...]:
+    """Stakeholders or runners: one shared tuple per distinct list of worker ids."""
+    if type(value) is not list:
+        raise _unfit()
+    if not value:
+        return ()
+    if strings is None:
+        return _texts(value)
+    names = tuple(value)
+    try:
+        shared: tuple[str, ...] | None = strings.get(names)
+    except TypeError:  # (an element json made a list or an object of: not a string)
+        raise _unfit() from None
+    if shared is None:  # (only checked tuples go in: one found is all strings)
+        one = strings.setdefault
+        shared = strings[names] = tuple([one(w, w) for w in _texts(value)])
+    return shared
+
+
+def _stored_attempts(value: Any, strings: dict[Any, Any] | None) -> list[Attempt] | None:
+    if type(value) is not list:
+        raise _unfit()
+    if not value:
+        return [] if strings is None else None
+    history = []
+    for item in value[-ATTEMPT_HISTORY:]:
+        if type(item) is not dict or item.keys() != _ATTEMPT_KEYSET:
+            raise _unfit()
+        attempt, started, ended = item["attempt"], item["started"], item["ended"]
+        outcome, worker = item["outcome"], item["worker"]
+        if (
+            type(attempt) is not int
+            or attempt < 0
+            or type(started) is not float
+            or started - started != 0.0  # (inf - inf and nan are nan)
+            or type(worker) is not str
+            or (ended is not None and (type(ended) is not float or ended - ended != 0.0))
+        ):
+            raise _unfit()
+        if outcome is not None:
+            outcome = _OUTCOME_OF.get(outcome) if type(outcome) is str else None
+            if outcome is None:
+                raise _unfit()
+        if strings is not None:
+            worker = strings.setdefault(worker, worker)
+        history.append(Attempt(attempt, started, worker, ended, outcome))
+    return history
+
+
+def _judged(check: Callable[[Any], Any]) -> Callable[[Any, object], Any]:
+    """A field seldom stored: its check of :data:`_FIELDS` (or ``check``), strings unshared."""
+
+    def judged(value: Any, _strings: object) -> Any:
+        return check(value)
+
+    return judged
 
 
 def _same(value: str, _default: str) -> str:
@@ -472,7 +573,7 @@ def _attempts(value: Any) -> list[Attempt]:
         if not isinstance(item, dict) or sorted(item) != sorted(_ATTEMPT_KEYS):
             raise _Expected(_ATTEMPTS_EXPECTED)
         outcome = item["outcome"]
-        if outcome is not None and outcome not in _OUTCOMES:
+        if outcome is not None and (not isinstance(outcome, str) or outcome not in _OUTCOMES):
             raise _Expected(
                 _ATTEMPTS_EXPECTED + "; outcome null or one of " + ", ".join(AttemptEnd)
             )
@@ -690,6 +791,7 @@ _encode = _row_encoder()
 _ABSENT = object()
 _REQUIRED = frozenset(_FIELDS) - frozenset(DEFAULTS)
 _RECORD_DEFAULTS: dict[str, Any] = {
+    **{name: None for name in _FIELDS if name in _REQUIRED},
     **{name: value for name, value in DEFAULTS.items() if not isinstance(value, list | dict)},
     "deps": (),
     "labels": (),
@@ -697,22 +799,46 @@ _RECORD_DEFAULTS: dict[str, Any] = {
     "failures": None,
 }
 """What a record has for each field a compact row leaves out (the mutable ones, resources and
-attempts, are made afresh for each record)."""
+attempts, are made afresh for each record), and a place for each one it keeps: a value stored
+under a key of this dict keeps the key, interned as Python's names are, where json's key would
+be a new string each row (and ``TaskRecord(**values)`` compares a keyword that is not the
+parameter's own name object by its characters)."""
 
 
 def _tuple_of_texts(value: Any) -> tuple[str, ...]:
     return () if type(value) is list and not value else _texts(value)
 
 
-_CONVERTERS: dict[str, Callable[[Any], Any]] = {
-    **_FIELDS,
-    "deps": _dep_list,
-    "stakeholders": _tuple_of_texts,
-    "runners": _tuple_of_texts,
-    "labels": _tuple_of_texts,
-    "batch": _tuple_of_texts,
+_STORED: dict[str, Callable[[Any, dict[Any, Any] | None], Any]] = {
+    **{name: _judged(check) for name, check in _FIELDS.items()},
+    "task_id": _stored_text,
+    "seq": _stored_integer,
+    "family": _stored_shared_text,
+    "module": _stored_shared_text,
+    "params": _stored_params,
+    "loader": _stored_shared_text,
+    "status": _stored_status,
+    "deps": _judged(_dep_list),
+    "own_priority": _stored_integer,
+    "priority": _stored_integer,
+    "stakeholders": _stored_workers,
+    "runners": _stored_workers,
+    "worker": _stored_worker,
+    "labels": _judged(_tuple_of_texts),
+    "batch": _judged(_tuple_of_texts),
+    "waiting": _stored_text,
+    "explanation": _stored_text,
+    "status_message": _stored_text,
+    "tracking_url": _stored_text,
+    "registered": _stored_boolean,
+    "cancelled": _stored_boolean,
+    "attempt": _stored_count,
+    "reported": _stored_count,
+    "attempts": _stored_attempts,
 }
 """Per field, what :func:`from_stored` makes of its stored value (raising _Expected)."""
+_ATTEMPT_KEYSET = frozenset(_ATTEMPT_KEYS)
+_OUTCOME_OF: Mapping[str, AttemptEnd] = {str(o): o for o in AttemptEnd}
 _DEFAULT_LIST = tuple((name, value, type(value)) for name, value in DEFAULTS.items())
 """Each left-out field of a compact row, its default and the default's type (a value equal to
 the default but of another type, 0 for 0.0, is kept)."""

@@ -1162,19 +1162,22 @@ class SchedulerCore:
         """
         with self._lock:
             now = self.clock()
+            tasks, seq = self._tasks, self._seq
             for rec in records:
-                self._tasks[rec.task_id] = rec
-                self._seq = max(self._seq, rec.seq)
+                tasks[rec.task_id] = rec
+                if rec.seq > seq:
+                    seq = rec.seq
                 if rec.labels:
                     self._labelled.add(rec.task_id)
                     self._label_sets.add(rec.labels)
+            self._seq = seq
             for worker_id, assistant in workers:
                 self._workers[worker_id] = now
                 if assistant:
                     self._assistants.add(worker_id)
-            for rec in list(self._tasks.values()):
+            for rec in list(tasks.values()):
                 self._rebuild(rec)
-            for rec in self._tasks.values():
+            for rec in tasks.values():
                 # (how long a ready one has waited is not stored)
                 rec.ready_at = _READY_BEFORE if rec.status == PENDING else 0.0
                 self._offer(rec)
@@ -1188,11 +1191,17 @@ class SchedulerCore:
             self.restore(records, workers)
 
     def _rebuild(self, rec: TaskRecord) -> None:
+        task_id, tasks, unmet = rec.task_id, self._tasks, 0
         for dep_id in rec.deps:
-            self._record(dep_id).dependents.add(rec.task_id)
-        rec.unmet = sum(1 for d in rec.deps if self._tasks[d].status != DONE)
+            dep = tasks.get(dep_id)
+            if dep is None:  # (a dependency no worker registered: known from here on)
+                dep = self._record(dep_id)
+            dep.dependents.add(task_id)
+            if dep.status != DONE:
+                unmet += 1
+        rec.unmet = unmet
         for worker_id in rec.stakeholders:
-            self._by_worker.setdefault(worker_id, set()).add(rec.task_id)
+            _members(self._by_worker, worker_id).add(task_id)
         if rec.registered and not rec.stakeholders:  # released by every worker before a
             # restart: nothing else would make it a candidate for removal again
             heapq.heappush(self._removals, (self.clock() + self.remove_delay, rec.task_id))
