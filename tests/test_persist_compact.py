@@ -7,6 +7,7 @@ still reported by field. All on real SQLite files and a real server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import uuid
@@ -266,6 +267,11 @@ def test_from_stored_converts_a_stored_row_itself(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(persist, "_canonical", judged)
     got = [from_stored(_as_stored(r), {}) for r in (_busy("b", ("x",)), _plain("p"))]
     assert [_fields(r) for r in got] == [_fields(r) for r in expected]
+    every = [f.name for f in dataclasses.fields(TaskRecord)]
+    for record, wanted in zip(got, expected, strict=True):
+        assert [getattr(record, n) for n in every] == [getattr(wanted, n) for n in every]
+    assert got[0].dependents is not got[1].dependents
+    assert got[0].resources is not got[1].resources
 
 
 _ODD_VALUES: list[Any] = [
