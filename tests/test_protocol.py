@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -547,3 +548,22 @@ class _Node:
 
     name: str
     children: tuple[_Node, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Coded:
+    """A class whose text fields need at least three characters (names, and keys)."""
+
+    code: str = field(default="abc", metadata={"text": p.TextRule(min_length=3)})
+    named: Mapping[str, int] = field(default_factory=dict, metadata={"keys": p.TextRule(3)})
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_text_rule_longer_than_one_character_holds_on_every_path(strict: bool) -> None:
+    """A ``TextRule`` with ``min_length`` over 1 turns away shorter text on the fast path and
+    the general one alike, with the same message; text long enough is kept."""
+    for data in ({"code": "ab"}, {"code": "a"}, {"named": {"ab": 1}}):
+        outcome = _outcome(_Coded, data, strict)
+        assert outcome[0] == "error" and "at least 3 characters, got" in outcome[2], data
+        assert _general(_Coded, data, strict) == outcome
+    assert decode(_Coded, {"code": "abcd", "named": {"xyz": 1}}) == _Coded("abcd", {"xyz": 1})

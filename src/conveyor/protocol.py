@@ -1407,7 +1407,9 @@ _SCALARS: dict[Any, typing.Callable[[Any], bool]] = {
 def _scalar(hint: Any, data: Any, path: str, meta: Mapping[str, Any]) -> Any:
     if hint is str and isinstance(data, str):  # the most common case, first
         rule: TextRule | None = meta.get("text")
-        if rule is not None and not (0 < len(data) <= rule.max_length and data.isprintable()):
+        if rule is not None and not (
+            rule.min_length <= len(data) <= rule.max_length and data.isprintable()
+        ):
             problem = rule.problem(data)  # (printable text of a good length is fine)
             if problem:
                 raise FieldError(path, problem)
