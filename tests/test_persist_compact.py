@@ -486,6 +486,8 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
     try:
         (record,), _ = store.load_records()
         assert record.deps == ["a", "b"]
+        detail = store.detail("w")  # (the UI's reads take them as the load does)
+        assert detail is not None and [d.task_id for d in detail.deps] == ["a", "b"]
         record.deps.append("c")
         store.save([to_row(record)], [])
         assert "deps" not in _stored(path, "w")  # (written again, without them)

@@ -198,6 +198,24 @@ def test_a_row_holding_its_dependencies_in_its_json_is_reported(
     assert "field 'deps' is in the row's JSON" in caught.value.bad[0].reason
 
 
+def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """A row whose JSON holds dependencies while the edges hold its own is loaded, and shown
+    in the task detail, with the edges' (nothing is lost)."""
+    store = stores()
+    store.save([_row("w", deps=("a", "b")), _row("a"), _row("b")], [])
+    pg_cluster.sql(
+        "UPDATE conveyor.tasks SET data = jsonb_set(data::jsonb, '{deps}', '[\"x\"]')::text"
+        " WHERE task_id = 'w'",
+        _database(pg_dsn),
+    )
+    rows, _ = store.load()
+    assert {r["task_id"]: r["deps"] for r in rows}["w"] == ["a", "b"]
+    detail = store.detail("w")
+    assert detail is not None and [d.task_id for d in detail.deps] == ["a", "b"]
+
+
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:
     store = stores()
     store.save([_row("a")], [])
