@@ -11,8 +11,8 @@ import dataclasses
 import json
 import sqlite3
 import uuid
-from collections import deque
-from collections.abc import Iterator
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from conveyor.scheduler.persist import (
     stored_json,
     to_row,
 )
-from conveyor.scheduler.policy import Attempt, TaskRecord
+from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION
 from conveyor.server.stores import CorruptState, SqliteStore, StoreContext
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
@@ -213,11 +213,33 @@ def test_a_dependency_repeated_in_an_old_row_is_loaded_once() -> None:
     ]
 
 
-def _fields(record: TaskRecord) -> dict[str, Any]:
-    fields = to_row(record)
-    fields["deps"] = (type(record.deps), tuple(record.deps))
-    fields["attempts"] = (record.attempts, type(record.attempts))
-    return fields
+def _typed(value: Any) -> Any:
+    """``value`` with the type of each of its parts (and a float's sign and digits), so that
+    equal means made alike: ``==`` takes 1 for 1.0, a tuple for no list and an enum for its
+    text, but a loaded record must have exactly what from_row gives it."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (type(value), tuple((f.name, _typed(getattr(value, f.name))) for f in fields))
+    if isinstance(value, Mapping):
+        return (type(value), tuple((_typed(k), _typed(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple | deque):
+        return (type(value), tuple(_typed(v) for v in value))
+    if isinstance(value, set):
+        return (type(value), tuple(sorted(value)))
+    return (type(value), repr(value) if isinstance(value, float) else value)
+
+
+def _fields(record: TaskRecord) -> Any:
+    """Every slot of ``record``, typed (:func:`_typed`)."""
+    return _typed(record)
+
+
+def _containers(value: Any) -> list[Any]:
+    """``value`` and every list and dict inside it (what a record must not share)."""
+    found = [value] if isinstance(value, list | dict) else []
+    for inner in value.values() if isinstance(value, dict) else value if found else ():
+        found += _containers(inner)
+    return found
 
 
 @pytest.mark.parametrize("strings", [None, {}])
@@ -234,6 +256,8 @@ def test_from_stored_makes_what_from_row_makes_of_the_whole_row(
         assert _fields(from_stored(stored, strings, deps)) == _fields(expected)
         assert _fields(from_stored(compact_row(row), strings)) == _fields(expected)
     plain = compact_row(to_row(_plain("d")))
+    ordered = OrderedDict(plain)  # (a mapping of another kind: the careful path's to judge)
+    assert _fields(from_stored(ordered, strings)) == _fields(from_row(full_row(plain), strings))
     spoilt = [
         [1],
         {k: v for k, v in plain.items() if k != "status"},
@@ -267,17 +291,15 @@ def test_from_stored_converts_a_stored_row_itself(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(persist, "_canonical", judged)
     got = [from_stored(_as_stored(r), {}) for r in (_busy("b", ("x",)), _plain("p"))]
     assert [_fields(r) for r in got] == [_fields(r) for r in expected]
-    every = [f.name for f in dataclasses.fields(TaskRecord)]
-    for record, wanted in zip(got, expected, strict=True):
-        assert [getattr(record, n) for n in every] == [getattr(wanted, n) for n in every]
     assert got[0].dependents is not got[1].dependents
     assert got[0].resources is not got[1].resources
 
 
 _ODD_VALUES: list[Any] = [
     None, True, False, 0, 1, -1, 7, 2.0, -0.5, float("nan"), float("inf"), float("-inf"),
-    "", "x", "DONE", "timed_out", [], ["w1"], ["w1", "w2"], ["w1", 2], [["w1"]], [{}], [None],
-    {}, {"p": "1"}, {"p": 1}, {"p": None}, {"db": 1}, {"db": -1}, {"db": True},
+    10**400, -0.0, "", "x", "DONE", "timed_out", [], ["w1"], ["w1", "w2"], ["w1", 2], [["w1"]],
+    [{}], [None], [1.5, 2], {}, {"p": "1"}, {"p": 1}, {"p": None}, {"db": 1}, {"db": -1},
+    {"db": True},
 ]  # fmt: skip
 _ATTEMPT = {"attempt": 3, "started": 10.0, "ended": 11.0, "outcome": "failed", "worker": "w1"}
 
@@ -287,6 +309,11 @@ def _odd_rows() -> Iterator[dict[str, Any]]:
     history, set to each odd value, or left out; and with an unknown field."""
     base = _as_stored(_busy("b", ("x", "y")))
     yield {**base, "colour": "red"}
+    # a history longer than is kept, whose oldest entries (dropped on load) are bad
+    long = [{**_ATTEMPT, "attempt": n} for n in range(ATTEMPT_HISTORY + 5)]
+    yield {**base, "attempts": long}
+    yield {**base, "attempts": [{**_ATTEMPT, "outcome": "?"}, *long]}
+    yield {**base, "attempts": [*long, {**_ATTEMPT, "outcome": "?"}]}
     for name in [*persist._FIELDS, *_ATTEMPT, "attempts[extra]"]:
         if name in base:
             yield {k: v for k, v in base.items() if k != name}
@@ -298,26 +325,36 @@ def _odd_rows() -> Iterator[dict[str, Any]]:
                 yield {**base, name: value}
 
 
+@pytest.mark.parametrize("deps", [None, [], ["x", "y", "x"], ["x", 1]])
 @pytest.mark.parametrize("shared", [False, True])
-def test_from_stored_judges_any_value_as_from_row_does(shared: bool) -> None:
+def test_from_stored_judges_any_value_as_from_row_does(
+    shared: bool, deps: list[Any] | None
+) -> None:
     """from_stored's conversions take only what json makes of a row a store wrote and leave
-    anything else to from_row: whatever one field holds, the record is the one from_row
-    makes of the whole row, or the RowError is the same."""
+    anything else to from_row: whatever one field holds, and whatever dependencies the edges
+    give, the record is the one from_row makes of the whole row, slot for slot and type for
+    type, or the RowError is the same; and the record holds no list or dict of the row's or
+    of the dependencies given (a store keeps neither)."""
     for row in _odd_rows():
+        whole = full_row(row) if deps is None else full_row(row, deps=deps)
         try:
-            expected = _fields(from_row(full_row(row), {} if shared else None))
+            expected = _fields(from_row(whole, {} if shared else None))
         except RowError as wanted:
             with pytest.raises(RowError) as got:
-                from_stored(row, {} if shared else None)
+                from_stored(row, {} if shared else None, deps)
             assert (str(got.value), got.value.field) == (str(wanted), wanted.field), row
-        else:
-            assert _fields(from_stored(row, {} if shared else None)) == expected, row
+            continue
+        record = from_stored(row, {} if shared else None, deps)
+        assert _fields(record) == expected, row
+        given = {id(c) for c in _containers([row, deps])}
+        held = [getattr(record, f.name) for f in dataclasses.fields(TaskRecord)]
+        assert not [c for c in _containers(held) if id(c) in given], row
 
 
 def test_loaded_records_share_their_repeated_values() -> None:
     """Rows loaded with one strings dict share one object per family, module, parameter name
     and worker id, one tuple per list of stakeholders or runners, and one per history's worker;
-    without it, nothing is shared and each record has its own lists."""
+    without it, nothing is shared: each record has its own tuples."""
     rows = [_as_stored(_busy(t)) for t in ("a", "b")]
     strings: dict[Any, Any] = {}
     first, second = (from_stored(r, strings) for r in rows)
@@ -327,6 +364,7 @@ def test_loaded_records_share_their_repeated_values() -> None:
     assert next(iter(first.params)) is next(iter(second.params))
     assert first.attempts and second.attempts
     assert first.attempts[0].worker is second.attempts[0].worker is first.worker
+    assert first.stakeholders[0] is first.runners[0] is first.worker
     assert first.params is not rows[0]["params"]
     apart = [from_stored(r) for r in rows]
     assert apart[0].stakeholders is not apart[1].stakeholders
@@ -445,6 +483,7 @@ def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: 
         ("priority", "high", "field 'priority' is \"high\"; expected an integer"),
         ("status", None, "field 'status' is null; expected one of"),
         ("attempts", [{**_ATTEMPT, "outcome": []}], "; outcome null or one of succeeded,"),
+        ("wake_at", 10**400, "expected a finite number"),
         ("stakeholders", ["w1", ["w2"]], 'field \'stakeholders\' is ["w1", ["w2"]]; expected'),
         ("colour", "red", "field 'colour' is not a field of a task row"),
         ("deps", ["x"], "field 'deps' is in the row's JSON; expected the dependencies only in"),
@@ -494,6 +533,25 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
         assert [dep for dep, _ in _edges(path, "w")] == ["a", "b", "c"]
     finally:
         store.close()
+
+
+def test_the_task_list_and_the_detail_show_the_same_dependencies(tmp_path: Path) -> None:
+    """The UI's two readers take a task's dependencies alike: from the edges when it has
+    some, whatever its JSON holds; from its JSON, as it is, when it has none (a row edited
+    so, which the load refuses)."""
+    path = tmp_path / "state.db"
+    _saved(path, _plain("w", ("a", "b")), _plain("v"))
+    for task_id in ("w", "v"):
+        row = {**_stored(path, task_id), "deps": ["x"]}
+        _altered(path, "UPDATE tasks SET data = ? WHERE task_id = ?", (json.dumps(row), task_id))
+    store = _open(path)
+    try:
+        listed = {i.task_id: list(i.dependencies) for i in store.task_infos()}
+        details = {t: store.detail(t) for t in ("w", "v")}
+    finally:
+        store.close()
+    shown = {t: [d.task_id for d in detail.deps] for t, detail in details.items() if detail}
+    assert listed == shown == {"w": ["a", "b"], "v": ["x"]}
 
 
 def test_edges_whose_positions_are_not_numbers_make_the_row_unusable(tmp_path: Path) -> None:

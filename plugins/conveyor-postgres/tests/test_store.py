@@ -202,18 +202,26 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
     pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     """A row whose JSON holds dependencies while the edges hold its own is loaded, and shown
-    in the task detail, with the edges' (nothing is lost)."""
+    in the task list and detail, with the edges' (nothing is lost); the UI shows one whose
+    edges hold none (which the load refuses) with its JSON's, in the list and the detail."""
     store = stores()
     store.save([_row("w", deps=("a", "b")), _row("a"), _row("b")], [])
     pg_cluster.sql(
         "UPDATE conveyor.tasks SET data = jsonb_set(data::jsonb, '{deps}', '[\"x\"]')::text"
-        " WHERE task_id = 'w'",
+        " WHERE task_id IN ('w', 'b')",
+        _database(pg_dsn),
+    )
+    listed = {i.task_id: list(i.dependencies) for i in store.task_infos()}
+    details = {t: store.detail(t) for t in ("w", "b")}
+    shown = {t: [d.task_id for d in detail.deps] for t, detail in details.items() if detail}
+    assert shown == {"w": ["a", "b"], "b": ["x"]} and listed["w"] == ["a", "b"]
+    assert listed["b"] == ["x"]
+    pg_cluster.sql(
+        "UPDATE conveyor.tasks SET data = (data::jsonb - 'deps')::text WHERE task_id = 'b'",
         _database(pg_dsn),
     )
     rows, _ = store.load()
     assert {r["task_id"]: r["deps"] for r in rows}["w"] == ["a", "b"]
-    detail = store.detail("w")
-    assert detail is not None and [d.task_id for d in detail.deps] == ["a", "b"]
 
 
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:

@@ -310,10 +310,10 @@ def from_stored(
 
 
 def _canonical(
-    stored: object, strings: dict[str, str] | None, deps: list[str] | None
+    stored: object, strings: dict[Any, Any] | None, deps: list[str] | None
 ) -> TaskRecord:
     """What :func:`from_row` makes of the whole row (the RowError naming the field)."""
-    if type(stored) is dict:
+    if isinstance(stored, dict):
         stored = full_row(stored) if deps is None else full_row(stored, deps=deps)
     return from_row(stored, strings)
 
@@ -395,15 +395,19 @@ def _stored_workers(value: Any, strings: dict[Any, Any] | None) -> tuple[str, ..
         return ()
     if strings is None:
         return _texts(value)
-    names = tuple(value)
-    try:
-        shared: tuple[str, ...] | None = strings.get(names)
+    try:  # (keyed apart from anything from_row puts in strings, which takes any key)
+        shared: tuple[str, ...] | None = strings.get((_WORKERS, *value))
     except TypeError:  # (an element json made a list or an object of: not a string)
         raise _unfit() from None
-    if shared is None:  # (only checked tuples go in: one found is all strings)
+    if shared is None:  # (only checked tuples go in under that key: one found is all strings)
         one = strings.setdefault
-        shared = strings[names] = tuple([one(w, w) for w in _texts(value)])
+        shared = tuple([one(w, w) for w in _texts(value)])
+        strings[_WORKERS, *shared] = shared
     return shared
+
+
+_WORKERS = object()
+"""The first element of the key a tuple of worker ids is shared under in ``strings``."""
 
 
 def _stored_attempts(value: Any, strings: dict[Any, Any] | None) -> list[Attempt] | None:
@@ -510,9 +514,15 @@ def _count(value: Any) -> int:
 
 
 def _number(value: Any) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    if not isinstance(value, int | float) or isinstance(value, bool):
         raise _Expected("a finite number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # (an integer of hundreds of digits: json reads one as it is)
+        raise _Expected("a finite number") from None
+    if not math.isfinite(number):
+        raise _Expected("a finite number")
+    return number
 
 
 def _boolean(value: Any) -> bool:
@@ -812,6 +822,8 @@ def _record_start() -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]]
     start: dict[str, Any] = {}
     made = []
     for f in dataclasses.fields(TaskRecord):
+        if not f.init or f.kw_only:
+            raise TypeError(f"TaskRecord.{f.name} is not positional: from_stored cannot fill it")
         if f.name in _REQUIRED or f.name in _RECORD_DEFAULTS:
             start[f.name] = _RECORD_DEFAULTS.get(f.name)
             continue

@@ -105,12 +105,12 @@ def _deps_of(r: Reader, task_id: str) -> list[str]:
 
 
 def _stored_row(data: str, deps: list[str] | None) -> dict[str, Any]:
-    """The whole row saved as ``data`` with ``deps`` (from the edges table; None: none
-    there) as its dependencies, as the load takes it: where the edges hold some, they stand
-    whatever the row's JSON holds (a JSON with dependencies and no edges is refused by the
-    load)."""
+    """The whole row saved as ``data`` with ``deps`` (from the edges table; None or empty:
+    none there) as its dependencies, as the load takes it: where the edges hold some, they
+    stand whatever the row's JSON holds (a JSON with dependencies and no edges is refused by
+    the load; shown here as it is)."""
     row = json.loads(data)
-    return full_row(row) if deps is None else full_row(row, deps=deps)
+    return full_row(row, deps=deps) if deps else full_row(row)
 
 
 def _unmatchable(*values: object) -> bool:

@@ -309,11 +309,11 @@ class SqliteStore:
         return records, workers
 
     def _read_back(
-        self, keep: Callable[[dict[str, Any], TaskRecord], object], strings: dict[str, str] | None
+        self, keep: Callable[[dict[str, Any], TaskRecord], object], strings: dict[Any, Any] | None
     ) -> Workers:
         """Read every task row (``keep(row, record)`` for each usable one, until one is not)
         and return the workers; CorruptState (nothing changed) naming every unusable row.
-        ``strings`` is :func:`~conveyor.scheduler.persist.from_row`'s."""
+        ``strings`` is :func:`~conveyor.scheduler.persist.from_stored`'s."""
         deps: dict[str, tuple[Sequence[str], int]] = {}
         digests: dict[str, bytes] = {}
         bad: list[BadRow] = []
@@ -738,7 +738,7 @@ def _apply(db: sqlite3.Connection, version: int) -> None:
 def _task_row(
     task_id: object,
     data: object,
-    strings: dict[str, str] | None = None,
+    strings: dict[Any, Any] | None = None,
     deps: list[str] | None = None,
     *,
     whole: bool = True,
@@ -748,10 +748,11 @@ def _task_row(
     :func:`~conveyor.scheduler.persist.compact_row`; or whole, as saved before schema 3),
     with ``deps`` (from the edges table, in order; None: none there) as its dependencies
     (the whole row, see :func:`~conveyor.scheduler.persist.full_row`; with ``whole`` false,
-    the row as stored), and its record (``from_row(row, strings)``); RowError if it is not a
-    valid one, or (``edges``: a file of schema 3 or later) if its JSON holds dependencies and
-    the edges table none: they are kept only there (taken as the task's, they would be lost
-    at its next save; beside edges, the edges stand and the next save drops them)."""
+    the row as stored), and its record (``from_stored(row, strings, deps)``); RowError if it
+    is not a valid one, or (``edges``: a file of schema 3 or later) if its JSON holds
+    dependencies and the edges table none: they are kept only there (taken as the task's,
+    they would be lost at its next save; beside edges, the edges stand and the next save drops
+    them)."""
     if not isinstance(data, str):
         raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
     try:
