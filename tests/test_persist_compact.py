@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import sys
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
@@ -32,7 +33,7 @@ from conveyor.scheduler.persist import (
     to_row,
 )
 from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
-from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION
+from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _task_row
 from conveyor.server.stores import CorruptState, SqliteStore, StoreContext
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
 
@@ -314,15 +315,16 @@ def _odd_rows() -> Iterator[dict[str, Any]]:
     yield {**base, "attempts": long}
     yield {**base, "attempts": [{**_ATTEMPT, "outcome": "?"}, *long]}
     yield {**base, "attempts": [*long, {**_ATTEMPT, "outcome": "?"}]}
-    for name in [*persist._FIELDS, *_ATTEMPT, "attempts[extra]"]:
+    for name in persist._FIELDS:
         if name in base:
             yield {k: v for k, v in base.items() if k != name}
         for value in _ODD_VALUES:
-            if name in _ATTEMPT or name == "attempts[extra]":
-                key = name if name in _ATTEMPT else "extra"
-                yield {**base, "attempts": [_ATTEMPT, {**_ATTEMPT, key: value}]}
-            else:
-                yield {**base, name: value}
+            yield {**base, name: value}
+    for key in [*_ATTEMPT, "extra"]:  # (the fields of an attempt, and one it has not)
+        if key in _ATTEMPT:
+            yield {**base, "attempts": [{k: v for k, v in _ATTEMPT.items() if k != key}]}
+        for value in _ODD_VALUES:
+            yield {**base, "attempts": [_ATTEMPT, {**_ATTEMPT, key: value}]}
 
 
 @pytest.mark.parametrize("deps", [None, [], ["x", "y", "x"], ["x", 1]])
@@ -346,7 +348,8 @@ def test_from_stored_judges_any_value_as_from_row_does(
             continue
         record = from_stored(row, {} if shared else None, deps)
         assert _fields(record) == expected, row
-        given = {id(c) for c in _containers([row, deps])}
+        given_in = [row, deps]  # (alive while ids are compared)
+        given = {id(c) for c in _containers(given_in)}
         held = [getattr(record, f.name) for f in dataclasses.fields(TaskRecord)]
         assert not [c for c in _containers(held) if id(c) in given], row
 
@@ -510,6 +513,40 @@ def test_bad_compact_rows_are_still_reported_and_quarantined(
     finally:
         store.close()
     assert [r["task_id"] for r in rows] == ["good"] and rows[0]["deps"] == ["bad"]
+
+
+def test_a_value_nested_as_deep_as_json_reads_is_a_bad_row_not_a_crash() -> None:
+    """A stored value nested just under the depth json can read (so deep that showing it in
+    the error would go over) is reported as the field it is in, or as data that is not JSON:
+    a RowError either way, at every depth around the limit."""
+    limit = sys.getrecursionlimit()
+    base = json.dumps({**_as_stored(_plain("t")), "explanation": "HERE"})
+    seen = set()
+    for depth in range(limit - 150, limit + 5):
+        data = base.replace('"HERE"', "[" * depth + "]" * depth)
+        with pytest.raises(RowError) as caught:
+            _task_row("t", data, {}, None, whole=False, edges=True)
+        seen.add(caught.value.field)
+    assert seen == {"explanation", "data"}, seen
+
+
+def test_edges_repeating_a_position_with_a_dep_that_is_no_text_make_the_row_unusable(
+    tmp_path: Path,
+) -> None:
+    """Two edges of a task at one position, one of them a BLOB (an edited file), are reported
+    as the task's field 'deps', not compared into a TypeError."""
+    path = tmp_path / "state.db"
+    _saved(path, _plain("w", ("a", "b")), _plain("a"), _plain("b"))
+    _altered(path, "UPDATE edges SET dep_id = X'62', pos = 0 WHERE task_id = 'w' AND dep_id = 'b'")
+    store = _open(path)
+    try:
+        with pytest.raises(CorruptState) as caught:
+            store.load_records()
+        (bad,) = caught.value.bad
+        assert "task_id 'w'" in bad.where and "field 'deps'" in bad.reason
+        assert {i.task_id for i in store.task_infos()} == {"w", "a", "b"}
+    finally:
+        store.close()
 
 
 def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(

@@ -21,6 +21,7 @@ included) in a time that grows with the fields stored.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 from collections import deque
@@ -832,6 +833,8 @@ def _record_start() -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]]
             made.append((f.name, f.default_factory))
         elif f.default is dataclasses.MISSING:
             raise TypeError(f"TaskRecord.{f.name} has no default: from_stored cannot fill it")
+    if list(start) != list(inspect.signature(TaskRecord).parameters):  # (an InitVar, say)
+        raise TypeError("TaskRecord's parameters are not its fields: from_stored cannot fill it")
     return start, tuple(made)
 
 
@@ -893,5 +896,8 @@ def _json_kind(value: object) -> str:
 
 
 def _shown(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=True, default=repr)
+    try:
+        text = json.dumps(value, ensure_ascii=True, default=repr)
+    except RecursionError:  # (decoded a few frames higher up, just under json's own limit)
+        return "a value nested too deep to show"
     return text if len(text) <= 60 else text[:57] + "..."

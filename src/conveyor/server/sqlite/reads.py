@@ -19,6 +19,7 @@ import json
 import sqlite3
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from ...protocol import (
@@ -253,7 +254,9 @@ def in_order(pairs: list[tuple[Any, str]]) -> list[str] | None:
         return ordered
     if any(type(pos) is not int for pos, _ in pairs):
         return None
-    return [dep_id for _, dep_id in sorted(pairs)]
+    # (by position alone: an edited row may repeat one with a dep_id that is no text, which
+    # the row's check then reports; compared, it would be a TypeError)
+    return [dep_id for _, dep_id in sorted(pairs, key=itemgetter(0))]
 
 
 def deps_of(db: sqlite3.Connection, task_id: str) -> list[str]:
