@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from conveyor.errors import ConfigError, StateStoreError
-from conveyor.protocol import TaskStatus
+from conveyor.protocol import AttemptEnd, RetrySpec, TaskStatus
 from conveyor.scheduler.persist import to_row
-from conveyor.scheduler.policy import TaskRecord
+from conveyor.scheduler.policy import Attempt, TaskRecord
 from conveyor.server.stores import (
     CanLead,
     CanListIds,
@@ -222,6 +223,54 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
     )
     rows, _ = store.load()
     assert {r["task_id"]: r["deps"] for r in rows}["w"] == ["a", "b"]
+
+
+def _busy(task_id: str, deps: tuple[str, ...]) -> TaskRecord:
+    """A record whose every stored field differs from its default."""
+    return TaskRecord(
+        task_id=task_id, seq=3, family="Busy", module="m", params={"p": "1"}, loader="alt",
+        status=TaskStatus.FAILED, deps=deps, own_priority=1, priority=2, resources={"db": 1},
+        stakeholders=("w1", "w2"), runners=("w2",), worker="w2", retry_count=2,
+        retry=RetrySpec(1.0, 2.0, 60.0, 0.5), labels=("gpu",), waiting="no gpu",
+        batch_key="k", batch_max=4, batch=(task_id,), submitted_by="me", cancelled=True,
+        failures=deque([5.0, 6.5]), wake_at=12.5, explanation="why", status_message="half",
+        progress=50.0, tracking_url="http://x", registered=True, attempt=3, reported=2,
+        attempts=[Attempt(3, 10.0, "w2", 11.5, AttemptEnd.FAILED)],
+    )  # fmt: skip
+
+
+def test_load_records_gives_the_records_of_the_rows_load_gives(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """load_records() (what the server loads with) gives, for every row, the record the
+    server would make of the row load() gives, sharing repeated strings, and reports an
+    unusable row as load() does; a save after it writes only what changed."""
+    store = stores()
+    records = [_busy("b", ("a", "c")), _busy("d", ()), TaskRecord("a", 1, registered=True)]
+    store.save([to_row(r) for r in records] + [_row("c")], [("w1", False), ("w2", True)])
+    rows, workers = store.load()
+    loaded, loaded_workers = stores().load_records()
+    assert loaded_workers == workers == [("w1", False), ("w2", True)]
+    assert [to_row(r) for r in loaded] == rows
+    got = {r.task_id: r for r in loaded}
+    assert got["b"].attempts == records[0].attempts and got["b"].failures == deque([5.0, 6.5])
+    assert got["b"].stakeholders is got["d"].stakeholders and got["a"].attempts is None
+    assert list(got["b"].deps) == ["a", "c"] and got["d"].deps == ()
+    again = stores()
+    again.load_records()
+    seq = again.summary().seq
+    again.save([to_row(got["b"])], [])  # (as loaded: nothing to write)
+    assert again.summary().seq == seq
+    pg_cluster.sql(
+        "UPDATE conveyor.tasks SET data = jsonb_set(data::jsonb, '{priority}', '\"high\"')::text"
+        " WHERE task_id = 'd'",
+        _database(pg_dsn),
+    )
+    for load in (store.load, store.load_records):
+        with pytest.raises(CorruptState) as caught:
+            load()
+        assert [b.key for b in caught.value.bad] == [("tasks", "d")]
+        assert "field 'priority' is \"high\"; expected an integer" in caught.value.bad[0].reason
 
 
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:

@@ -51,8 +51,15 @@ from ..protocol import (
     TaskSummary,
 )
 from ..reasons import failure_reason
-from ..scheduler.persist import RowError, compact_row, from_row, full_row, stored_json
-from ..scheduler.policy import ATTEMPT_HISTORY
+from ..scheduler.persist import (
+    RowError,
+    compact_row,
+    from_row,
+    from_stored,
+    full_row,
+    stored_json,
+)
+from ..scheduler.policy import ATTEMPT_HISTORY, TaskRecord
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
 from ..settings import Field
 
@@ -79,10 +86,12 @@ __all__ = [
     "StateStore",
     "StoreContext",
     "TaskReads",
+    "TaskRecord",
     "Unstored",
     "blocked_by",
     "compact_row",
     "from_row",
+    "from_stored",
     "full_row",
     "graph_answer",
     "graph_layers",

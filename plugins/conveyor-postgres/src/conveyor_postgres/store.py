@@ -54,7 +54,8 @@ from conveyor.server.stores import (
     Lease,
     RowError,
     StoreContext,
-    from_row,
+    TaskRecord,
+    from_stored,
     full_row,
     list_worker,
     search_text,
@@ -555,7 +556,7 @@ class PostgresStore:
         ids, datas, pairs = [], [], []
         for task_id, data in found:
             try:
-                row = _task_row(task_id, data)
+                row, _record = _task_row(task_id, data)
             except RowError:
                 continue
             ids.append(task_id)
@@ -791,28 +792,54 @@ class PostgresStore:
     def load(self) -> tuple[list[dict[str, Any]], list[tuple[str, bool]]]:
         """Every saved row and worker, read in one snapshot; CorruptState (nothing changed)
         naming the rows that cannot be read back."""
+        rows: list[dict[str, Any]] = []
+        workers = self._read_back(lambda row, _record: rows.append(row), None)
+        return rows, workers
+
+    def load_records(self) -> tuple[list[TaskRecord], list[tuple[str, bool]]]:
+        """What :meth:`load` returns, as records: each row parsed and checked once (by
+        :func:`~conveyor.scheduler.persist.from_stored`, where :meth:`load`'s rows are checked
+        again by the server), and records share their repeated strings. The server loads with
+        this when a store has it: at start, and when it takes the lease."""
+        records: list[TaskRecord] = []
+        workers = self._read_back(lambda _row, record: records.append(record), {})
+        return records, workers
+
+    def _read_back(
+        self,
+        keep: Callable[[dict[str, Any], TaskRecord], object],
+        strings: dict[Any, Any] | None,
+    ) -> list[tuple[str, bool]]:
+        """Read every task row in one snapshot (``keep(row, record)`` for each usable one;
+        the whole row only when ``strings`` is None, as :meth:`load` returns it) and return
+        the workers; CorruptState (nothing changed) naming every unusable row."""
         with self._write_lock:
             tasks, edges, workers = self._read(reads.load_all)
-            rows: list[dict[str, Any]] = []
             bad: list[BadRow] = []
             deps: dict[str, tuple[Sequence[str], int]] = {}
             digests: dict[str, bytes] = {}
+            whole = strings is None
             for task_id, data in tasks:
                 try:
-                    row = _task_row(task_id, data, edges.get(task_id), edged=True)
+                    row, record = _task_row(
+                        task_id, data, edges.get(task_id), edged=True, strings=strings
+                    )
                 except RowError as exc:
                     bad.append(BadRow(("tasks", task_id), f"task row {task_id!r}", str(exc)))
                     continue
-                rows.append(row)
-                if row["deps"]:
-                    deps[task_id] = (row["deps"], len(row["deps"]))
+                if not bad:
+                    keep(row, record)
+                if record.deps:  # (the list a load gives, which a merge extends: see save)
+                    kept = row["deps"] if whole else record.deps
+                    deps[task_id] = (kept, len(kept))
                 digests[task_id] = _digest(data)
+            del tasks, edges
             if bad:
                 raise CorruptState(
                     f"the PostgreSQL state store {self.where} (schema {self._schema!r})", bad
                 )
             self._deps, self._digests = deps, digests
-            return rows, [(w, bool(a)) for w, a in workers]
+            return [(w, bool(a)) for w, a in workers]
 
     # --- the lease ----------------------------------------------------------------------------
 
@@ -1080,24 +1107,27 @@ def _ui_columns(row: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _task_row(
-    task_id: str, data: str, deps: list[str] | None = None, *, edged: bool = False
-) -> dict[str, Any]:
+    task_id: str,
+    data: str,
+    deps: list[str] | None = None,
+    *,
+    edged: bool = False,
+    strings: dict[Any, Any] | None = None,
+) -> tuple[dict[str, Any], TaskRecord]:
     """The whole row saved as ``data`` (compact, or whole as before schema 3) under
     ``task_id``, with ``deps`` (from the edges table, in order; None: none there) as its
-    dependencies; RowError if it is not a valid one, or (``edged``: schema 3) if its JSON
-    holds dependencies and the edges table none: they are kept only there then (taken as
-    the task's, they would be lost at its next save; beside edges, the edges stand and the
-    next save drops them)."""
+    dependencies, and its record (``from_stored(row, strings, deps)``; with ``strings``, the
+    row is not made: ``{}``); RowError if it is not a valid one, or (``edged``: schema 3) if
+    its JSON holds dependencies and the edges table none: they are kept only there then
+    (taken as the task's, they would be lost at its next save; beside edges, the edges stand
+    and the next save drops them)."""
     try:
         stored = json.loads(data, parse_constant=_not_a_number)
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
-    row = stored
-    if type(row) is dict:
-        row = full_row(row) if deps is None else full_row(row, deps=deps)
-    from_row(row)
-    if row["task_id"] != task_id:
-        message = f"field 'task_id' is {row['task_id']!r}, but the row's task_id is {task_id!r}"
+    record = from_stored(stored, strings, deps)
+    if record.task_id != task_id:
+        message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
     if edged and deps is None and "deps" in stored:
         raise RowError(
@@ -1105,7 +1135,9 @@ def _task_row(
             " 'edges' (since schema 3)",
             "deps",
         )
-    return dict(row)
+    if strings is not None:
+        return {}, record
+    return (full_row(stored) if deps is None else full_row(stored, deps=deps)), record
 
 
 def _not_a_number(name: str) -> Any:
