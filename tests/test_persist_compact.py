@@ -549,6 +549,53 @@ def test_edges_repeating_a_position_with_a_dep_that_is_no_text_make_the_row_unus
         store.close()
 
 
+def test_text_that_is_not_utf8_is_reported_by_row_and_quarantined(tmp_path: Path) -> None:
+    """A task's data or a worker's id edited into bytes that are not UTF-8 (which SQLite
+    cannot hand over as text) is reported by row and quarantined as it is, byte for byte;
+    the rest loads. The same bytes in an edge, which is no row to move aside, are a
+    ConfigError saying so, not a traceback."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.load_records()
+        store.save([to_row(_plain("good")), to_row(_plain("bad"))], [("w1", False), ("w2", True)])
+    finally:
+        store.close()
+    _altered(path, "UPDATE tasks SET data = CAST(X'7B22FF' AS TEXT) WHERE task_id = 'bad'")
+    _altered(path, "UPDATE workers SET worker_id = CAST(X'77FE' AS TEXT) WHERE worker_id = 'w2'")
+    store = _open(path)
+    try:
+        with pytest.raises(CorruptState) as caught:
+            store.load_records()
+        found = [(b.key[0], b.where, b.reason) for b in caught.value.bad]
+        assert found == [
+            ("tasks", "task row 2 (task_id 'bad')", "data is not UTF-8 text (invalid start "
+             "byte at byte 2)"),
+            ("workers", "worker row 2 (worker_id 'w\\\\xfe')", "worker_id is not UTF-8 text "
+             "(invalid start byte at byte 1)"),
+        ]  # fmt: skip
+        store.quarantine(caught.value.bad)
+        records, workers = store.load_records()
+    finally:
+        store.close()
+    assert [r.task_id for r in records] == ["good"] and workers == [("w1", False)]
+    db = _db(path)
+    try:
+        db.text_factory = bytes
+        kept = db.execute("SELECT source_table, data FROM quarantine ORDER BY id").fetchall()
+    finally:
+        db.close()
+    assert kept == [(b"tasks", b'{"\xff'), (b"workers", 1)]
+    _saved(path, _plain("w", ("a",)))
+    _altered(path, "UPDATE edges SET dep_id = CAST(X'61FF' AS TEXT) WHERE task_id = 'w'")
+    store = _open(path)
+    try:
+        with pytest.raises(ConfigError, match=r"cannot read the state database .*UTF-8"):
+            store.load_records()
+    finally:
+        store.close()
+
+
 def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
     tmp_path: Path,
 ) -> None:

@@ -349,6 +349,14 @@ class SqliteStore:
                 del edges
                 workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
                 worker_rows = workers.fetchall()
+            except sqlite3.OperationalError as exc:  # (text that is no UTF-8 stops a read)
+                undecodable = self._undecodable()
+                if not undecodable:
+                    raise ConfigError(
+                        f"cannot read the state database {self._path!r}: {exc}; expected its "
+                        "text in UTF-8 (an edited or damaged file: restore it from a backup)"
+                    ) from None
+                raise CorruptState(f"state database {self._path!r}", undecodable) from None
             finally:
                 self._db.execute("COMMIT")
         pairs: Workers = []
@@ -372,6 +380,30 @@ class SqliteStore:
         self._upgrade()
         self._vacuum_incrementally()
         return pairs
+
+    def _undecodable(self) -> list[BadRow]:
+        """The task and worker rows whose text is not UTF-8, which sqlite3 cannot read as
+        text (the whole statement fails), found by reading them again as bytes; with the
+        lock held. They are reported and quarantined like any unusable row."""
+        bad: list[BadRow] = []
+        self._db.text_factory = bytes
+        try:
+            for table, (key, data) in _QUARANTINED.items():
+                found = self._db.execute(
+                    f"SELECT rowid, typeof({key}), {key}, typeof({data}), {data} FROM {table}"
+                )
+                for rowid, key_type, key_value, data_type, data_value in found:
+                    problem = _not_utf8(key, key_type, key_value) or _not_utf8(
+                        data, data_type, data_value
+                    )
+                    if problem:
+                        if isinstance(key_value, bytes):
+                            key_value = key_value.decode("utf-8", "backslashreplace")
+                        where = f"{table[:-1]} row {rowid} ({key} {key_value!r})"
+                        bad.append(BadRow((table, rowid), where, problem))
+        finally:
+            self._db.text_factory = str
+        return bad
 
     def _vacuum_incrementally(self) -> None:
         """Switch a file created before conveyor vacuumed incrementally to doing so: one full
@@ -776,6 +808,18 @@ def _not_a_number(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_constant=_not_a_number)
 """``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
+
+
+def _not_utf8(column: str, sql_type: bytes, value: object) -> str:
+    """What is wrong with ``column``'s ``value`` read as bytes: "" unless it is TEXT
+    (``sql_type``, as ``typeof()`` gives it) that is not UTF-8."""
+    if sql_type != b"text" or not isinstance(value, bytes):
+        return ""
+    try:
+        value.decode()
+    except UnicodeDecodeError as exc:
+        return f"{column} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    return ""
 
 
 def _worker_problem(worker_id: object, assistant: object) -> str:
