@@ -487,6 +487,8 @@ def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: 
         ("status", None, "field 'status' is null; expected one of"),
         ("attempts", [{**_ATTEMPT, "outcome": []}], "; outcome null or one of succeeded,"),
         ("wake_at", 10**400, "expected a finite number"),
+        ("family", "F\ud800", "data holds a lone surrogate"),
+        ("params", {"p\udfff": "1"}, "data holds a lone surrogate"),
         ("stakeholders", ["w1", ["w2"]], 'field \'stakeholders\' is ["w1", ["w2"]]; expected'),
         ("colour", "red", "field 'colour' is not a field of a task row"),
         ("deps", ["x"], "field 'deps' is in the row's JSON; expected the dependencies only in"),
@@ -513,6 +515,21 @@ def test_bad_compact_rows_are_still_reported_and_quarantined(
     finally:
         store.close()
     assert [r["task_id"] for r in rows] == ["good"] and rows[0]["deps"] == ["bad"]
+
+
+def test_a_character_beyond_the_bmp_loads_back(tmp_path: Path) -> None:
+    """A character beyond the BMP (a surrogate pair in the stored JSON text) loads as it was
+    saved: only a lone surrogate makes a row unusable."""
+    path = tmp_path / "state.db"
+    saved = TaskRecord("t", 1, family="F", params={"p": "\U0001f600"}, registered=True)
+    _saved(path, saved)
+    assert "\\ud83d\\ude00" in json.dumps(_stored(path, "t"))
+    store = _open(path)
+    try:
+        (record,), _ = store.load_records()
+    finally:
+        store.close()
+    assert record.params == {"p": "\U0001f600"}
 
 
 def test_a_value_nested_as_deep_as_json_reads_is_a_bad_row_not_a_crash() -> None:

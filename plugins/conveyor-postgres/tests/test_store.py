@@ -273,6 +273,25 @@ def test_load_records_gives_the_records_of_the_rows_load_gives(
         assert "field 'priority' is \"high\"; expected an integer" in caught.value.bad[0].reason
 
 
+def test_a_row_with_a_lone_surrogate_is_reported(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """A row edited to hold a lone surrogate (which no save could write back) is reported;
+    a character beyond the BMP (a pair) loads as it was."""
+    store = stores()
+    store.save([_row("good"), _row("bad"), _row("\U0001f600")], [])
+    pg_cluster.sql(
+        "UPDATE conveyor.tasks SET data = replace(data, '\"Fam\"', '\"F\\ud800\"')"
+        " WHERE task_id = 'bad'",
+        _database(pg_dsn),
+    )
+    for load in (store.load, store.load_records):
+        with pytest.raises(CorruptState) as caught:
+            load()
+        assert [b.key for b in caught.value.bad] == [("tasks", "bad")]
+        assert "data holds a lone surrogate" in caught.value.bad[0].reason
+
+
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:
     store = stores()
     store.save([_row("a")], [])

@@ -41,6 +41,7 @@ __all__ = [
     "from_row",
     "from_stored",
     "full_row",
+    "refuse_lone_surrogates",
     "to_row",
 ]
 
@@ -878,6 +879,23 @@ _OUTCOME_OF: Mapping[str, AttemptEnd] = {str(o): o for o in AttemptEnd}
 _DEFAULT_LIST = tuple((name, value, type(value)) for name, value in DEFAULTS.items())
 """Each left-out field of a compact row, its default and the default's type (a value equal to
 the default but of another type, 0 for 0.0, is kept)."""
+
+
+def refuse_lone_surrogates(data: str, stored: object) -> None:
+    """RowError (field ``data``) if JSON text ``data`` decoded into ``stored`` holds a string
+    with a lone surrogate, which no store can write back (UTF-8 has none): a row edited so,
+    since the server refuses them at its edge. Looked for only where the text has an escape
+    that can make one (conveyor's JSON is ASCII; a character beyond the BMP is a pair)."""
+    if "\\ud" not in data and "\\uD" not in data:
+        return
+    try:
+        json.dumps(stored, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise RowError(
+            "data holds a lone surrogate (a \\ud800-\\udfff escape without its pair);"
+            " expected valid Unicode",
+            "data",
+        ) from None
 
 
 def full_row(stored: Mapping[str, Any], **more: Any) -> dict[str, Any]:

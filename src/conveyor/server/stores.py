@@ -57,6 +57,7 @@ from ..scheduler.persist import (
     from_row,
     from_stored,
     full_row,
+    refuse_lone_surrogates,
     stored_json,
 )
 from ..scheduler.policy import ATTEMPT_HISTORY, TaskRecord
@@ -99,6 +100,7 @@ __all__ = [
     "list_worker",
     "matches",
     "public_params",
+    "refuse_lone_surrogates",
     "search_text",
     "stored_json",
     "task_detail",

@@ -58,6 +58,7 @@ from conveyor.server.stores import (
     from_stored,
     full_row,
     list_worker,
+    refuse_lone_surrogates,
     search_text,
     stored_json,
 )
@@ -1135,6 +1136,7 @@ def _task_row(
             " 'edges' (since schema 3)",
             "deps",
         )
+    refuse_lone_surrogates(data, stored)
     if strings is not None:
         return {}, record
     return (full_row(stored) if deps is None else full_row(stored, deps=deps)), record

@@ -40,7 +40,13 @@ from ...protocol import (
     TaskPage,
     TaskSummary,
 )
-from ...scheduler.persist import RowError, from_stored, full_row, stored_json
+from ...scheduler.persist import (
+    RowError,
+    from_stored,
+    full_row,
+    refuse_lone_surrogates,
+    stored_json,
+)
 from ...scheduler.policy import TaskRecord
 from ...settings import Field
 from ..statelock import StateLock
@@ -797,6 +803,7 @@ def _task_row(
         raise RowError(message, "task_id")
     if edges and deps is None and "deps" in row:
         raise RowError(_DEPS_IN_ROW, "deps")
+    refuse_lone_surrogates(data, row)
     if whole:
         row = full_row(row) if deps is None else full_row(row, deps=deps)
     return row, record
