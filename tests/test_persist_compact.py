@@ -33,6 +33,7 @@ from conveyor.scheduler.persist import (
     to_row,
 )
 from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
+from conveyor.server.sqlite import reads
 from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _task_row
 from conveyor.server.stores import CorruptState, SqliteStore, StoreContext
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
@@ -519,17 +520,32 @@ def test_bad_compact_rows_are_still_reported_and_quarantined(
 
 def test_a_character_beyond_the_bmp_loads_back(tmp_path: Path) -> None:
     """A character beyond the BMP (a surrogate pair in the stored JSON text) loads as it was
-    saved: only a lone surrogate makes a row unusable."""
+    saved: only a lone surrogate makes a row unusable, in an escape of either case."""
     path = tmp_path / "state.db"
     saved = TaskRecord("t", 1, family="F", params={"p": "\U0001f600"}, registered=True)
-    _saved(path, saved)
-    assert "\\ud83d\\ude00" in json.dumps(_stored(path, "t"))
+    _saved(path, saved, _plain("u"))
+    db = _db(path)
+    try:
+        (text,) = db.execute("SELECT data FROM tasks WHERE task_id = 't'").fetchone()
+    finally:
+        db.close()
+    assert "\\ud83d\\ude00" in text
     store = _open(path)
     try:
-        (record,), _ = store.load_records()
+        records, _ = store.load_records()
     finally:
         store.close()
-    assert record.params == {"p": "\U0001f600"}
+    assert {r.task_id: r.params for r in records}["t"] == {"p": "\U0001f600"}
+    _altered(path, "UPDATE tasks SET data = replace(data, '\"Plain\"', '\"P\\uDC00\"')")
+    store = _open(path)
+    try:
+        with pytest.raises(CorruptState) as caught:
+            store.load_records()
+    finally:
+        store.close()
+    assert [(b.where, b.reason.split(" (")[0]) for b in caught.value.bad] == [
+        ("task row 2 (task_id 'u')", "data holds a lone surrogate")
+    ]
 
 
 def test_a_value_nested_as_deep_as_json_reads_is_a_bad_row_not_a_crash() -> None:
@@ -568,29 +584,31 @@ def test_edges_repeating_a_position_with_a_dep_that_is_no_text_make_the_row_unus
 
 def test_text_that_is_not_utf8_is_reported_by_row_and_quarantined(tmp_path: Path) -> None:
     """A task's data or a worker's id edited into bytes that are not UTF-8 (which SQLite
-    cannot hand over as text) is reported by row and quarantined as it is, byte for byte;
-    the rest loads. The same bytes in an edge, which is no row to move aside, are a
-    ConfigError saying so, not a traceback."""
+    cannot hand over as text) is reported by row, with every other unusable row, and
+    quarantined as it is, byte for byte; the rest loads. The same bytes in an edge, which is
+    no row to move aside, are a ConfigError saying so, not a traceback."""
     path = tmp_path / "state.db"
     store = _open(path)
     try:
         store.load_records()
-        store.save([to_row(_plain("good")), to_row(_plain("bad"))], [("w1", False), ("w2", True)])
+        rows = [to_row(_plain(t)) for t in ("good", "bad", "late")]
+        store.save(rows, [("w1", False), ("w2", True)])
     finally:
         store.close()
     _altered(path, "UPDATE tasks SET data = CAST(X'7B22FF' AS TEXT) WHERE task_id = 'bad'")
+    _altered(path, "UPDATE tasks SET data = 'not json' WHERE task_id = 'late'")
     _altered(path, "UPDATE workers SET worker_id = CAST(X'77FE' AS TEXT) WHERE worker_id = 'w2'")
     store = _open(path)
     try:
         with pytest.raises(CorruptState) as caught:
             store.load_records()
-        found = [(b.key[0], b.where, b.reason) for b in caught.value.bad]
+        found = [(b.key[0], b.where, b.reason.split(" (")[0]) for b in caught.value.bad]
         assert found == [
-            ("tasks", "task row 2 (task_id 'bad')", "data is not UTF-8 text (invalid start "
-             "byte at byte 2)"),
-            ("workers", "worker row 2 (worker_id 'w\\\\xfe')", "worker_id is not UTF-8 text "
-             "(invalid start byte at byte 1)"),
-        ]  # fmt: skip
+            ("tasks", "task row 2 (task_id 'bad')", "data is not UTF-8 text"),
+            ("workers", "worker row 2 (worker_id 'w\ufffd')", "worker_id is not UTF-8 text"),
+            ("tasks", "task row 3 (task_id 'late')", "data is not JSON"),
+        ]
+        assert "(invalid start byte at byte 2)" in caught.value.bad[0].reason
         store.quarantine(caught.value.bad)
         records, workers = store.load_records()
     finally:
@@ -602,12 +620,32 @@ def test_text_that_is_not_utf8_is_reported_by_row_and_quarantined(tmp_path: Path
         kept = db.execute("SELECT source_table, data FROM quarantine ORDER BY id").fetchall()
     finally:
         db.close()
-    assert kept == [(b"tasks", b'{"\xff'), (b"workers", 1)]
+    assert kept == [(b"tasks", b'{"\xff'), (b"workers", 1), (b"tasks", b"not json")]
     _saved(path, _plain("w", ("a",)))
     _altered(path, "UPDATE edges SET dep_id = CAST(X'61FF' AS TEXT) WHERE task_id = 'w'")
     store = _open(path)
     try:
         with pytest.raises(ConfigError, match=r"cannot read the state database .*UTF-8"):
+            store.load_records()
+    finally:
+        store.close()
+
+
+def test_a_read_error_of_another_kind_is_not_taken_for_bytes_that_are_not_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only sqlite3's "could not decode" sends the load looking for rows that are not UTF-8:
+    another read error (a disk failing, which cannot be made here) comes out as it is."""
+    path = tmp_path / "state.db"
+    _saved(path, _plain("a"))
+
+    def failing(_db: sqlite3.Connection) -> dict[str, list[str] | None]:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(reads, "all_deps", failing)
+    store = _open(path)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
             store.load_records()
     finally:
         store.close()

@@ -259,7 +259,7 @@ def test_load_records_gives_the_records_of_the_rows_load_gives(
     again = stores()
     again.load_records()
     seq = again.summary().seq
-    again.save([to_row(got["b"])], [])  # (as loaded: nothing to write)
+    again.save([to_row(got["b"]), to_row(got["d"])], [])  # (as loaded: nothing to write)
     assert again.summary().seq == seq
     pg_cluster.sql(
         "UPDATE conveyor.tasks SET data = jsonb_set(data::jsonb, '{priority}', '\"high\"')::text"

@@ -884,8 +884,9 @@ the default but of another type, 0 for 0.0, is kept)."""
 def refuse_lone_surrogates(data: str, stored: object) -> None:
     """RowError (field ``data``) if JSON text ``data`` decoded into ``stored`` holds a string
     with a lone surrogate, which no store can write back (UTF-8 has none): a row edited so,
-    since the server refuses them at its edge. Looked for only where the text has an escape
-    that can make one (conveyor's JSON is ASCII; a character beyond the BMP is a pair)."""
+    since the server refuses them at its edge. Looked for only where the text has a ``\\u``
+    escape that can make one: the drivers decode stored text as strict UTF-8, so a surrogate
+    can come from nothing else (a character beyond the BMP is written as a pair, and loads)."""
     if "\\ud" not in data and "\\uD" not in data:
         return
     try:

@@ -1127,6 +1127,7 @@ def _task_row(
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
     record = from_stored(stored, strings, deps)
+    refuse_lone_surrogates(data, stored)
     if record.task_id != task_id:
         message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
@@ -1136,7 +1137,6 @@ def _task_row(
             " 'edges' (since schema 3)",
             "deps",
         )
-    refuse_lone_surrogates(data, stored)
     if strings is not None:
         return {}, record
     return (full_row(stored) if deps is None else full_row(stored, deps=deps)), record

@@ -318,51 +318,34 @@ class SqliteStore:
         self, keep: Callable[[dict[str, Any], TaskRecord], object], strings: dict[Any, Any] | None
     ) -> Workers:
         """Read every task row (``keep(row, record)`` for each usable one, until one is not)
-        and return the workers; CorruptState (nothing changed) naming every unusable row.
-        ``strings`` is :func:`~conveyor.scheduler.persist.from_stored`'s."""
+        and return the workers; CorruptState (nothing changed) naming every unusable row, those
+        whose text is not UTF-8 first. ``strings`` is
+        :func:`~conveyor.scheduler.persist.from_stored`'s."""
         deps: dict[str, tuple[Sequence[str], int]] = {}
         digests: dict[str, bytes] = {}
         bad: list[BadRow] = []
-        whole = strings is None  # (load() returns whole rows; load_records() none)
+        skipped: dict[str, set[int]] = {"tasks": set(), "workers": set()}
         with self._lock:
             self._db.execute("BEGIN")  # (one snapshot of the edges and the tasks)
             try:
-                edged = self._version >= 3  # (a row's dependencies are in table 'edges')
-                edges = reads.all_deps(self._db) if edged else {}
-                # (one statement: one snapshot of the table, read in chunks)
-                cursor = self._db.execute("SELECT rowid, task_id, data FROM tasks")
-                rows = iter(lambda: cursor.fetchmany(_LOAD_CHUNK), [])
-                for chunk in rows:
-                    for rowid, task_id, data in chunk:
-                        listed = edges.get(task_id, _NO_EDGES)
-                        try:
-                            if listed is None:
-                                raise RowError(_UNORDERED, "deps")
-                            stored = None if listed is _NO_EDGES else listed
-                            row, record = _task_row(
-                                task_id, data, strings, stored, whole=whole, edges=edged
-                            )
-                        except RowError as exc:
-                            where = f"task row {rowid} (task_id {task_id!r})"
-                            bad.append(BadRow(("tasks", rowid), where, str(exc)))
-                            continue
-                        if record.deps:
-                            deps[task_id] = (record.deps, len(record.deps))
-                        digests[task_id] = _digest(data)
-                        if not bad:
-                            keep(row, record)
-                    del chunk
-                del edges
-                workers = self._db.execute("SELECT rowid, worker_id, assistant FROM workers")
-                worker_rows = workers.fetchall()
-            except sqlite3.OperationalError as exc:  # (text that is no UTF-8 stops a read)
-                undecodable = self._undecodable()
-                if not undecodable:
-                    raise ConfigError(
-                        f"cannot read the state database {self._path!r}: {exc}; expected its "
-                        "text in UTF-8 (an edited or damaged file: restore it from a backup)"
-                    ) from None
-                raise CorruptState(f"state database {self._path!r}", undecodable) from None
+                try:
+                    worker_rows = self._read_rows(keep, strings, bad, deps, digests, skipped)
+                except sqlite3.OperationalError as exc:
+                    if not _not_decoded(exc):
+                        raise
+                    # text that is no UTF-8 stops the whole statement: find those rows by
+                    # reading them as bytes, then read the rest again without them
+                    bad[:] = self._undecodable()  # (and no keep() from here on)
+                    for row_of in bad:
+                        skipped[row_of.key[0]].add(row_of.key[1])
+                    if not bad:  # (the bytes are elsewhere, in an edge: no row to move aside)
+                        raise self._not_text(exc) from None
+                    try:
+                        worker_rows = self._read_rows(keep, strings, bad, deps, digests, skipped)
+                    except sqlite3.OperationalError as again:
+                        if not _not_decoded(again):
+                            raise
+                        raise self._not_text(again) from None
             finally:
                 self._db.execute("COMMIT")
         pairs: Workers = []
@@ -387,6 +370,53 @@ class SqliteStore:
         self._vacuum_incrementally()
         return pairs
 
+    def _read_rows(
+        self,
+        keep: Callable[[dict[str, Any], TaskRecord], object],
+        strings: dict[Any, Any] | None,
+        bad: list[BadRow],
+        deps: dict[str, tuple[Sequence[str], int]],
+        digests: dict[str, bytes],
+        skipped: dict[str, set[int]],
+    ) -> list[tuple[Any, ...]]:
+        """:meth:`_read_back`'s reading, in its transaction: every task row but those of
+        ``skipped`` checked (``keep(row, record)`` while ``bad`` is empty, each unusable one
+        added to ``bad``), ``deps`` and ``digests`` filled; the worker rows, unchecked."""
+        whole = strings is None  # (load() returns whole rows; load_records() none)
+        edged = self._version >= 3  # (a row's dependencies are in table 'edges')
+        edges = reads.all_deps(self._db) if edged else {}
+        # (one statement: one snapshot of the table, read in chunks)
+        cursor = self._db.execute("SELECT rowid, task_id, data FROM tasks" + _but(skipped["tasks"]))
+        for chunk in iter(lambda: cursor.fetchmany(_LOAD_CHUNK), []):
+            for rowid, task_id, data in chunk:
+                listed = edges.get(task_id, _NO_EDGES)
+                try:
+                    if listed is None:
+                        raise RowError(_UNORDERED, "deps")
+                    stored = None if listed is _NO_EDGES else listed
+                    row, record = _task_row(
+                        task_id, data, strings, stored, whole=whole, edges=edged
+                    )
+                except RowError as exc:
+                    where = f"task row {rowid} (task_id {task_id!r})"
+                    bad.append(BadRow(("tasks", rowid), where, str(exc)))
+                    continue
+                if record.deps:
+                    deps[task_id] = (record.deps, len(record.deps))
+                digests[task_id] = _digest(data)
+                if not bad:
+                    keep(row, record)
+            del chunk
+        del edges
+        workers = "SELECT rowid, worker_id, assistant FROM workers" + _but(skipped["workers"])
+        return self._db.execute(workers).fetchall()
+
+    def _not_text(self, exc: sqlite3.OperationalError) -> ConfigError:
+        return ConfigError(
+            f"cannot read the state database {self._path!r}: {exc}; expected its text in UTF-8"
+            " (an edited or damaged file: restore it from a backup)"
+        )
+
     def _undecodable(self) -> list[BadRow]:
         """The task and worker rows whose text is not UTF-8, which sqlite3 cannot read as
         text (the whole statement fails), found by reading them again as bytes; with the
@@ -404,7 +434,7 @@ class SqliteStore:
                     )
                     if problem:
                         if isinstance(key_value, bytes):
-                            key_value = key_value.decode("utf-8", "backslashreplace")
+                            key_value = key_value.decode("utf-8", "replace")
                         where = f"{table[:-1]} row {rowid} ({key} {key_value!r})"
                         bad.append(BadRow((table, rowid), where, problem))
         finally:
@@ -798,12 +828,12 @@ def _task_row(
     except (ValueError, RecursionError) as exc:
         raise RowError(f"data is not JSON ({exc})", "data") from None
     record = from_stored(row, strings, deps)
+    refuse_lone_surrogates(data, row)
     if record.task_id != task_id:
         message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
         raise RowError(message, "task_id")
     if edges and deps is None and "deps" in row:
         raise RowError(_DEPS_IN_ROW, "deps")
-    refuse_lone_surrogates(data, row)
     if whole:
         row = full_row(row) if deps is None else full_row(row, deps=deps)
     return row, record
@@ -815,6 +845,19 @@ def _not_a_number(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_constant=_not_a_number)
 """``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
+
+
+def _not_decoded(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is sqlite3's "could not decode" of text that is not UTF-8 (which has
+    no SQLite error code: SQLite handed the bytes over; Python could not make them text)."""
+    return str(exc).startswith("Could not decode to UTF-8")
+
+
+def _but(rowids: set[int]) -> str:
+    """A WHERE clause leaving out the rows ``rowids`` ("" for none); they are integers."""
+    return (
+        f" WHERE rowid NOT IN ({','.join(str(int(r)) for r in sorted(rowids))})" if rowids else ""
+    )
 
 
 def _not_utf8(column: str, sql_type: bytes, value: object) -> str:
