@@ -196,8 +196,14 @@ class TermNoticer(Base):
     worker_timeout = SET_UP
 
     def run(self):
+        noticed_at = []
+
         def noticed(signum, frame):
-            put(self.path("got-term"), repr(time.time()))
+            # (once: the tree is signalled by group and by pid, so a second SIGTERM can come
+            # while this one writes, and put's rename would then find its file gone)
+            if not noticed_at:
+                noticed_at.append(time.time())
+                put(self.path("got-term"), repr(noticed_at[0]))
 
         signal.signal(signal.SIGTERM, noticed)
         deadline = time.time() + 120

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import itertools
 import json
 import os
 import socket
@@ -263,11 +264,16 @@ class SchedulerProcess:
 
 
 def put(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically: a reader in another process never sees half of it."""
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+    """Write ``text`` to ``path`` atomically: a reader in another process never sees half of it.
+    Each call writes a file of its own first, so a call from a signal handler that interrupts
+    another (a process signalled twice) does not take that one's file away."""
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}-{next(_PUT_SERIAL)}"
     with open(tmp, "w", encoding="utf-8") as out:
         out.write(text)
     os.replace(tmp, path)
+
+
+_PUT_SERIAL = itertools.count()
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
