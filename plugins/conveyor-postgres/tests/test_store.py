@@ -266,11 +266,16 @@ def test_load_records_gives_the_records_of_the_rows_load_gives(
         " WHERE task_id = 'd'",
         _database(pg_dsn),
     )
+    _refused_by_both_loads(store, "d", "field 'priority' is \"high\"; expected an integer")
+
+
+def _refused_by_both_loads(store: PostgresStore, task_id: str, said: str) -> None:
+    """load() and load_records() each refuse the row of ``task_id`` alone, saying ``said``."""
     for load in (store.load, store.load_records):
         with pytest.raises(CorruptState) as caught:
             load()
-        assert [b.key for b in caught.value.bad] == [("tasks", "d")]
-        assert "field 'priority' is \"high\"; expected an integer" in caught.value.bad[0].reason
+        assert [b.key for b in caught.value.bad] == [("tasks", task_id)]
+        assert said in caught.value.bad[0].reason
 
 
 def test_a_row_with_a_lone_surrogate_is_reported(
@@ -285,11 +290,7 @@ def test_a_row_with_a_lone_surrogate_is_reported(
         " WHERE task_id = 'bad'",
         _database(pg_dsn),
     )
-    for load in (store.load, store.load_records):
-        with pytest.raises(CorruptState) as caught:
-            load()
-        assert [b.key for b in caught.value.bad] == [("tasks", "bad")]
-        assert "data holds a lone surrogate" in caught.value.bad[0].reason
+    _refused_by_both_loads(store, "bad", "data holds a lone surrogate")
 
 
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:
