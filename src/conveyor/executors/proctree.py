@@ -181,23 +181,42 @@ def signal_tree(
     scan: bool = True,
     group: bool = True,
 ) -> None:
-    """Send ``sig`` to the process group led by ``pid`` and to every descendant found.
+    """Send ``sig`` to the process group led by ``pid`` and to every descendant found, once
+    to each process.
 
     Descendants are taken from a snapshot made before signalling (``known``, plus a fresh one
     unless ``scan`` is False — a scan reads every process of the machine), so processes that
-    left the group (``setsid``) are reached as long as they were seen. Without ``group``, only
-    those descendants are signalled (``pid`` is not this process's child, so only its parent
-    can tell whether the pid still names it).
+    left the group (``setsid``) are reached as long as they were seen. Those still in the
+    group, ``pid`` included, are not signalled again: a second SIGTERM would run a task's own
+    handler a second time, perhaps inside the first. Without ``group``, only the descendants
+    are signalled (``pid`` is not this process's child, so only its parent can tell whether
+    the pid still names it).
     """
     snapshot = [*(known or []), *(descendants(pid) if scan else [])]
+    grouped = False  # (whether the group's members were signalled)
     if group:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(pid, sig)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+            grouped = True
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not (grouped and _in_group(pid, pid)):  # (it left its group: reach it alone)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
     for proc in snapshot:
+        if grouped and _in_group(proc.pid, pid):
+            continue
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
+
+
+def _in_group(pid: int, group: int) -> bool:
+    """Whether process ``pid`` is in process group ``group`` (True if it is gone: there is
+    nothing left to signal)."""
+    try:
+        return os.getpgid(pid) == group
+    except (ProcessLookupError, PermissionError):
+        return True
 
 
 def marked_leftovers(token: str, live: Container[str]) -> list[tuple[int, str]]:
