@@ -41,6 +41,7 @@ __all__ = [
     "from_row",
     "from_stored",
     "full_row",
+    "read_row",
     "refuse_lone_surrogates",
     "to_row",
 ]
@@ -897,6 +898,49 @@ def refuse_lone_surrogates(data: str, stored: object) -> None:
             " expected valid Unicode",
             "data",
         ) from None
+
+
+def read_row(
+    task_id: object,
+    data: str,
+    deps: list[str] | None = None,
+    *,
+    edged: bool = False,
+    strings: dict[Any, Any] | None = None,
+) -> tuple[dict[str, Any], TaskRecord]:
+    """Every check a store makes of the row it stored as JSON text ``data`` under
+    ``task_id``, in one place: the row as stored (compact: :func:`compact_row`; or whole, as
+    saved before schema 3) and its record (:func:`from_stored` with ``strings`` and ``deps``,
+    the dependencies the store keeps elsewhere, in order; None: none there). RowError, naming
+    the field, if it is not JSON, not a task record, holds a lone surrogate
+    (:func:`refuse_lone_surrogates`), is the record of another task, or (``edged``: a store
+    that keeps dependencies apart, as the built-in ones do since their schema 3) holds
+    dependencies in its JSON where the store has none: they would be taken for the task's and
+    lost at its next save (beside stored ones, those stand and the next save drops them)."""
+    try:
+        stored = _DECODER.decode(data)
+    except (ValueError, RecursionError) as exc:
+        raise RowError(f"data is not JSON ({exc})", "data") from None
+    record = from_stored(stored, strings, deps)
+    refuse_lone_surrogates(data, stored)
+    if record.task_id != task_id:
+        message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
+        raise RowError(message, "task_id")
+    if edged and deps is None and "deps" in stored:
+        raise RowError(
+            "field 'deps' is in the row's JSON; expected the dependencies only in table"
+            " 'edges' (since schema 3)",
+            "deps",
+        )
+    return stored, record
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_not_a_number)
+"""``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
 
 
 def full_row(stored: Mapping[str, Any], **more: Any) -> dict[str, Any]:

@@ -57,7 +57,7 @@ from ..scheduler.persist import (
     from_row,
     from_stored,
     full_row,
-    refuse_lone_surrogates,
+    read_row,
     stored_json,
 )
 from ..scheduler.policy import ATTEMPT_HISTORY, TaskRecord
@@ -100,7 +100,7 @@ __all__ = [
     "list_worker",
     "matches",
     "public_params",
-    "refuse_lone_surrogates",
+    "read_row",
     "search_text",
     "stored_json",
     "task_detail",

@@ -22,7 +22,6 @@ import contextlib
 import getpass
 import hashlib
 import ipaddress
-import json
 import re
 import threading
 import time
@@ -55,10 +54,9 @@ from conveyor.server.stores import (
     RowError,
     StoreContext,
     TaskRecord,
-    from_stored,
     full_row,
     list_worker,
-    refuse_lone_surrogates,
+    read_row,
     search_text,
     stored_json,
 )
@@ -1115,32 +1113,11 @@ def _task_row(
     edged: bool = False,
     strings: dict[Any, Any] | None = None,
 ) -> tuple[dict[str, Any], TaskRecord]:
-    """The whole row saved as ``data`` (compact, or whole as before schema 3) under
-    ``task_id``, with ``deps`` (from the edges table, in order; None: none there) as its
-    dependencies, and its record (``from_stored(row, strings, deps)``; with ``strings``, the
-    row is not made: ``{}``); RowError if it is not a valid one, or (``edged``: schema 3) if
-    its JSON holds dependencies and the edges table none: they are kept only there then
-    (taken as the task's, they would be lost at its next save; beside edges, the edges stand
-    and the next save drops them)."""
-    try:
-        stored = json.loads(data, parse_constant=_not_a_number)
-    except (ValueError, RecursionError) as exc:
-        raise RowError(f"data is not JSON ({exc})", "data") from None
-    record = from_stored(stored, strings, deps)
-    refuse_lone_surrogates(data, stored)
-    if record.task_id != task_id:
-        message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
-        raise RowError(message, "task_id")
-    if edged and deps is None and "deps" in stored:
-        raise RowError(
-            "field 'deps' is in the row's JSON; expected the dependencies only in table"
-            " 'edges' (since schema 3)",
-            "deps",
-        )
+    """The whole row saved as ``data`` under ``task_id``, with ``deps`` (from the edges table,
+    in order; None: none there) as its dependencies, and its record; with ``strings``, the row
+    is not made: ``{}``. RowError as :func:`conveyor.server.stores.read_row` (``edged``:
+    schema 3) says."""
+    stored, record = read_row(task_id, data, deps, edged=edged, strings=strings)
     if strings is not None:
         return {}, record
     return (full_row(stored) if deps is None else full_row(stored, deps=deps)), record
-
-
-def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import os
 import shutil
 import sqlite3
@@ -42,9 +41,8 @@ from ...protocol import (
 )
 from ...scheduler.persist import (
     RowError,
-    from_stored,
     full_row,
-    refuse_lone_surrogates,
+    read_row,
     stored_json,
 )
 from ...scheduler.policy import TaskRecord
@@ -641,10 +639,6 @@ class SqliteStore:
 
 _NO_EDGES: list[str] = []
 _UNORDERED = "field 'deps': the positions of its edges (table 'edges') are not integers"
-_DEPS_IN_ROW = (
-    "field 'deps' is in the row's JSON; expected the dependencies only in table 'edges' (since"
-    " schema 3)"
-)
 _LOAD_CHUNK = 10_000
 """Task rows fetched from SQLite at a time by a load."""
 _WAL_SIZE_LIMIT = 64 * 2**20
@@ -812,39 +806,17 @@ def _task_row(
     whole: bool = True,
     edges: bool = False,
 ) -> tuple[dict[str, Any], TaskRecord]:
-    """The row saved as ``data`` under ``task_id`` (compact, see
-    :func:`~conveyor.scheduler.persist.compact_row`; or whole, as saved before schema 3),
-    with ``deps`` (from the edges table, in order; None: none there) as its dependencies
-    (the whole row, see :func:`~conveyor.scheduler.persist.full_row`; with ``whole`` false,
-    the row as stored), and its record (``from_stored(row, strings, deps)``); RowError if it
-    is not a valid one, or (``edges``: a file of schema 3 or later) if its JSON holds
-    dependencies and the edges table none: they are kept only there (taken as the task's,
-    they would be lost at its next save; beside edges, the edges stand and the next save drops
-    them)."""
+    """The row saved as ``data`` under ``task_id`` with ``deps`` (from the edges table, in
+    order; None: none there) as its dependencies (the whole row, see
+    :func:`~conveyor.scheduler.persist.full_row`; with ``whole`` false, the row as stored),
+    and its record; RowError if ``data`` is not text, or as
+    :func:`~conveyor.scheduler.persist.read_row` (``edges``: a file of schema 3 or later)."""
     if not isinstance(data, str):
         raise RowError(f"data is {_sql_kind(data)}; expected JSON text", "data")
-    try:
-        row = _DECODER.decode(data)
-    except (ValueError, RecursionError) as exc:
-        raise RowError(f"data is not JSON ({exc})", "data") from None
-    record = from_stored(row, strings, deps)
-    refuse_lone_surrogates(data, row)
-    if record.task_id != task_id:
-        message = f"field 'task_id' is {record.task_id!r}, but the row's task_id is {task_id!r}"
-        raise RowError(message, "task_id")
-    if edges and deps is None and "deps" in row:
-        raise RowError(_DEPS_IN_ROW, "deps")
+    row, record = read_row(task_id, data, deps, edged=edges, strings=strings)
     if whole:
         row = full_row(row) if deps is None else full_row(row, deps=deps)
     return row, record
-
-
-def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_not_a_number)
-"""``json.loads(data, parse_constant=_not_a_number)`` without a decoder made per row."""
 
 
 def _not_decoded(exc: sqlite3.OperationalError) -> bool:
