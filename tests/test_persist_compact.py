@@ -35,7 +35,7 @@ from conveyor.scheduler.persist import (
 from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 from conveyor.server.sqlite import reads
 from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _task_row
-from conveyor.server.stores import CorruptState, SqliteStore, StoreContext
+from conveyor.server.stores import CorruptState, SqliteStore, StoreContext, UnusableRow
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
 
 pytestmark = pytest.mark.timeout(120)
@@ -577,7 +577,8 @@ def test_edges_repeating_a_position_with_a_dep_that_is_no_text_make_the_row_unus
             store.load_records()
         (bad,) = caught.value.bad
         assert "task_id 'w'" in bad.where and "field 'deps'" in bad.reason
-        assert {i.task_id for i in store.task_infos()} == {"w", "a", "b"}
+        with pytest.raises(UnusableRow, match="task 'w' is unusable: field 'deps'"):
+            store.task_infos()  # (the API's list checks them as the load does)
     finally:
         store.close()
 
@@ -750,3 +751,100 @@ def test_a_merged_registrations_deps_survive_kill_9_in_order(tmp_path: Path) -> 
         server.kill()
         kill_marked("PC_MARKER", marker)
     assert _edges(server.state, "W") == [(d, n) for n, d in enumerate((*order, "d2"))]
+
+
+def _rewrite(path: Path, task_id: str, change: Any) -> None:
+    """Task ``task_id``'s stored JSON replaced by ``change(row)``, escaped to ASCII (so that a
+    lone surrogate is stored as its ``\\ud800`` escape), behind the store's back."""
+    _altered(
+        path,
+        "UPDATE tasks SET data = ? WHERE task_id = ?",
+        (json.dumps(change(_stored(path, task_id))), task_id),
+    )
+
+
+# (what is done to task "b"'s stored row while the store runs, and what its error says; the
+# task list, which shows no dependencies, reads no edges)
+_EDITS: list[tuple[str, Any, str]] = [
+    ("a list", lambda path: _rewrite(path, "b", lambda row: []), "the row is a JSON list"),
+    (
+        "params",
+        lambda path: _rewrite(path, "b", lambda row: {**row, "params": "x"}),
+        "field 'params'",
+    ),
+    (
+        "surrogate",
+        lambda path: _rewrite(path, "b", lambda row: {**row, "family": "F\ud800"}),
+        "lone surrogate",
+    ),
+    (
+        "another id",
+        lambda path: _rewrite(path, "b", lambda row: {**row, "task_id": "c"}),
+        "field 'task_id' is 'c'",
+    ),
+    (
+        "a BLOB edge",
+        lambda path: _altered(path, "INSERT INTO edges VALUES ('b', x'00ff', 0)"),
+        "field 'deps' is",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"), [(e[1], e[2]) for e in _EDITS], ids=[e[0] for e in _EDITS]
+)
+def test_a_row_edited_while_the_store_runs_is_shown_as_unusable(
+    tmp_path: Path, edit: Any, said: str
+) -> None:
+    """A row edited behind a running store (a start checks every row, the web UI's reads
+    came after) no longer breaks the reads: the task list shows it as an UNKNOWN task whose
+    reason names the task and what is wrong, and lists the others as they are; its detail and
+    ``GET /api/v1/tasks`` answer UnusableRow with the same words."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.load()
+        store.save([to_row(_plain("a")), to_row(_plain("b"))], [])
+        edit(path)
+        entries = {e.task_id: e for e in store.page(reads.TaskFilters(), None, 10).tasks}
+        assert entries["a"].status == TaskStatus.PENDING and entries["a"].reason == ""
+        if said.startswith("field 'deps'"):  # (an edge: the list reads none)
+            assert entries["b"].status == TaskStatus.PENDING
+        else:
+            assert entries["b"].status == TaskStatus.UNKNOWN
+            assert "the stored row of task 'b' is unusable" in entries["b"].reason
+            assert said in entries["b"].reason
+            assert entries["b"].family == "Plain"  # (from its column)
+        assert store.detail("a") is not None
+        with pytest.raises(UnusableRow, match=said):
+            store.detail("b")
+        with pytest.raises(UnusableRow, match="task 'b'"):
+            store.task_infos()
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(180)
+def test_the_server_answers_an_unusable_row_with_what_is_wrong(tmp_path: Path) -> None:
+    """Over HTTP: ``GET /api/v1/tasks`` answers 500 with the row's problem, not an internal
+    error; the UI's task list (no token set) shows the row as UNKNOWN with the reason."""
+    config = tmp_path / "server.toml"
+    config.write_text("", encoding="utf-8")
+    marker = uuid.uuid4().hex
+    server = SchedulerProcess(tmp_path, config, child_env(tmp_path, "PC_MARKER", marker))
+    try:
+        server.start()
+        _add(server, ["d1"])
+        _rewrite(server.state, "d1", lambda row: {**row, "params": "x"})
+        reply = server.request("GET", "/api/v1/tasks")
+        assert reply.status == 500, reply
+        error = reply.json()["error"]
+        assert "the stored row of task 'd1' is unusable: field 'params'" in error
+        assert "--recover" in error
+        listed = server.request("GET", "/ui/api/tasks")
+        assert listed.status == 200, listed
+        (entry,) = [t for t in listed.json()["tasks"] if t["task_id"] == "d1"]
+        assert entry["status"] == "UNKNOWN" and "field 'params'" in entry["reason"]
+    finally:
+        server.kill()
+        kill_marked("PC_MARKER", marker)

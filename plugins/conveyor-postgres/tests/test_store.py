@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from conveyor.errors import ConfigError, StateStoreError
-from conveyor.protocol import AttemptEnd, RetrySpec, TaskStatus
+from conveyor.protocol import AttemptEnd, RetrySpec, TaskFilters, TaskStatus
 from conveyor.scheduler.persist import to_row
 from conveyor.scheduler.policy import Attempt, TaskRecord
 from conveyor.server.stores import (
@@ -25,6 +25,7 @@ from conveyor.server.stores import (
     Lease,
     StoreContext,
     TaskReads,
+    UnusableRow,
 )
 from conveyor.testing import check_state_store
 
@@ -291,6 +292,40 @@ def test_a_row_with_a_lone_surrogate_is_reported(
         _database(pg_dsn),
     )
     _refused_by_both_loads(store, "bad", "data holds a lone surrogate")
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        ("'[]'", "the row is a JSON list"),
+        ("jsonb_set(data::jsonb, '{params}', '\"x\"')::text", "field 'params'"),
+    ],
+)
+def test_a_row_edited_while_the_store_runs_is_shown_as_unusable(
+    pg_cluster: ThrowawayCluster,
+    pg_dsn: str,
+    stores: Callable[..., PostgresStore],
+    edit: str,
+    said: str,
+) -> None:
+    """A row edited behind a running store no longer breaks the web UI's reads: the task
+    list shows it as an UNKNOWN task whose reason says what is wrong, beside the others; its
+    detail and the API's list answer UnusableRow with the same words."""
+    store = stores()
+    store.save([_row("a"), _row("b")], [])
+    pg_cluster.sql(
+        f"UPDATE conveyor.tasks SET data = {edit} WHERE task_id = 'b'", _database(pg_dsn)
+    )
+    entries = {e.task_id: e for e in store.page(TaskFilters(), None, 10).tasks}
+    assert entries["a"].reason == ""
+    assert entries["b"].status == TaskStatus.UNKNOWN
+    assert "the stored row of task 'b' is unusable" in entries["b"].reason
+    assert said in entries["b"].reason
+    assert store.detail("a") is not None
+    with pytest.raises(UnusableRow, match=said):
+        store.detail("b")
+    with pytest.raises(UnusableRow, match="task 'b'"):
+        store.task_infos()
 
 
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:

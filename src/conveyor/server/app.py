@@ -63,6 +63,7 @@ from .stores import (
     StateStore,
     TaskReads,
     Unstored,
+    UnusableRow,
     Workers,
 )
 from .view import SchedulerView
@@ -949,6 +950,11 @@ def create_app(
         log.warning("state store read failed", path=request.url.path, error=str(exc))
         return _error(503, str(exc), headers={"Retry-After": str(RETRY_AFTER)})
 
+    async def unusable(request: Request, exc: Exception) -> JSONResponse:
+        # (a row edited behind the server's back: said as it is, no traceback)
+        log.warning("a stored row is unusable", path=request.url.path, error=str(exc))
+        return _error(500, str(exc))
+
     async def not_leader(request: Request, exc: Exception) -> JSONResponse:
         return not_leader_answer(exc if isinstance(exc, NotLeader) else NotLeader(""))
 
@@ -962,6 +968,7 @@ def create_app(
         exception_handlers={
             HTTPException: http_error,
             Unstored: unstored,
+            UnusableRow: unusable,
             StateStoreError: unreadable,
             NotLeader: not_leader,
             Exception: internal_error,

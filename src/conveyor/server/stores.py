@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StateStoreError
 from ..protocol import (
     Changes,
     GraphNode,
@@ -89,6 +89,7 @@ __all__ = [
     "TaskReads",
     "TaskRecord",
     "Unstored",
+    "UnusableRow",
     "blocked_by",
     "compact_row",
     "from_row",
@@ -102,6 +103,8 @@ __all__ = [
     "public_params",
     "read_row",
     "search_text",
+    "shown_row",
+    "stored_entry",
     "stored_json",
     "task_detail",
     "task_info",
@@ -394,6 +397,53 @@ def _reason(row: Mapping[str, Any]) -> str:
     if not explanation or row["status"] not in _STUCK:
         return ""
     return failure_reason(explanation, row["params"])
+
+
+class UnusableRow(StateStoreError):
+    """A stored task row that a reader (the web UI, ``GET /api/v1/tasks``) cannot show: one
+    edited behind the server's back after it started, since a start checks every row. The
+    server's own state is not affected; the row is written anew at the task's next change,
+    and a restart reports it (``--recover`` moves it aside). Answered 500 with the message."""
+
+
+def shown_row(task_id: object, data: object, deps: list[str] | None = None) -> dict[str, Any]:
+    """The whole row stored as JSON text ``data`` under ``task_id``, with ``deps`` (kept apart
+    by the store; None or empty: none there) standing for its dependencies, for a reader:
+    checked as a load checks it (:func:`read_row`), so that what a page shows is a task
+    record, never a value that breaks it. UnusableRow naming the task and what is wrong."""
+    try:
+        if not isinstance(data, str):
+            raise RowError(f"data is {type(data).__name__}; expected JSON text", "data")
+        stored, _ = read_row(task_id, data, deps or None)
+    except RowError as exc:
+        raise UnusableRow(
+            f"the stored row of task {task_id!r} is unusable: {exc}; the scheduler's own state"
+            " is not affected: the row is written anew at the task's next change, and a"
+            " restart with --recover moves it aside"
+        ) from None
+    return full_row(stored, deps=deps) if deps else full_row(stored)
+
+
+def stored_entry(task_id: str, family: object, data: object, seq: int, changed: float) -> TaskEntry:
+    """The task list's line for the row stored as ``data`` (:func:`list_entry`); for a row
+    that is unusable (:func:`shown_row`), a line that says so as an UNKNOWN task's reason
+    instead, so that one edited row does not stop the list."""
+    try:
+        return list_entry(shown_row(task_id, data), seq, changed)
+    except UnusableRow as exc:
+        return TaskEntry(
+            task_id=task_id,
+            family=family if isinstance(family, str) else "",
+            params={},
+            status=TaskStatus.UNKNOWN,
+            worker=None,
+            priority=0,
+            status_message="",
+            reason=str(exc),
+            progress=None,
+            changed=changed,
+            seq=seq,
+        )
 
 
 def list_entry(row: Mapping[str, Any], seq: int, changed: float) -> TaskEntry:

@@ -11,7 +11,6 @@ row is computed by :mod:`conveyor.server.stores`, as for every store.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,9 +34,9 @@ from conveyor.server.stores import (
     PAGE_MAX,
     GraphWalk,
     blocked_by,
-    full_row,
     graph_answer,
-    list_entry,
+    shown_row,
+    stored_entry,
     task_detail,
     task_info,
 )
@@ -104,15 +103,6 @@ def _deps_of(r: Reader, task_id: str) -> list[str]:
     return [d for (d,) in found]
 
 
-def _stored_row(data: str, deps: list[str] | None) -> dict[str, Any]:
-    """The whole row saved as ``data`` with ``deps`` (from the edges table; None or empty:
-    none there) as its dependencies, as the load takes it: where the edges hold some, they
-    stand whatever the row's JSON holds (a JSON with dependencies and no edges is refused by
-    the load; shown here as it is)."""
-    row = json.loads(data)
-    return full_row(row, deps=deps) if deps else full_row(row)
-
-
 def _unmatchable(*values: object) -> bool:
     """Whether a filter or id holds a NUL character: no text PostgreSQL stores does (and it
     refuses one as an argument), so nothing matches, as in the other stores."""
@@ -172,11 +162,13 @@ def page(r: Reader, filters: TaskFilters, cursor: int | None, limit: int) -> Tas
         where += " AND seq < %s"
         args.append(cursor)
     found = r.rows(
-        f"SELECT seq, changed, data FROM {{s}}.tasks WHERE {where} ORDER BY seq DESC LIMIT %s",
+        f"SELECT seq, changed, task_id, family, data FROM {{s}}.tasks WHERE {where}"
+        " ORDER BY seq DESC LIMIT %s",
         [*args, limit + 1],
     )
     rows = [
-        list_entry(full_row(json.loads(data)), seq, changed) for seq, changed, data in found[:limit]
+        stored_entry(task_id, family, data, seq, changed)
+        for seq, changed, task_id, family, data in found[:limit]
     ]
     return TaskPage(tuple(rows), rows[-1].seq if len(found) > limit else None)
 
@@ -211,7 +203,7 @@ def task_infos(r: Reader) -> tuple[TaskInfo, ...]:
     """Every registered task as ``GET /api/v1/tasks`` lists it, oldest change first."""
     edges = _all_deps(r)
     found = r.rows("SELECT task_id, data FROM {s}.tasks WHERE status IS NOT NULL ORDER BY seq")
-    return tuple(task_info(_stored_row(data, edges.get(t))) for t, data in found)
+    return tuple(task_info(shown_row(t, data, edges.get(t))) for t, data in found)
 
 
 def detail(r: Reader, task_id: str) -> TaskDetail | None:
@@ -221,7 +213,7 @@ def detail(r: Reader, task_id: str) -> TaskDetail | None:
     found = r.rows("SELECT data, changed FROM {s}.tasks WHERE task_id = %s", (task_id,))
     if not found:
         return None
-    record, changed = _stored_row(found[0][0], _deps_of(r, task_id)), found[0][1]
+    record, changed = shown_row(task_id, found[0][0], _deps_of(r, task_id)), found[0][1]
     ((total,),) = r.rows("SELECT count(*) FROM {s}.edges WHERE dep_id = %s", (task_id,))
     dependents = [
         t

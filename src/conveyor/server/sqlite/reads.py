@@ -34,7 +34,6 @@ from ...protocol import (
     TaskStatus,
     TaskSummary,
 )
-from ...scheduler.persist import full_row
 from ..stores import (
     DEPENDENTS_SHOWN,
     GRAPH_CAP,
@@ -42,7 +41,8 @@ from ..stores import (
     GraphWalk,
     blocked_by,
     graph_answer,
-    list_entry,
+    shown_row,
+    stored_entry,
     task_detail,
     task_info,
 )
@@ -125,10 +125,14 @@ def page(db: sqlite3.Connection, filters: TaskFilters, cursor: int | None, limit
     if cursor is not None:
         where += " AND seq < ?"
         args.append(cursor)
-    query = f"SELECT seq, changed, data FROM tasks WHERE {where} ORDER BY seq DESC LIMIT ?"
+    query = (
+        f"SELECT seq, changed, task_id, family, data FROM tasks WHERE {where}"
+        " ORDER BY seq DESC LIMIT ?"
+    )
     found = db.execute(query, [*args, limit + 1]).fetchall()
     rows = [
-        list_entry(full_row(json.loads(data)), seq, changed) for seq, changed, data in found[:limit]
+        stored_entry(task_id, family, data, seq, changed)
+        for seq, changed, task_id, family, data in found[:limit]
     ]
     return TaskPage(tuple(rows), rows[-1].seq if len(found) > limit else None)
 
@@ -165,16 +169,9 @@ def task_infos(db: sqlite3.Connection) -> tuple[TaskInfo, ...]:
     with _snapshot(db):
         edges = all_deps(db)
         found = db.execute("SELECT task_id, data FROM tasks WHERE status IS NOT NULL ORDER BY seq")
-        return tuple(task_info(_stored_row(data, edges.get(task_id))) for task_id, data in found)
-
-
-def _stored_row(data: str, deps: list[str] | None) -> dict[str, Any]:
-    """The whole row saved as ``data`` with ``deps`` (from the edges table; None or empty:
-    none there) as its dependencies, as the load takes it: where the edges hold some, they
-    stand whatever the row's JSON holds (a JSON with dependencies and no edges is refused by
-    the load; shown here as it is)."""
-    row = json.loads(data)
-    return full_row(row, deps=deps) if deps else full_row(row)
+        return tuple(
+            task_info(shown_row(task_id, data, edges.get(task_id))) for task_id, data in found
+        )
 
 
 @contextlib.contextmanager
@@ -194,7 +191,7 @@ def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
         row = found.fetchone()
         if row is None:
             return None
-        record, changed = _stored_row(row[0], deps_of(db, task_id)), row[1]
+        record, changed = shown_row(task_id, row[0], deps_of(db, task_id)), row[1]
     (total,) = db.execute("SELECT count(*) FROM edges WHERE dep_id = ?", (task_id,)).fetchone()
     dependents = [
         dependent
