@@ -848,3 +848,52 @@ def test_the_server_answers_an_unusable_row_with_what_is_wrong(tmp_path: Path) -
     finally:
         server.kill()
         kill_marked("PC_MARKER", marker)
+
+
+def _held_by(task_id: str, *workers: str) -> TaskRecord:
+    record = _plain(task_id)
+    record.stakeholders = record.runners = tuple(workers)
+    return record
+
+
+def _row_of(path: Path, task_id: str) -> tuple[str, int]:
+    db = _db(path)
+    try:
+        found = db.execute("SELECT data, seq FROM tasks WHERE task_id = ?", (task_id,))
+        data, seq = found.fetchone()
+        return str(data), int(seq)
+    finally:
+        db.close()
+
+
+def test_a_release_drops_the_stakeholder_in_the_stored_row_alone(tmp_path: Path) -> None:
+    """save_releases drops each worker from the stakeholders of the stored row and leaves the
+    rest of its text as it was, byte for byte, and its change number; the rows saved with it
+    win; a row that is not JSON is left alone; the reload gives the stakeholders dropped; and
+    a row saved again as it was before the release is written (not taken as unchanged)."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.load()
+        store.save([to_row(_held_by(t, "w1", "w2")) for t in ("t", "u", "v", "x")], [])
+        before, seq = _row_of(path, "t")
+        _altered(path, "UPDATE tasks SET data = 'nope' WHERE task_id = 'x'")
+        again = _held_by("u", "w1", "w2", "w3")  # (registered again in the same call: wins)
+        released = [("t", "w1"), ("u", "w1"), ("v", "w1"), ("v", "w2"), ("x", "w1"), ("y", "w1")]
+        store.save_releases([to_row(again)], [], released)
+        data, seq_after = _row_of(path, "t")
+        assert seq_after == seq
+        assert data == before.replace('"stakeholders":["w1","w2"]', '"stakeholders":["w2"]')
+        assert _row_of(path, "x")[0] == "nope"
+        _altered(path, "DELETE FROM tasks WHERE task_id = 'x'")
+        store.save([to_row(_held_by("t", "w1", "w2"))], [])  # (as before the release)
+    finally:
+        store.close()
+    store = _open(path)
+    try:
+        records, _ = store.load_records()
+        held = {r.task_id: r.stakeholders for r in records}
+        assert held == {"t": ("w1", "w2"), "u": ("w1", "w2", "w3"), "v": ()}
+        assert {r.task_id: r.runners for r in records}["v"] == ("w1", "w2")
+    finally:
+        store.close()

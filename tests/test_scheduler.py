@@ -738,6 +738,28 @@ def test_removals_are_reported_to_the_state_store_and_a_comeback_is_not(
     assert core.take_removals() == ([], [])
 
 
+def test_a_release_is_taken_apart_or_as_changed_records(make: MakeCore, clock: FakeClock):
+    """A release drops its worker from the stakeholders without marking the records changed:
+    take_changes_apart gives the (task, worker) pairs alone, and the records only of tasks
+    that changed otherwise too; take_changes gives those records as changed, for a store
+    that writes whole rows."""
+    core = make(remove_delay=REMOVE)
+    core.track_changes()
+    core.add_tasks("w1", specs("t", "u"))
+    core.add_tasks("w2", specs("t"))
+    core.take_changes()
+    core.release("w1", ["t", "u"])
+    core.add_tasks("w2", specs("u"))  # (u changes otherwise: its record too)
+    records, _, dropped = core.take_changes_apart()
+    assert [r.task_id for r in records] == ["u"]
+    assert dropped == [("t", "w1"), ("u", "w1")]
+    assert core.take_changes_apart() == ([], [], [])
+    core.release("w2", ["t"])
+    records, _ = core.take_changes()
+    assert [(r.task_id, r.stakeholders) for r in records] == [("t", ())]
+    assert core.take_changes_apart() == ([], [], [])
+
+
 def test_an_old_report_cannot_hit_a_task_registered_again_after_it_was_removed(
     make: MakeCore, clock: FakeClock
 ):

@@ -59,6 +59,7 @@ from .stores import (
     CanCompact,
     CanLead,
     CanProbe,
+    CanSaveReleases,
     Deposed,
     StateStore,
     TaskReads,
@@ -211,6 +212,7 @@ class SchedulerService:
             )
         self.core = core
         self.store = store
+        self._releases_apart = store if isinstance(store, CanSaveReleases) else None
         self.where = where or type(store).__name__
         self.lock = threading.Lock()
         self.failure = ""
@@ -640,10 +642,19 @@ class SchedulerService:
 
     def _commit(self) -> None:
         """Write what changed since the last commit (and what was removed) to the store."""
-        records, workers = self.core.take_changes()
+        apart = self._releases_apart
+        if apart is not None:  # (released stakeholders dropped in place, not whole rows)
+            records, workers, released = self.core.take_changes_apart()
+        else:
+            (records, workers), released = self.core.take_changes(), []
         gone_tasks, gone_workers = self.core.take_removals()
         rows = [to_row(r) for r in records]
-        self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
+        if apart is not None and released:
+            apart.save_releases(
+                rows, workers, released, gone_tasks=gone_tasks, gone_workers=gone_workers
+            )
+        else:
+            self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)
 
     def close(self, flush_timeout: float) -> None:
         """Unconfigure the plugins (``conveyor_unconfigure``, bounded by ``flush_timeout``

@@ -77,6 +77,7 @@ __all__ = [
     "CanListIds",
     "CanProbe",
     "CanQuarantine",
+    "CanSaveReleases",
     "CorruptState",
     "Deposed",
     "GraphWalk",
@@ -336,6 +337,30 @@ class CanCompact(Protocol):
     def compact(self) -> int:
         """Give back a bounded amount of freed space (short enough not to hold up a save);
         the number of pages given back. The server calls it every second."""
+
+
+@runtime_checkable
+class CanSaveReleases(Protocol):
+    """A store that can drop a worker from the stakeholders of stored rows without writing
+    the rows again (optional: without it, the whole rows of released tasks are saved). A
+    worker's run ends by releasing every task it registered (``POST /api/v1/release``), and
+    a whole row costs some 20 µs to write, so that a release of 20,000 tasks took half a
+    second of the server's time."""
+
+    def save_releases(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        released: Sequence[tuple[str, str]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """:meth:`StateStore.save`, and in the same transaction, before ``rows`` are written
+        (they are the tasks as they are now, so they win): for each ``(task_id, worker_id)``
+        of ``released``, the worker is no longer among the stakeholders of the task's stored
+        row, which is otherwise left as it is. A task with no stored row is skipped (it is
+        among ``rows``, registered since the last save)."""
 
 
 # --- what the web UI shows of a row: one place, for every store -----------------------------------

@@ -496,6 +496,24 @@ class SqliteStore:
     ) -> None:
         """Upsert and delete in one committed transaction; rows equal to what is stored are
         left alone (a re-registration that changed nothing is not a change)."""
+        self.save_releases(rows, workers, (), gone_tasks=gone_tasks, gone_workers=gone_workers)
+
+    def save_releases(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        released: Sequence[tuple[str, str]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """:meth:`save`, and first, in the same transaction, each ``(task_id, worker_id)`` of
+        ``released`` dropped from the stakeholders of the task's row, by SQLite's JSON
+        functions on the stored text (the rest of it stays as it is, byte for byte): some
+        6 µs a task where writing its row takes some 20. The UI shows no stakeholders, so
+        the row keeps its change number. A row whose text is not a JSON object with a list of
+        stakeholders (edited behind the server's back: the next start reports it) is left as
+        it is; every released row is written whole at its task's next change."""
         self._upgrade()
         now = time.time()
         changed: list[tuple[Any, ...]] = []  # (task_id, data, *ui columns, digest)
@@ -512,12 +530,14 @@ class SqliteStore:
                 continue
             changed.append((task_id, data, *_ui_columns(row), digest))
         worker_data = [(w, int(a)) for w, a in workers]
-        if not (changed or worker_data or gone_tasks or gone_workers):
+        if not (changed or worker_data or gone_tasks or gone_workers or released):
             return
+        drops = [(worker_id, task_id) for task_id, worker_id in released]
         gone = [(t,) for t in gone_tasks]
         seq = self._seq + len(changed) + bool(gone)
 
         def write(db: sqlite3.Connection) -> None:
+            db.executemany(_DROP_STAKEHOLDER, drops)  # (before the rows: those win)
             first = self._seq + 1
             db.executemany(
                 _UPSERT_TASK,
@@ -537,6 +557,8 @@ class SqliteStore:
 
         self._transaction(write)
         self._seq = seq
+        for task_id, _ in released:  # (its text is SQLite's now: the next save writes it)
+            self._digests.pop(task_id, None)
         for c in changed:
             self._digests[c[0]] = c[-1]
         for task_id, deps, *_ in edges:
@@ -675,6 +697,16 @@ _UPSERT_TASK = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET data = excluded.data,"
     " status = excluded.status, family = excluded.family, worker = excluded.worker,"
     " search = excluded.search, changed = excluded.changed, seq = excluded.seq"
+)
+
+
+# (a worker dropped from the stakeholders of a stored row; parameters: the worker id, the task
+# id. Only a row that is a JSON object with a list of stakeholders: CASE does not evaluate
+# json_type(), which fails on text that is not JSON, unless json_valid() holds)
+_DROP_STAKEHOLDER = (
+    "UPDATE tasks SET data = json_set(data, '$.stakeholders', (SELECT json_group_array(value)"
+    " FROM json_each(data, '$.stakeholders') WHERE value IS NOT ?)) WHERE task_id = ? AND"
+    " CASE WHEN json_valid(data) THEN json_type(data, '$.stakeholders') = 'array' ELSE 0 END"
 )
 
 
