@@ -577,8 +577,9 @@ def test_edges_repeating_a_position_with_a_dep_that_is_no_text_make_the_row_unus
             store.load_records()
         (bad,) = caught.value.bad
         assert "task_id 'w'" in bad.where and "field 'deps'" in bad.reason
-        with pytest.raises(UnusableRow, match="task 'w' is unusable: field 'deps'"):
-            store.task_infos()  # (the API's list checks them as the load does)
+        (info,) = [i for i in store.task_infos() if i.task_id == "w"]
+        assert info.status == TaskStatus.UNKNOWN  # (the API's list checks them as the load)
+        assert "task 'w' is unusable: field 'deps'" in info.explanation
     finally:
         store.close()
 
@@ -676,9 +677,9 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
 
 
 def test_the_task_list_and_the_detail_show_the_same_dependencies(tmp_path: Path) -> None:
-    """The UI's two readers take a task's dependencies alike: from the edges when it has
-    some, whatever its JSON holds; from its JSON, as it is, when it has none (a row edited
-    so, which the load refuses)."""
+    """The UI's two readers take a task's dependencies alike, as the load does: from the
+    edges when it has some, whatever its JSON holds; a row whose JSON holds some and that
+    has no edges (edited so) is unusable to both, as the load refuses it."""
     path = tmp_path / "state.db"
     _saved(path, _plain("w", ("a", "b")), _plain("v"))
     for task_id in ("w", "v"):
@@ -686,12 +687,16 @@ def test_the_task_list_and_the_detail_show_the_same_dependencies(tmp_path: Path)
         _altered(path, "UPDATE tasks SET data = ? WHERE task_id = ?", (json.dumps(row), task_id))
     store = _open(path)
     try:
-        listed = {i.task_id: list(i.dependencies) for i in store.task_infos()}
-        details = {t: store.detail(t) for t in ("w", "v")}
+        listed = {i.task_id: i for i in store.task_infos()}
+        detail = store.detail("w")
+        with pytest.raises(UnusableRow, match="field 'deps' is in the row's JSON"):
+            store.detail("v")
     finally:
         store.close()
-    shown = {t: [d.task_id for d in detail.deps] for t, detail in details.items() if detail}
-    assert listed == shown == {"w": ["a", "b"], "v": ["x"]}
+    assert detail is not None and [d.task_id for d in detail.deps] == ["a", "b"]
+    assert list(listed["w"].dependencies) == ["a", "b"]
+    assert listed["v"].status == TaskStatus.UNKNOWN
+    assert "field 'deps' is in the row's JSON" in listed["v"].explanation
 
 
 def test_edges_whose_positions_are_not_numbers_make_the_row_unusable(tmp_path: Path) -> None:
@@ -768,9 +773,11 @@ def _rewrite(path: Path, task_id: str, change: Any) -> None:
 _EDITS: list[tuple[str, Any, str]] = [
     ("a list", lambda path: _rewrite(path, "b", lambda row: []), "the row is a JSON list"),
     (
-        "params",
-        lambda path: _rewrite(path, "b", lambda row: {**row, "params": "x"}),
-        "field 'params'",
+        "params",  # (a value that is no string, beside a secret: the secret is not shown)
+        lambda path: _rewrite(
+            path, "b", lambda row: {**row, "params": {"db_password": "hunter2", "n": 5}}
+        ),
+        "field 'params' is not what a task row holds; expected",
     ),
     (
         "surrogate",
@@ -797,37 +804,69 @@ def test_a_row_edited_while_the_store_runs_is_shown_as_unusable(
     tmp_path: Path, edit: Any, said: str
 ) -> None:
     """A row edited behind a running store (a start checks every row, the web UI's reads
-    came after) no longer breaks the reads: the task list shows it as an UNKNOWN task whose
-    reason names the task and what is wrong, and lists the others as they are; its detail and
-    ``GET /api/v1/tasks`` answer UnusableRow with the same words."""
+    came after) no longer breaks the reads: the task list and ``GET /api/v1/tasks`` show it as
+    an UNKNOWN task whose reason names the task and what is wrong (never a value it holds: a
+    secret parameter's, say), and list the others as they are; its detail answers
+    UnusableRow with the same words, and the detail of a task that depends on it is shown."""
     path = tmp_path / "state.db"
     store = _open(path)
     try:
         store.load()
-        store.save([to_row(_plain("a")), to_row(_plain("b"))], [])
+        store.save([to_row(_plain("a", ("b",))), to_row(_plain("b"))], [])
         edit(path)
         entries = {e.task_id: e for e in store.page(reads.TaskFilters(), None, 10).tasks}
+        infos = {i.task_id: i for i in store.task_infos()}
         assert entries["a"].status == TaskStatus.PENDING and entries["a"].reason == ""
+        assert infos["a"].status == TaskStatus.PENDING and infos["a"].dependencies == ("b",)
+        shown = [infos["b"].explanation]
         if said.startswith("field 'deps'"):  # (an edge: the list reads none)
             assert entries["b"].status == TaskStatus.PENDING
         else:
             assert entries["b"].status == TaskStatus.UNKNOWN
-            assert "the stored row of task 'b' is unusable" in entries["b"].reason
-            assert said in entries["b"].reason
             assert entries["b"].family == "Plain"  # (from its column)
-        assert store.detail("a") is not None
-        with pytest.raises(UnusableRow, match=said):
+            shown.append(entries["b"].reason)
+        assert infos["b"].status == TaskStatus.UNKNOWN
+        with pytest.raises(UnusableRow) as caught:
             store.detail("b")
-        with pytest.raises(UnusableRow, match="task 'b'"):
-            store.task_infos()
+        for text in (*shown, str(caught.value)):
+            assert "the stored row of task 'b' is unusable" in text and said in text
+            assert "hunter2" not in text
+        detail = store.detail("a")
+        assert detail is not None and [d.task_id for d in detail.deps] == ["b"]
+    finally:
+        store.close()
+
+
+def test_reads_around_a_row_that_is_no_json_or_has_no_known_status(tmp_path: Path) -> None:
+    """A row whose text is not JSON, or whose status column holds no status (edited behind
+    the running store), does not break the reads of the tasks around it: the detail and the
+    graph of a task that depends on them show them (UNKNOWN where the status is unknown), and
+    the summary counts the tasks whose status it knows."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.load()
+        store.save([to_row(_plain("a", ("b", "c"))), to_row(_plain("b")), to_row(_plain("c"))], [])
+        _altered(path, "UPDATE tasks SET data = 'nope' WHERE task_id = 'b'")
+        _altered(path, "UPDATE tasks SET status = 'WAT' WHERE task_id = 'c'")
+        detail = store.detail("a")
+        assert detail is not None
+        assert [(d.task_id, d.status) for d in detail.deps] == [
+            ("b", TaskStatus.PENDING),
+            ("c", TaskStatus.UNKNOWN),
+        ]
+        graph = store.graph("a", False)
+        assert graph is not None and {n.id for n in graph.nodes} == {"a", "b", "c"}
+        assert store.summary().total == 2
     finally:
         store.close()
 
 
 @pytest.mark.timeout(180)
 def test_the_server_answers_an_unusable_row_with_what_is_wrong(tmp_path: Path) -> None:
-    """Over HTTP: ``GET /api/v1/tasks`` answers 500 with the row's problem, not an internal
-    error; the UI's task list (no token set) shows the row as UNKNOWN with the reason."""
+    """Over HTTP: the task's detail in the UI answers 500 with the row's problem, not an
+    internal error; ``GET /api/v1/tasks`` and the UI's task list (no token set) show the row
+    as UNKNOWN with the reason."""
     config = tmp_path / "server.toml"
     config.write_text("", encoding="utf-8")
     marker = uuid.uuid4().hex
@@ -836,11 +875,15 @@ def test_the_server_answers_an_unusable_row_with_what_is_wrong(tmp_path: Path) -
         server.start()
         _add(server, ["d1"])
         _rewrite(server.state, "d1", lambda row: {**row, "params": "x"})
-        reply = server.request("GET", "/api/v1/tasks")
+        reply = server.request("GET", "/ui/api/task?id=d1")
         assert reply.status == 500, reply
         error = reply.json()["error"]
         assert "the stored row of task 'd1' is unusable: field 'params'" in error
         assert "--recover" in error
+        reply = server.request("GET", "/api/v1/tasks")
+        assert reply.status == 200, reply
+        (info,) = [t for t in reply.json()["tasks"] if t["task_id"] == "d1"]
+        assert info["status"] == "UNKNOWN" and "field 'params'" in info["explanation"]
         listed = server.request("GET", "/ui/api/tasks")
         assert listed.status == 200, listed
         (entry,) = [t for t in listed.json()["tasks"] if t["task_id"] == "d1"]

@@ -13,11 +13,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from conveyor.executors.proctree import signal_tree
+from conveyor.executors.proctree import descendants, signal_each, signal_tree
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -87,12 +87,31 @@ def _lines(proc: subprocess.Popen[str], count: int) -> list[dict[str, object]]:
     return found
 
 
-def test_each_process_of_a_tree_gets_the_signal_once(tree: subprocess.Popen[str]) -> None:
+def _by_group_then_each(pid: int, sig: int) -> None:
+    """What the supervisor does for a fork server's child: the server signals the group, the
+    supervisor the processes its memory samples found."""
+    os.killpg(pid, sig)
+    signal_each(descendants(pid), sig, pid)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        lambda pid, sig: signal_tree(pid, sig),
+        # (the supervisor's timeout: the tree it knows, and a scan that finds it again)
+        lambda pid, sig: signal_tree(pid, sig, descendants(pid)),
+        _by_group_then_each,
+    ],
+    ids=["scan", "known and scan", "group then each"],
+)
+def test_each_process_of_a_tree_gets_the_signal_once(
+    tree: subprocess.Popen[str], send: Callable[[int, int], None]
+) -> None:
     ready = _lines(tree, 3)
     assert sorted(str(r["who"]) for r in ready) == ["away", "leader", "stay"]
     away = next(int(str(r["pid"])) for r in ready if r["who"] == "away")
     assert os.getpgid(away) != tree.pid  # (it left the group: only the snapshot reaches it)
-    signal_tree(tree.pid, SIG)  # type: ignore[arg-type]  # (a realtime signal: counted)
+    send(tree.pid, SIG)  # (a realtime signal: counted)
     assert tree.stdin is not None
     tree.stdin.write("count\n")
     tree.stdin.flush()

@@ -204,8 +204,8 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
     pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     """A row whose JSON holds dependencies while the edges hold its own is loaded, and shown
-    in the task list and detail, with the edges' (nothing is lost); the UI shows one whose
-    edges hold none (which the load refuses) with its JSON's, in the list and the detail."""
+    in the task list and detail, with the edges' (nothing is lost); one whose edges hold none
+    is unusable to the UI's readers as to the load."""
     store = stores()
     store.save([_row("w", deps=("a", "b")), _row("a"), _row("b")], [])
     pg_cluster.sql(
@@ -213,11 +213,14 @@ def test_dependencies_in_a_rows_json_beside_its_edges_give_way_to_the_edges(
         " WHERE task_id IN ('w', 'b')",
         _database(pg_dsn),
     )
-    listed = {i.task_id: list(i.dependencies) for i in store.task_infos()}
-    details = {t: store.detail(t) for t in ("w", "b")}
-    shown = {t: [d.task_id for d in detail.deps] for t, detail in details.items() if detail}
-    assert shown == {"w": ["a", "b"], "b": ["x"]} and listed["w"] == ["a", "b"]
-    assert listed["b"] == ["x"]
+    listed = {i.task_id: i for i in store.task_infos()}
+    detail = store.detail("w")
+    assert detail is not None and [d.task_id for d in detail.deps] == ["a", "b"]
+    assert list(listed["w"].dependencies) == ["a", "b"]
+    assert listed["b"].status == TaskStatus.UNKNOWN
+    assert "field 'deps' is in the row's JSON" in listed["b"].explanation
+    with pytest.raises(UnusableRow, match="field 'deps' is in the row's JSON"):
+        store.detail("b")
     pg_cluster.sql(
         "UPDATE conveyor.tasks SET data = (data::jsonb - 'deps')::text WHERE task_id = 'b'",
         _database(pg_dsn),
@@ -298,7 +301,10 @@ def test_a_row_with_a_lone_surrogate_is_reported(
     ("edit", "said"),
     [
         ("'[]'", "the row is a JSON list"),
-        ("jsonb_set(data::jsonb, '{params}', '\"x\"')::text", "field 'params'"),
+        (
+            'jsonb_set(data::jsonb, \'{params}\', \'{"db_password": "hunter2", "n": 5}\')::text',
+            "field 'params' is not what a task row holds; expected",
+        ),
     ],
 )
 def test_a_row_edited_while_the_store_runs_is_shown_as_unusable(
@@ -309,8 +315,9 @@ def test_a_row_edited_while_the_store_runs_is_shown_as_unusable(
     said: str,
 ) -> None:
     """A row edited behind a running store no longer breaks the web UI's reads: the task
-    list shows it as an UNKNOWN task whose reason says what is wrong, beside the others; its
-    detail and the API's list answer UnusableRow with the same words."""
+    list and the API's list show it as an UNKNOWN task whose reason says what is wrong (never
+    a value it holds: a secret parameter's, say), beside the others; its detail answers
+    UnusableRow with the same words."""
     store = stores()
     store.save([_row("a"), _row("b")], [])
     pg_cluster.sql(
@@ -322,10 +329,14 @@ def test_a_row_edited_while_the_store_runs_is_shown_as_unusable(
     assert "the stored row of task 'b' is unusable" in entries["b"].reason
     assert said in entries["b"].reason
     assert store.detail("a") is not None
-    with pytest.raises(UnusableRow, match=said):
+    with pytest.raises(UnusableRow, match=said) as caught:
         store.detail("b")
-    with pytest.raises(UnusableRow, match="task 'b'"):
-        store.task_infos()
+    infos = {i.task_id: i for i in store.task_infos()}
+    assert infos["a"].status != TaskStatus.UNKNOWN
+    assert infos["b"].status == TaskStatus.UNKNOWN
+    for text in (entries["b"].reason, infos["b"].explanation, str(caught.value)):
+        assert "the stored row of task 'b' is unusable" in text and said in text
+        assert "hunter2" not in text
 
 
 def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresStore]) -> None:

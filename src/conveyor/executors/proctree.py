@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Container
+from collections.abc import Container, Iterable
 
 import psutil
 
@@ -17,6 +17,7 @@ __all__ = [
     "TreeMemory",
     "descendants",
     "marked_leftovers",
+    "signal_each",
     "signal_tree",
 ]
 
@@ -182,7 +183,7 @@ def signal_tree(
     group: bool = True,
 ) -> None:
     """Send ``sig`` to the process group led by ``pid`` and to every descendant found, once
-    to each process.
+    to each process (unless one leaves the group while it is being signalled).
 
     Descendants are taken from a snapshot made before signalling (``known``, plus a fresh one
     unless ``scan`` is False — a scan reads every process of the machine), so processes that
@@ -203,20 +204,35 @@ def signal_tree(
         if not (grouped and _in_group(pid, pid)):  # (it left its group: reach it alone)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-    for proc in snapshot:
-        if grouped and _in_group(proc.pid, pid):
+    signal_each(snapshot, sig, pid if grouped else None)
+
+
+def signal_each(
+    processes: Iterable[psutil.Process], sig: signal.Signals, group: int | None = None
+) -> None:
+    """Send ``sig`` to each of ``processes`` once (one listed twice is signalled once; psutil
+    refuses a pid that names another process now), leaving out those in process group
+    ``group``, which the caller signalled as a group."""
+    seen: set[int] = set()
+    for proc in processes:
+        if proc.pid in seen:
+            continue
+        seen.add(proc.pid)
+        if group is not None and _in_group(proc.pid, group):
             continue
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
 
 
 def _in_group(pid: int, group: int) -> bool:
-    """Whether process ``pid`` is in process group ``group`` (True if it is gone: there is
-    nothing left to signal)."""
+    """Whether process ``pid`` is in process group ``group``: True if it is gone (nothing left
+    to signal), False if that cannot be told (a second signal is better than none)."""
     try:
         return os.getpgid(pid) == group
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
         return True
+    except PermissionError:
+        return False
 
 
 def marked_leftovers(token: str, live: Container[str]) -> list[tuple[int, str]]:

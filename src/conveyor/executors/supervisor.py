@@ -70,6 +70,7 @@ from .proctree import (
     TreeMemory,
     descendants,
     marked_leftovers,
+    signal_each,
     signal_tree,
 )
 
@@ -521,10 +522,8 @@ class Supervisor:
         if child.server is None:
             signal_tree(child.pid, sig, child.tree, scan=scan)
         else:
-            child.server.signal(child.pid, sig)
-            for proc in child.tree:
-                with contextlib.suppress(psutil.Error):
-                    proc.send_signal(sig)
+            child.server.signal(child.pid, sig)  # (its group and the tree it knows)
+            signal_each(child.tree, sig, child.pid)
 
     def _poll_exit(self, child: Child) -> None:
         """Where pidfds are missing: has the child exited? (It stays a zombie until reaped.)"""

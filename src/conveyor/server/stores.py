@@ -105,7 +105,9 @@ __all__ = [
     "read_row",
     "search_text",
     "shown_row",
+    "status_of",
     "stored_entry",
+    "stored_info",
     "stored_json",
     "task_detail",
     "task_info",
@@ -369,11 +371,13 @@ _STUCK = frozenset({TaskStatus.FAILED, TaskStatus.DISABLED, TaskStatus.UNKNOWN})
 _STATUSES = {str(s): s for s in TaskStatus}
 
 
-def _status(value: str) -> TaskStatus:
-    """A stored status as a :class:`TaskStatus` (ValueError for another text): a dict lookup
-    (calling ``TaskStatus`` costs about a microsecond, a graph answer has 10,000 nodes)."""
-    found = _STATUSES.get(value)
-    return found if found is not None else TaskStatus(value)
+def status_of(value: object) -> TaskStatus:
+    """A stored status as a :class:`TaskStatus`, for a reader: another value (a column
+    edited behind the server's back; the next start reports its row) reads as UNKNOWN. A
+    dict lookup: calling ``TaskStatus`` costs about a microsecond, and a graph answer has
+    10,000 nodes."""
+    found = _STATUSES.get(value)  # type: ignore[call-overload]  # (any value: None if not one)
+    return found if found is not None else TaskStatus.UNKNOWN
 
 
 def list_worker(row: Mapping[str, Any]) -> str | None:
@@ -439,17 +443,37 @@ def shown_row(task_id: object, data: object, deps: list[str] | None = None) -> d
     try:
         if not isinstance(data, str):
             raise RowError(f"data is {type(data).__name__}; expected JSON text", "data")
-        stored, _ = read_row(task_id, data, deps or None)
+        stored, _ = read_row(task_id, data, deps or None, edged=True)
     except RowError as exc:
         raise UnusableRow(
-            f"the stored row of task {task_id!r} is unusable: {exc}; the scheduler's own state"
-            " is not affected: the row is written anew at the task's next change, and a"
-            " restart with --recover moves it aside"
+            f"the stored row of task {task_id!r} is unusable: {_problem(exc)}; the scheduler's"
+            " own state is not affected: the row is written anew at the task's next change,"
+            " and a restart with --recover moves it aside"
         ) from None
     return full_row(stored, deps=deps) if deps else full_row(stored)
 
 
-def stored_entry(task_id: str, family: object, data: object, seq: int, changed: float) -> TaskEntry:
+def _problem(exc: RowError) -> str:
+    """What is wrong with a row, for the UI, the API and the log: without the value that a
+    RowError about a field quotes, which may hold a secret parameter's value or a text that
+    the UI shows redacted (the ids a ``task_id`` or ``deps`` error quotes are shown anyway)."""
+    text = str(exc)
+    if exc.field in ("", "data", "task_id", "deps"):
+        return text
+    _, found, expected = text.partition("; expected ")
+    return f"field {exc.field!r} is not what a task row holds" + (
+        f"; expected {expected}" if found else ""
+    )
+
+
+def _named(task_id: object) -> str:
+    """A stored task id as text (one edited into another type shows as that value)."""
+    return task_id if isinstance(task_id, str) else repr(task_id)
+
+
+def stored_entry(
+    task_id: object, family: object, data: object, seq: int, changed: float
+) -> TaskEntry:
     """The task list's line for the row stored as ``data`` (:func:`list_entry`); for a row
     that is unusable (:func:`shown_row`), a line that says so as an UNKNOWN task's reason
     instead, so that one edited row does not stop the list."""
@@ -457,7 +481,7 @@ def stored_entry(task_id: str, family: object, data: object, seq: int, changed: 
         return list_entry(shown_row(task_id, data), seq, changed)
     except UnusableRow as exc:
         return TaskEntry(
-            task_id=task_id,
+            task_id=_named(task_id),
             family=family if isinstance(family, str) else "",
             params={},
             status=TaskStatus.UNKNOWN,
@@ -471,6 +495,30 @@ def stored_entry(task_id: str, family: object, data: object, seq: int, changed: 
         )
 
 
+def stored_info(
+    task_id: object, family: object, data: object, deps: list[str] | None = None
+) -> TaskInfo:
+    """The entry of ``GET /api/v1/tasks`` for the row stored as ``data`` (:func:`task_info`);
+    for a row that is unusable (:func:`shown_row`), an UNKNOWN task whose explanation says
+    so, so that one edited row does not stop the list."""
+    try:
+        return task_info(shown_row(task_id, data, deps))
+    except UnusableRow as exc:
+        return TaskInfo(
+            task_id=_named(task_id),
+            family=family if isinstance(family, str) else "",
+            params={},
+            status=TaskStatus.UNKNOWN,
+            worker=None,
+            priority=0,
+            dependencies=(),
+            status_message="",
+            progress=None,
+            tracking_url="",
+            explanation=str(exc),
+        )
+
+
 def list_entry(row: Mapping[str, Any], seq: int, changed: float) -> TaskEntry:
     """The task list's line for ``row``, saved at ``changed`` as change ``seq``."""
     params = row["params"]
@@ -478,7 +526,7 @@ def list_entry(row: Mapping[str, Any], seq: int, changed: float) -> TaskEntry:
         task_id=row["task_id"],
         family=row["family"],
         params=public_params(params),
-        status=_status(row["status"]),
+        status=status_of(row["status"]),
         worker=list_worker(row),
         priority=row["priority"],
         status_message=hide_secret_params(row["status_message"], params),
@@ -496,7 +544,7 @@ def task_info(row: Mapping[str, Any]) -> TaskInfo:
         task_id=row["task_id"],
         family=row["family"],
         params=dict(row["params"]),
-        status=_status(row["status"]),
+        status=status_of(row["status"]),
         worker=row["worker"],
         priority=row["priority"],
         dependencies=tuple(row["deps"]),
@@ -527,7 +575,7 @@ def task_detail(
         family=row["family"],
         module=row["module"],
         params=public_params(params),
-        status=_status(row["status"]),
+        status=status_of(row["status"]),
         worker=row["worker"],
         priority=row["priority"],
         resources=row["resources"],
@@ -707,7 +755,7 @@ def graph_answer(up: GraphWalk, below: Callable[[int], GraphWalk] | None, cap: i
     layers, the edges of both, and what blocks the root."""
     blocking, path = blocked_by(up.status, up.runners, up.edges)
     nodes = [
-        GraphNode(up.ids[i], up.family[i], _status(up.status[i]), layer)
+        GraphNode(up.ids[i], up.family[i], status_of(up.status[i]), layer)
         for i, layer in enumerate(graph_layers(len(up.ids), up.edges, up.depth))
     ]
     edges = list(up.edges)
@@ -725,7 +773,7 @@ def graph_answer(up: GraphWalk, below: Callable[[int], GraphWalk] | None, cap: i
                 continue
             offset[i] = len(nodes)
             nodes.append(
-                GraphNode(down.ids[i], down.family[i], _status(down.status[i]), -layers[i])
+                GraphNode(down.ids[i], down.family[i], status_of(down.status[i]), -layers[i])
             )
         seen = set(edges)
         for task, dep in down.edges:

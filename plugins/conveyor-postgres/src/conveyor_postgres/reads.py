@@ -36,9 +36,10 @@ from conveyor.server.stores import (
     blocked_by,
     graph_answer,
     shown_row,
+    status_of,
     stored_entry,
+    stored_info,
     task_detail,
-    task_info,
 )
 from psycopg import sql
 
@@ -202,8 +203,10 @@ def workers(r: Reader) -> tuple[StoredWorker, ...]:
 def task_infos(r: Reader) -> tuple[TaskInfo, ...]:
     """Every registered task as ``GET /api/v1/tasks`` lists it, oldest change first."""
     edges = _all_deps(r)
-    found = r.rows("SELECT task_id, data FROM {s}.tasks WHERE status IS NOT NULL ORDER BY seq")
-    return tuple(task_info(shown_row(t, data, edges.get(t))) for t, data in found)
+    found = r.rows(
+        "SELECT task_id, family, data FROM {s}.tasks WHERE status IS NOT NULL ORDER BY seq"
+    )
+    return tuple(stored_info(t, family, data, edges.get(t)) for t, family, data in found)
 
 
 def detail(r: Reader, task_id: str) -> TaskDetail | None:
@@ -231,7 +234,7 @@ def detail(r: Reader, task_id: str) -> TaskDetail | None:
         dependents=_refs(r, dependents),
         dependents_total=int(total),
         blocked=[
-            TaskRef(upstream.ids[i], upstream.family[i], TaskStatus(upstream.status[i]))
+            TaskRef(upstream.ids[i], upstream.family[i], status_of(upstream.status[i]))
             for i in blocking
         ],
     )
@@ -254,7 +257,7 @@ def _refs(r: Reader, ids: Sequence[str]) -> list[TaskRef]:
     refs = []
     for task_id in ids:
         family, status, _ = known.get(task_id, ("", TaskStatus.UNKNOWN, 0))
-        refs.append(TaskRef(task_id, family, TaskStatus(status)))
+        refs.append(TaskRef(task_id, family, status_of(status)))
     return refs
 
 

@@ -42,9 +42,10 @@ from ..stores import (
     blocked_by,
     graph_answer,
     shown_row,
+    status_of,
     stored_entry,
+    stored_info,
     task_detail,
-    task_info,
 )
 
 __all__ = [
@@ -168,9 +169,12 @@ def task_infos(db: sqlite3.Connection) -> tuple[TaskInfo, ...]:
     statement, so one consistent snapshot."""
     with _snapshot(db):
         edges = all_deps(db)
-        found = db.execute("SELECT task_id, data FROM tasks WHERE status IS NOT NULL ORDER BY seq")
+        found = db.execute(
+            "SELECT task_id, family, data FROM tasks WHERE status IS NOT NULL ORDER BY seq"
+        )
         return tuple(
-            task_info(shown_row(task_id, data, edges.get(task_id))) for task_id, data in found
+            stored_info(task_id, family, data, edges.get(task_id))
+            for task_id, family, data in found
         )
 
 
@@ -208,7 +212,7 @@ def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
         dependents=_refs(db, dependents),
         dependents_total=total,
         blocked=[
-            TaskRef(upstream.ids[i], upstream.family[i], TaskStatus(upstream.status[i]))
+            TaskRef(upstream.ids[i], upstream.family[i], status_of(upstream.status[i]))
             for i in blocking
         ],
     )
@@ -268,18 +272,21 @@ def _refs(db: sqlite3.Connection, task_ids: Sequence[str]) -> list[TaskRef]:
     refs = []
     for task_id in task_ids:
         family, status = known.get(task_id, ("", TaskStatus.UNKNOWN))
-        refs.append(TaskRef(task_id, family, TaskStatus(status)))
+        refs.append(TaskRef(task_id, family, status_of(status)))
     return refs
 
 
 def _nodes(db: sqlite3.Connection, task_ids: Sequence[str]) -> Iterator[tuple[str, str, str, int]]:
-    """``(task_id, family, status, number of workers that may run it)`` of the known ids."""
+    """``(task_id, family, status, number of workers that may run it)`` of the known ids (a
+    row whose text is not JSON, edited behind the server's back, reads as no status and no
+    runners: SQLite's JSON functions fail on it, and CASE does not call them then)."""
     for start in range(0, len(task_ids), _CHUNK):
         chunk = task_ids[start : start + _CHUNK]
         marks = ",".join("?" * len(chunk))
         yield from db.execute(
-            "SELECT task_id, family, coalesce(status, json_extract(data, '$.status')),"
-            f" json_array_length(data, '$.runners') FROM tasks WHERE task_id IN ({marks})",
+            "SELECT task_id, family, CASE WHEN json_valid(data) THEN coalesce(status,"
+            " json_extract(data, '$.status')) ELSE status END, CASE WHEN json_valid(data) THEN"
+            f" json_array_length(data, '$.runners') END FROM tasks WHERE task_id IN ({marks})",
             chunk,
         )
 
