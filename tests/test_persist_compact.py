@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import sqlite3
 import sys
 import uuid
@@ -20,8 +21,8 @@ from typing import Any
 import pytest
 
 from conveyor.errors import ConfigError
-from conveyor.protocol import AttemptEnd, RetrySpec, TaskStatus
-from conveyor.scheduler import persist
+from conveyor.protocol import AttemptEnd, BatchSpec, RetrySpec, TaskSpec, TaskStatus, Work
+from conveyor.scheduler import persist, policy
 from conveyor.scheduler.persist import (
     DEFAULTS,
     RowError,
@@ -32,10 +33,11 @@ from conveyor.scheduler.persist import (
     stored_json,
     to_row,
 )
-from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
+from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, SchedulerCore, TaskRecord
 from conveyor.server.sqlite import reads
 from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _task_row
 from conveyor.server.stores import CorruptState, SqliteStore, StoreContext, UnusableRow
+from conveyor.testing import FakeClock
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
 
 pytestmark = pytest.mark.timeout(120)
@@ -909,11 +911,11 @@ def _row_of(path: Path, task_id: str) -> tuple[str, int]:
         db.close()
 
 
-def test_a_release_drops_the_stakeholder_in_the_stored_row_alone(tmp_path: Path) -> None:
-    """save_releases drops each worker from the stakeholders of the stored row and leaves the
-    rest of its text as it was, byte for byte, and its change number; the rows saved with it
-    win; a row that is not JSON is left alone; the reload gives the stakeholders dropped; and
-    a row saved again as it was before the release is written (not taken as unchanged)."""
+def test_stakeholders_are_set_in_the_stored_row_alone(tmp_path: Path) -> None:
+    """save_stakeholders sets the stakeholders and runners of each stored row and leaves the
+    rest of its text as it was, byte for byte, and its change number; a row that is not JSON
+    is left alone, and so is a task with no row; the reload gives the lists set; and a row
+    saved again as it was before is written (not taken as unchanged)."""
     path = tmp_path / "state.db"
     store = _open(path)
     try:
@@ -921,22 +923,137 @@ def test_a_release_drops_the_stakeholder_in_the_stored_row_alone(tmp_path: Path)
         store.save([to_row(_held_by(t, "w1", "w2")) for t in ("t", "u", "v", "x")], [])
         before, seq = _row_of(path, "t")
         _altered(path, "UPDATE tasks SET data = 'nope' WHERE task_id = 'x'")
-        again = _held_by("u", "w1", "w2", "w3")  # (registered again in the same call: wins)
-        released = [("t", "w1"), ("u", "w1"), ("v", "w1"), ("v", "w2"), ("x", "w1"), ("y", "w1")]
-        store.save_releases([to_row(again)], [], released)
+        again = _held_by("u", "w1", "w2", "w3")  # (changed otherwise in the same call)
+        again.priority = 4
+        interest = [("t", ("w2",), ("w2", "w1")), ("v", (), ("w1",)), ("x", (), ()), ("y", (), ())]
+        store.save_stakeholders([to_row(again)], [], interest)
         data, seq_after = _row_of(path, "t")
         assert seq_after == seq
         assert data == before.replace('"stakeholders":["w1","w2"]', '"stakeholders":["w2"]')
         assert _row_of(path, "x")[0] == "nope"
         _altered(path, "DELETE FROM tasks WHERE task_id = 'x'")
-        store.save([to_row(_held_by("t", "w1", "w2"))], [])  # (as before the release)
+        store.save([to_row(_held_by("t", "w1", "w2"))], [])  # (as before)
     finally:
         store.close()
     store = _open(path)
     try:
         records, _ = store.load_records()
-        held = {r.task_id: r.stakeholders for r in records}
-        assert held == {"t": ("w1", "w2"), "u": ("w1", "w2", "w3"), "v": ()}
-        assert {r.task_id: r.runners for r in records}["v"] == ("w1", "w2")
+        held = {r.task_id: (r.stakeholders, r.runners) for r in records}
+        assert held == {
+            "t": (("w1", "w2"), ("w1", "w2")),
+            "u": (("w1", "w2", "w3"), ("w1", "w2", "w3")),
+            "v": ((), ("w1",)),
+        }
+    finally:
+        store.close()
+
+
+# (each field of a registration and the values a random one takes)
+_VALUES: dict[str, list[Any]] = {
+    "family": ["F", "G"],
+    "params": [{"p": "1"}, {"p": "2"}],
+    "status": [TaskStatus.PENDING] * 5 + [TaskStatus.DONE],
+    "priority": [0, 0, 1, 3],
+    "resources": [{}, {"r": 1}],
+    "runnable": [True, True, True, False],
+    "retry_count": [None, 1],
+    "retry": [None, RetrySpec(backoff=2.0)],
+    "labels": [(), ("gpu",)],
+    "batch": [None, None, BatchSpec("k", 3)],
+}
+
+
+def _random_spec(rng: random.Random, pool: list[str], last: dict[str, TaskSpec]) -> TaskSpec:
+    """A registration of one task of ``pool``: mostly the task's last one again, as it was or
+    with one field changed (what a second worker's registration, or a changed task, sends),
+    else all random; dependencies only on tasks later in the pool (no cycles)."""
+    task_id = rng.choice(pool)
+    later = pool[pool.index(task_id) + 1 :]
+    deps = tuple(rng.sample(later, rng.randint(0, min(2, len(later)))))
+    before = last.get(task_id)
+    if before is not None and rng.random() < 0.7:
+        name = rng.choice([*_VALUES, "deps", "none", "none"])
+        if name == "deps":
+            made = dataclasses.replace(before, deps=deps)
+        elif name == "none":
+            made = before
+        else:
+            made = dataclasses.replace(before, **{name: rng.choice(_VALUES[name])})
+    else:
+        fields = {name: rng.choice(values) for name, values in _VALUES.items()}
+        made = TaskSpec(task_id, module="m", deps=deps, **fields)
+    last[task_id] = made
+    return made
+
+
+def test_a_registration_compares_every_field_a_store_keeps() -> None:
+    """What a registration compares to tell whether it changed a task beyond its stakeholders
+    and runners is every field ``to_row`` writes but those and the id and number: a field
+    added to the rows must be added there, or a registration changing it alone would not be
+    saved."""
+    compared = set(policy._PERSISTED_FIELDS)
+    assert compared | {"task_id", "seq", "stakeholders", "runners"} == set(
+        to_row(TaskRecord("t", 1))
+    )
+    assert len(compared) == len(policy._PERSISTED_FIELDS)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_what_is_stored_is_what_the_scheduler_holds_after_random_calls(
+    tmp_path: Path, seed: int
+) -> None:
+    """Random registrations by three workers (fields that change and fields that do not),
+    releases, hand-outs, results and time, saved the way the server saves (the stakeholders
+    and runners of a task whose other fields did not change set apart,
+    ``take_changes_apart``): after every call, the records the store loads are the
+    scheduler's, field for field. A change left out of the saves (a registration taken for
+    one that changes nothing else) would show here."""
+    rng = random.Random(seed)
+    clock = FakeClock()
+    core = SchedulerCore(clock=clock, retry_delay=5.0, remove_delay=30.0)
+    core.track_changes()
+    core.keep_history = True
+    store = _open(tmp_path / "state.db")
+    pool = [f"t{i}" for i in range(8)]
+    workers = ["w1", "w2", "w3"]
+    last: dict[str, TaskSpec] = {}
+    try:
+        store.load()
+        for step in range(120):
+            worker = rng.choice(workers)
+            kind = rng.random()
+            if kind < 0.5:
+                core.add_tasks(
+                    worker, [_random_spec(rng, pool, last) for _ in range(rng.randint(1, 3))]
+                )
+            elif kind < 0.6:
+                core.release(worker, rng.sample(pool, rng.randint(1, 4)))
+            elif kind < 0.9:
+                work = core.get_work(worker)
+                if isinstance(work, Work) and rng.random() < 0.9:
+                    if rng.random() < 0.7:
+                        core.task_done(worker, work.task_id, work.attempt)
+                    else:
+                        core.task_failed(worker, work.task_id, "boom", work.attempt)
+            else:
+                clock.advance(rng.choice([1.0, 10.0, 40.0]))
+                core.ping(worker)
+            records, changed_workers, apart = core.take_changes_apart()
+            gone_tasks, gone_workers = core.take_removals()
+            store.save_stakeholders(
+                [to_row(r) for r in records],
+                changed_workers,
+                apart,
+                gone_tasks=gone_tasks,
+                gone_workers=gone_workers,
+            )
+            loaded, _ = store.load_records()
+            stored = {r.task_id: to_row(r) for r in loaded}
+            for task_id, row in stored.items():
+                held = core.peek(task_id)
+                assert held is not None, f"step {step}: {task_id} stored, not held"
+                assert row == to_row(held), f"step {step}: {task_id} differs"
+            registered = {t for t in pool if (r := core.peek(t)) is not None and r.registered}
+            assert registered <= set(stored), f"step {step}: registered, never stored"
     finally:
         store.close()

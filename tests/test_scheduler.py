@@ -738,21 +738,24 @@ def test_removals_are_reported_to_the_state_store_and_a_comeback_is_not(
     assert core.take_removals() == ([], [])
 
 
-def test_a_release_is_taken_apart_or_as_changed_records(make: MakeCore, clock: FakeClock):
-    """A release drops its worker from the stakeholders without marking the records changed:
-    take_changes_apart gives the (task, worker) pairs alone, and the records only of tasks
-    that changed otherwise too; take_changes gives those records as changed, for a store
-    that writes whole rows."""
+def test_stakeholders_alone_are_taken_apart_or_as_changed_records(make: MakeCore, clock: FakeClock):
+    """A second worker's registration that changes nothing else, and a release, change only
+    a task's stakeholders (and runners): take_changes_apart gives those apart, and the
+    records only of tasks that changed otherwise too; take_changes gives them as changed
+    records, for a store that writes whole rows. A registration that changes nothing is no
+    change at all."""
     core = make(remove_delay=REMOVE)
     core.track_changes()
-    core.add_tasks("w1", specs("t", "u"))
-    core.add_tasks("w2", specs("t"))
+    core.add_tasks("w1", specs("t", "u", "v"))
     core.take_changes()
-    core.release("w1", ["t", "u"])
-    core.add_tasks("w2", specs("u"))  # (u changes otherwise: its record too)
-    records, _, dropped = core.take_changes_apart()
-    assert [r.task_id for r in records] == ["u"]
-    assert dropped == [("t", "w1"), ("u", "w1")]
+    core.add_tasks("w1", specs("t"))  # (nothing new)
+    assert core.take_changes_apart() == ([], [], [])
+    core.add_tasks("w2", specs("t", "u"))
+    core.add_tasks("w2", [TaskSpec("v", family="T", priority=5)])  # (its priority rose too)
+    core.release("w1", ["t"])
+    records, _, apart = core.take_changes_apart()
+    assert [r.task_id for r in records] == ["v"]
+    assert sorted(apart) == [("t", ("w2",), ("w1", "w2")), ("u", ("w1", "w2"), ("w1", "w2"))]
     assert core.take_changes_apart() == ([], [], [])
     core.release("w2", ["t"])
     records, _ = core.take_changes()

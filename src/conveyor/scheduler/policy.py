@@ -322,6 +322,44 @@ class TaskRecord:
     loaded (see :meth:`SchedulerCore.waited`)."""
 
 
+_PERSISTED_FIELDS = (
+    "family",
+    "module",
+    "params",
+    "loader",
+    "status",
+    "deps",
+    "own_priority",
+    "priority",
+    "resources",
+    "worker",
+    "retry_count",
+    "retry",
+    "labels",
+    "waiting",
+    "failures",
+    "wake_at",
+    "explanation",
+    "status_message",
+    "progress",
+    "tracking_url",
+    "registered",
+    "attempt",
+    "reported",
+    "attempts",
+    "batch_key",
+    "batch_max",
+    "batch",
+    "submitted_by",
+    "cancelled",
+)
+_PERSISTED = operator.attrgetter(*_PERSISTED_FIELDS)
+"""What a store keeps of a record (every field :func:`~conveyor.scheduler.persist.to_row`
+writes, a test checks) but its id, its number, its stakeholders and its runners: a
+registration that leaves all of this as it was changes at most those two (see
+:meth:`SchedulerCore.take_changes_apart`). A list changed in place (``deps``, ``attempts``)
+compares equal to itself: whatever changes one in place marks the record changed itself."""
+
 _Entry = tuple[int, int, str]
 _NO_LABELS: frozenset[str] = frozenset()
 _GATHER_PASSES = 64  # entries of a batch key's ready set one gathering may pass over
@@ -425,9 +463,9 @@ class SchedulerCore:
         if self._dirty is not None:
             self._dirty = set()
         self._dirty_workers: set[str] = set()
-        # (task id, worker id): a stakeholder release() dropped, not yet taken by the store;
-        # its record is not marked changed for it (see take_changes_apart)
-        self._dropped: list[tuple[str, str]] = []
+        # ids of the tasks whose stakeholders or runners, and nothing else, changed since the
+        # store last took the changes (see take_changes_apart)
+        self._interest: set[str] = set()
         self._removals: list[tuple[float, str]] = []  # (when, task id) to consider removing
         self._departures: list[tuple[float, str]] = []  # (when, worker id) to forget
         self._departed: dict[str, float] = {}  # worker id -> when it was declared gone
@@ -486,9 +524,30 @@ class SchedulerCore:
         if not alone:
             alone = (worker_id,)
         rec = self._record(task_id)
-        if self._dirty is not None:  # (_touch, without the call)
-            self._dirty.add(task_id)
         first = not rec.registered
+        dirty = self._dirty
+        if dirty is None or first or task_id in dirty:
+            if dirty is not None:  # (_touch, without the call)
+                dirty.add(task_id)
+            self._register(worker_id, spec, alone, rec, first)
+            return
+        # registered before: what a store keeps of it may not change, or only its
+        # stakeholders and runners (another worker registering the same graph)
+        before, interest = _PERSISTED(rec), (rec.stakeholders, rec.runners)
+        try:
+            self._register(worker_id, spec, alone, rec, first)
+        finally:
+            if task_id not in dirty:
+                if _PERSISTED(rec) != before:
+                    dirty.add(task_id)
+                elif (rec.stakeholders, rec.runners) != interest:
+                    self._interest.add(task_id)
+
+    def _register(
+        self, worker_id: str, spec: TaskSpec, alone: tuple[str, ...], rec: TaskRecord, first: bool
+    ) -> None:
+        """:meth:`_add`'s changes to ``rec`` (``first``: registered for the first time)."""
+        task_id = spec.task_id
         rec.registered = True
         if spec.family:
             rec.family, rec.module, rec.params = spec.family, spec.module, spec.params
@@ -1143,10 +1202,10 @@ class SchedulerCore:
     def take_changes(self) -> tuple[list[TaskRecord], list[tuple[str, bool]]]:
         """The records and ``(worker_id, assistant)`` pairs changed since the last call."""
         with self._lock:
-            if self._dropped and self._dirty is not None:  # (released: changed too)
+            if self._interest and self._dirty is not None:  # (changed too, for this store)
                 tasks = self._tasks
-                self._dirty.update(t for t, _ in self._dropped if t in tasks)
-            self._dropped = []
+                self._dirty.update(t for t in self._interest if t in tasks)
+            self._interest = set()
             records = [self._tasks[t] for t in self._dirty or ()]
             workers = [(w, w in self._assistants) for w in self._dirty_workers]
             self._dirty = set() if self._dirty is not None else None
@@ -1155,17 +1214,26 @@ class SchedulerCore:
 
     def take_changes_apart(
         self,
-    ) -> tuple[list[TaskRecord], list[tuple[str, bool]], list[tuple[str, str]]]:
-        """:meth:`take_changes`, with the stakeholders :meth:`release` dropped apart: the
-        ``(task_id, worker_id)`` pairs, oldest first, whose records are among the changed
-        ones only if they changed otherwise too. For a store that can drop a stakeholder
-        from a stored row without writing the whole row
-        (:class:`~conveyor.server.stores.CanSaveReleases`): a worker's end releases every
-        task it registered, and a row costs some 20 µs to write."""
+    ) -> tuple[
+        list[TaskRecord], list[tuple[str, bool]], list[tuple[str, tuple[str, ...], tuple[str, ...]]]
+    ]:
+        """:meth:`take_changes`, with apart the ``(task_id, stakeholders, runners)`` of each
+        task whose stakeholders or runners, and nothing else, changed: a worker's
+        registration of a task another registered, or its release of it. Their records are
+        not among the changed ones; for a store that can set those two in a stored row
+        without writing the rest (:class:`~conveyor.server.stores.CanSaveStakeholders`),
+        where writing a row costs some 20 µs and every worker of a graph registers all of it,
+        and releases all of it when its run ends."""
         with self._lock:
-            dropped, self._dropped = self._dropped, []
+            interest, self._interest = self._interest, set()
+            tasks, dirty = self._tasks, self._dirty or ()
+            apart = [
+                (t, rec.stakeholders, rec.runners)
+                for t in interest
+                if t not in dirty and (rec := tasks.get(t)) is not None
+            ]
             records, workers = self.take_changes()
-            return records, workers, dropped
+            return records, workers, apart
 
     def take_removals(self) -> tuple[list[str], list[str]]:
         """The task ids and worker ids removed since the last call (persistence on)."""
@@ -1731,7 +1799,7 @@ class SchedulerCore:
                 if rec is None or worker_id not in rec.stakeholders:
                     continue
                 if self._dirty is not None:  # (stored apart: see take_changes_apart)
-                    self._dropped.append((task_id, worker_id))
+                    self._interest.add(task_id)
                 rec.stakeholders = tuple(w for w in rec.stakeholders if w != worker_id)
                 heapq.heappush(self._removals, (later, task_id))
                 if rec.labels:

@@ -59,7 +59,7 @@ from .stores import (
     CanCompact,
     CanLead,
     CanProbe,
-    CanSaveReleases,
+    CanSaveStakeholders,
     Deposed,
     StateStore,
     TaskReads,
@@ -212,7 +212,7 @@ class SchedulerService:
             )
         self.core = core
         self.store = store
-        self._releases_apart = store if isinstance(store, CanSaveReleases) else None
+        self._interest_apart = store if isinstance(store, CanSaveStakeholders) else None
         self.where = where or type(store).__name__
         self.lock = threading.Lock()
         self.failure = ""
@@ -642,16 +642,16 @@ class SchedulerService:
 
     def _commit(self) -> None:
         """Write what changed since the last commit (and what was removed) to the store."""
-        apart = self._releases_apart
-        if apart is not None:  # (released stakeholders dropped in place, not whole rows)
-            records, workers, released = self.core.take_changes_apart()
+        apart = self._interest_apart
+        if apart is not None:  # (changed stakeholders and runners alone: not whole rows)
+            records, workers, interest = self.core.take_changes_apart()
         else:
-            (records, workers), released = self.core.take_changes(), []
+            (records, workers), interest = self.core.take_changes(), []
         gone_tasks, gone_workers = self.core.take_removals()
         rows = [to_row(r) for r in records]
-        if apart is not None and released:
-            apart.save_releases(
-                rows, workers, released, gone_tasks=gone_tasks, gone_workers=gone_workers
+        if apart is not None and interest:
+            apart.save_stakeholders(
+                rows, workers, interest, gone_tasks=gone_tasks, gone_workers=gone_workers
             )
         else:
             self.store.save(rows, workers, gone_tasks=gone_tasks, gone_workers=gone_workers)

@@ -77,7 +77,7 @@ __all__ = [
     "CanListIds",
     "CanProbe",
     "CanQuarantine",
-    "CanSaveReleases",
+    "CanSaveStakeholders",
     "CorruptState",
     "Deposed",
     "GraphWalk",
@@ -342,27 +342,25 @@ class CanCompact(Protocol):
 
 
 @runtime_checkable
-class CanSaveReleases(Protocol):
-    """A store that can drop a worker from the stakeholders of stored rows without writing
-    the rows again (optional: without it, the whole rows of released tasks are saved). A
-    worker's run ends by releasing every task it registered (``POST /api/v1/release``), and
-    a whole row costs some 20 µs to write, so that a release of 20,000 tasks took half a
-    second of the server's time."""
+class CanSaveStakeholders(Protocol):
+    """A store that can set the stakeholders and runners of a stored row without writing the
+    rest of it (optional: without it, whole rows are saved). Every worker of a graph registers
+    all of it, and releases all of it when its run ends; from the second worker on, that
+    changes only those two fields of each task, and a whole row costs some 20 µs to write."""
 
-    def save_releases(
+    def save_stakeholders(
         self,
         rows: Iterable[dict[str, Any]],
         workers: Iterable[tuple[str, bool]],
-        released: Sequence[tuple[str, str]],
+        stakeholders: Sequence[tuple[str, Sequence[str], Sequence[str]]],
         *,
         gone_tasks: Collection[str] = (),
         gone_workers: Collection[str] = (),
     ) -> None:
-        """:meth:`StateStore.save`, and in the same transaction, before ``rows`` are written
-        (they are the tasks as they are now, so they win): for each ``(task_id, worker_id)``
-        of ``released``, the worker is no longer among the stakeholders of the task's stored
-        row, which is otherwise left as it is. A task with no stored row is skipped (it is
-        among ``rows``, registered since the last save)."""
+        """:meth:`StateStore.save`, and in the same transaction, for each ``(task_id,
+        stakeholders, runners)`` of ``stakeholders`` (no task among ``rows``), the stored row
+        of the task given those two fields, as :func:`to_row` would write them, and
+        otherwise left as it is. A task with no stored row is skipped."""
 
 
 # --- what the web UI shows of a row: one place, for every store -----------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -496,24 +497,24 @@ class SqliteStore:
     ) -> None:
         """Upsert and delete in one committed transaction; rows equal to what is stored are
         left alone (a re-registration that changed nothing is not a change)."""
-        self.save_releases(rows, workers, (), gone_tasks=gone_tasks, gone_workers=gone_workers)
+        self.save_stakeholders(rows, workers, (), gone_tasks=gone_tasks, gone_workers=gone_workers)
 
-    def save_releases(
+    def save_stakeholders(
         self,
         rows: Iterable[dict[str, Any]],
         workers: Iterable[tuple[str, bool]],
-        released: Sequence[tuple[str, str]],
+        stakeholders: Sequence[tuple[str, Sequence[str], Sequence[str]]],
         *,
         gone_tasks: Collection[str] = (),
         gone_workers: Collection[str] = (),
     ) -> None:
-        """:meth:`save`, and first, in the same transaction, each ``(task_id, worker_id)`` of
-        ``released`` dropped from the stakeholders of the task's row, by SQLite's JSON
+        """:meth:`save`, and first, in the same transaction, the stakeholders and runners of
+        each ``(task_id, stakeholders, runners)`` set in the task's row by SQLite's JSON
         functions on the stored text (the rest of it stays as it is, byte for byte): some
-        6 µs a task where writing its row takes some 20. The UI shows no stakeholders, so
-        the row keeps its change number. A row whose text is not a JSON object with a list of
-        stakeholders (edited behind the server's back: the next start reports it) is left as
-        it is; every released row is written whole at its task's next change."""
+        4 µs a task where writing its row takes some 20. The UI shows neither, so the row
+        keeps its change number. A row whose text is not a JSON object (edited behind the
+        server's back: the next start reports it) is left as it is; each of these rows is
+        written whole at its task's next other change."""
         self._upgrade()
         now = time.time()
         changed: list[tuple[Any, ...]] = []  # (task_id, data, *ui columns, digest)
@@ -530,14 +531,16 @@ class SqliteStore:
                 continue
             changed.append((task_id, data, *_ui_columns(row), digest))
         worker_data = [(w, int(a)) for w, a in workers]
-        if not (changed or worker_data or gone_tasks or gone_workers or released):
+        if not (changed or worker_data or gone_tasks or gone_workers or stakeholders):
             return
-        drops = [(worker_id, task_id) for task_id, worker_id in released]
+        interest = [
+            (_workers_json(tuple(s)), _workers_json(tuple(r)), t) for t, s, r in stakeholders
+        ]
         gone = [(t,) for t in gone_tasks]
         seq = self._seq + len(changed) + bool(gone)
 
         def write(db: sqlite3.Connection) -> None:
-            db.executemany(_DROP_STAKEHOLDER, drops)  # (before the rows: those win)
+            db.executemany(_SET_INTEREST, interest)
             first = self._seq + 1
             db.executemany(
                 _UPSERT_TASK,
@@ -557,7 +560,7 @@ class SqliteStore:
 
         self._transaction(write)
         self._seq = seq
-        for task_id, _ in released:  # (its text is SQLite's now: the next save writes it)
+        for task_id, *_ in stakeholders:  # (its text is SQLite's: the next save writes it)
             self._digests.pop(task_id, None)
         for c in changed:
             self._digests[c[0]] = c[-1]
@@ -700,14 +703,20 @@ _UPSERT_TASK = (
 )
 
 
-# (a worker dropped from the stakeholders of a stored row; parameters: the worker id, the task
-# id. Only a row that is a JSON object with a list of stakeholders: CASE does not evaluate
-# json_type(), which fails on text that is not JSON, unless json_valid() holds)
-_DROP_STAKEHOLDER = (
-    "UPDATE tasks SET data = json_set(data, '$.stakeholders', (SELECT json_group_array(value)"
-    " FROM json_each(data, '$.stakeholders') WHERE value IS NOT ?)) WHERE task_id = ? AND"
-    " CASE WHEN json_valid(data) THEN json_type(data, '$.stakeholders') = 'array' ELSE 0 END"
+# (the stakeholders and runners of a stored row set; parameters: each list as JSON text, the
+# task id. Only a row that is a JSON object: CASE does not evaluate json_type(), which fails
+# on text that is not JSON, unless json_valid() holds)
+_SET_INTEREST = (
+    "UPDATE tasks SET data = json_set(data, '$.stakeholders', json(?), '$.runners', json(?))"
+    " WHERE task_id = ? AND CASE WHEN json_valid(data) THEN json_type(data) = 'object' ELSE 0 END"
 )
+
+
+@functools.lru_cache(maxsize=4096)
+def _workers_json(workers: tuple[str, ...]) -> str:
+    """A task's stakeholders or runners as ``to_row`` writes them (sorted), in JSON: few
+    distinct tuples, shared by the records, so each is encoded once."""
+    return json.dumps(sorted(workers), separators=(",", ":"))
 
 
 def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
