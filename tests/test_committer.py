@@ -19,7 +19,7 @@ import pytest
 
 from commit_support import CALLERS, CountingStore, asks, running, served
 from conveyor.errors import StaleReport
-from conveyor.protocol import GetWork, TaskDone, WorkAnswer
+from conveyor.protocol import AddTasks, GetWork, Release, TaskDone, TaskSpec, WorkAnswer
 from conveyor.server.app import GROUP_MAX, SchedulerService
 from conveyor.server.stores import Unstored
 from conveyor.testing.processes import wait_for
@@ -455,5 +455,21 @@ def test_a_turn_that_cannot_be_handed_to_a_thread_is_answered_unstored(tmp_path:
         with service.lock:
             results = asyncio.run(main())
         assert all(isinstance(r, Unstored) for r in results), results
+    finally:
+        service.close(1)
+
+
+def test_a_store_that_overrides_save_sees_stakeholder_changes_there(tmp_path: Path) -> None:
+    """A subclass of the SQLite store that overrides ``save`` alone (to count, or to fail) is
+    given a second worker's registration and a release as whole rows through it, not through
+    the ``save_stakeholders`` it inherits: failing there, they are refused, not acknowledged."""
+    service, store = served(tmp_path, fail_from=1)
+    try:
+        specs = tuple(TaskSpec(f"t{i}", family="F") for i in range(CALLERS + 1))
+        with pytest.raises(Unstored, match="database or disk is full"):
+            service.call(service.core.call, AddTasks("w2", specs))
+        with pytest.raises(Unstored, match="database or disk is full"):
+            service.call(service.core.call, Release("w", ("t0",)))
+        assert store.saves[0] == CALLERS + 1 and store.saves[1:] and set(store.saves[1:]) == {-1}
     finally:
         service.close(1)

@@ -761,6 +761,45 @@ def test_stakeholders_alone_are_taken_apart_or_as_changed_records(make: MakeCore
     records, _ = core.take_changes()
     assert [(r.task_id, r.stakeholders) for r in records] == [("t", ())]
     assert core.take_changes_apart() == ([], [], [])
+    # a first runner is a change the UI shows (nobody could run it): the whole row
+    core.add_tasks("w1", specs("x", runnable=False))
+    core.take_changes()
+    core.add_tasks("w2", specs("x"))
+    records, _, apart = core.take_changes_apart()
+    assert [(r.task_id, r.runners) for r in records] == [("x", ("w2",))] and apart == []
+
+
+def test_a_task_removed_and_named_again_in_one_commit_is_saved_anew(
+    make: MakeCore, clock: FakeClock
+):
+    """A task pruned, then named again as a dependency before the store took the changes,
+    is saved as the new record (a task nobody registered), not left as its old row, which
+    nothing would delete any more."""
+    core = make(remove_delay=REMOVE)
+    core.track_changes()
+    core.add_tasks("w1", specs("t"))
+    core.take_changes()
+    _gone(core, clock, DISCONNECT + 1)
+    _gone(core, clock, REMOVE)  # (its worker gone long enough: pruned)
+    assert core.peek("t") is None
+    core.add_tasks("w2", specs("u", deps=("t",)))
+    records, _ = core.take_changes()
+    assert {r.task_id: r.registered for r in records} == {"t": False, "u": True}
+    assert core.take_removals()[0] == []  # (not deleted after it is written)
+
+
+@pytest.mark.timeout(30)
+def test_a_remove_delay_of_zero_does_not_hang_a_task_kept_for_assistants(
+    make: MakeCore, clock: FakeClock
+):
+    """With ``remove_delay`` 0, a released task that live assistants may still run is looked
+    at again a second later, not again and again at once (which held the lock for ever)."""
+    core = make(remove_delay=0.0)
+    core.get_work("helper", assistant=True)
+    core.add_tasks("w1", specs("t"))
+    core.release("w1", ["t"])
+    clock.advance(1.0)
+    assert core.statuses(["t"]) == {"t": "PENDING"}
 
 
 def test_an_old_report_cannot_hit_a_task_registered_again_after_it_was_removed(

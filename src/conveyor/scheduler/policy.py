@@ -538,7 +538,9 @@ class SchedulerCore:
             self._register(worker_id, spec, alone, rec, first)
         finally:
             if task_id not in dirty:
-                if _PERSISTED(rec) != before:
+                # (its first runner changes what the UI shows: nobody could run it, which
+                # blocked its dependents; so the row is written whole, its change number too)
+                if _PERSISTED(rec) != before or (rec.runners and not interest[1]):
                     dirty.add(task_id)
                 elif (rec.stakeholders, rec.runners) != interest:
                     self._interest.add(task_id)
@@ -620,8 +622,12 @@ class SchedulerCore:
             self._seq += 1
             rec = TaskRecord(task_id=task_id, seq=self._seq)
             self._tasks[task_id] = rec
-            if self._removed:
-                self._removed.discard(task_id)  # (registered again after it was removed)
+            if task_id in self._removed:  # (known again after it was removed: its row is
+                # deleted by nothing now, so it is written anew, even as a task nobody
+                # registered yet)
+                self._removed.discard(task_id)
+                if self._dirty is not None:
+                    self._dirty.add(task_id)
         return rec
 
     def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> tuple[str, ...]:
@@ -1506,7 +1512,8 @@ class SchedulerCore:
             if not keep:
                 self._remove(rec, now)
             elif keep == _FOR_NOW:  # nothing else will bring it back here: look again later
-                heapq.heappush(removals, (now + self.remove_delay, task_id))
+                # (a second at least: with remove_delay 0 it would come up again at once)
+                heapq.heappush(removals, (now + max(self.remove_delay, 1.0), task_id))
         departures = self._departures
         while departures and departures[0][0] <= now:
             when, worker_id = heapq.heappop(departures)
@@ -1548,6 +1555,7 @@ class SchedulerCore:
             self._unready(task_id, rec.batch_key)
         if self._dirty is not None:
             self._dirty.discard(task_id)
+            self._interest.discard(task_id)
             self._removed.add(task_id)
         for worker_id in rec.stakeholders:
             mine = self._by_worker.get(worker_id)

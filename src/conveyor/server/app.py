@@ -212,7 +212,7 @@ class SchedulerService:
             )
         self.core = core
         self.store = store
-        self._interest_apart = store if isinstance(store, CanSaveStakeholders) else None
+        self._interest_apart = _saves_stakeholders(store)
         self.where = where or type(store).__name__
         self.lock = threading.Lock()
         self.failure = ""
@@ -686,6 +686,20 @@ class SchedulerService:
             except Exception as exc:  # (space not given back yet; the next commit will tell)
                 kind = f"compaction: {type(exc).__name__}: {exc}"
                 self._log_once(kind, "state store compaction failed")
+
+
+def _saves_stakeholders(store: StateStore) -> CanSaveStakeholders | None:
+    """``store`` if it sets stakeholders in place (:class:`CanSaveStakeholders`) and its
+    ``save`` is not overridden below the class that does (a subclass of the SQLite store
+    that overrides ``save`` alone sees every change there, as whole rows); else None."""
+    if not isinstance(store, CanSaveStakeholders):
+        return None
+    classes = type(store).__mro__
+
+    def depth(name: str) -> int:
+        return next(i for i, cls in enumerate(classes) if name in vars(cls))
+
+    return store if depth("save_stakeholders") <= depth("save") else None
 
 
 def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:

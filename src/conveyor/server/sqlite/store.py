@@ -511,10 +511,11 @@ class SqliteStore:
         """:meth:`save`, and first, in the same transaction, the stakeholders and runners of
         each ``(task_id, stakeholders, runners)`` set in the task's row by SQLite's JSON
         functions on the stored text (the rest of it stays as it is, byte for byte): some
-        4 µs a task where writing its row takes some 20. The UI shows neither, so the row
-        keeps its change number. A row whose text is not a JSON object (edited behind the
-        server's back: the next start reports it) is left as it is; each of these rows is
-        written whole at its task's next other change."""
+        4 µs a task where writing its row takes some 20. The row keeps its change number and
+        its time of change: the UI shows neither list, only whether a task has runners, and
+        the scheduler writes a task's first runner as a whole row. A row whose text is not a
+        JSON object (edited behind the server's back: the next start reports it) is left as
+        it is; each of these rows is written whole at its task's next other change."""
         self._upgrade()
         now = time.time()
         changed: list[tuple[Any, ...]] = []  # (task_id, data, *ui columns, digest)
