@@ -20,8 +20,8 @@ import pytest
 from commit_support import CALLERS, CountingStore, asks, running, served
 from conveyor.errors import StaleReport
 from conveyor.protocol import AddTasks, GetWork, Release, TaskDone, TaskSpec, WorkAnswer
-from conveyor.server.app import GROUP_MAX, SchedulerService
-from conveyor.server.stores import Unstored
+from conveyor.server.app import GROUP_MAX, SchedulerService, _saves_stakeholders
+from conveyor.server.stores import MemoryStore, Unstored
 from conveyor.testing.processes import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -473,3 +473,33 @@ def test_a_store_that_overrides_save_sees_stakeholder_changes_there(tmp_path: Pa
         assert store.saves[0] == CALLERS + 1 and store.saves[1:] and set(store.saves[1:]) == {-1}
     finally:
         service.close(1)
+
+
+def test_which_stores_are_given_stakeholders_apart(tmp_path: Path) -> None:
+    """Only a store whose class sets stakeholders in place, below or beside its own save, is
+    given them apart; a subclass overriding save alone, a save set on the object, and a proxy
+    that has the methods of another through __getattr__ (its save may check a lease the
+    other does not know) are given whole rows through their save."""
+
+    class Proxy:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def save(self, *args: Any, **kwargs: Any) -> None:
+            self.inner.save(*args, **kwargs)
+
+    plain = MemoryStore()
+    patched = MemoryStore()
+    patched.save = plain.save  # type: ignore[method-assign]
+    counting = CountingStore(tmp_path / "state.db")
+    try:
+        assert _saves_stakeholders(plain) is plain
+        assert _saves_stakeholders(counting) is None
+        assert _saves_stakeholders(patched) is None
+        assert _saves_stakeholders(Proxy(plain)) is None  # type: ignore[arg-type]
+    finally:
+        for store in (plain, patched, counting):
+            store.close()

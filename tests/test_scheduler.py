@@ -769,23 +769,21 @@ def test_stakeholders_alone_are_taken_apart_or_as_changed_records(make: MakeCore
     assert [(r.task_id, r.runners) for r in records] == [("x", ("w2",))] and apart == []
 
 
-def test_a_task_removed_and_named_again_in_one_commit_is_saved_anew(
-    make: MakeCore, clock: FakeClock
-):
-    """A task pruned, then named again as a dependency before the store took the changes,
-    is saved as the new record (a task nobody registered), not left as its old row, which
-    nothing would delete any more."""
+def test_a_task_removed_and_known_again_in_one_commit(make: MakeCore, clock: FakeClock):
+    """A task pruned, then known again before the store took the changes: named as a
+    dependency only, its old row is deleted (a task nobody registered has none); registered
+    again, its new row is written and not deleted after."""
     core = make(remove_delay=REMOVE)
     core.track_changes()
-    core.add_tasks("w1", specs("t"))
+    core.add_tasks("w1", specs("t", "v"))
     core.take_changes()
     _gone(core, clock, DISCONNECT + 1)
-    _gone(core, clock, REMOVE)  # (its worker gone long enough: pruned)
-    assert core.peek("t") is None
-    core.add_tasks("w2", specs("u", deps=("t",)))
+    _gone(core, clock, REMOVE)  # (their worker gone long enough: pruned)
+    assert core.peek("t") is None and core.peek("v") is None
+    core.add_tasks("w2", [*specs("u", deps=("t",)), *specs("v")])
     records, _ = core.take_changes()
-    assert {r.task_id: r.registered for r in records} == {"t": False, "u": True}
-    assert core.take_removals()[0] == []  # (not deleted after it is written)
+    assert {r.task_id: r.registered for r in records} == {"u": True, "v": True}
+    assert core.take_removals()[0] == ["t"]
 
 
 @pytest.mark.timeout(30)

@@ -622,12 +622,6 @@ class SchedulerCore:
             self._seq += 1
             rec = TaskRecord(task_id=task_id, seq=self._seq)
             self._tasks[task_id] = rec
-            if task_id in self._removed:  # (known again after it was removed: its row is
-                # deleted by nothing now, so it is written anew, even as a task nobody
-                # registered yet)
-                self._removed.discard(task_id)
-                if self._dirty is not None:
-                    self._dirty.add(task_id)
         return rec
 
     def _set_deps(self, rec: TaskRecord, deps: Sequence[str], merge: bool) -> tuple[str, ...]:
@@ -1212,6 +1206,10 @@ class SchedulerCore:
                 tasks = self._tasks
                 self._dirty.update(t for t in self._interest if t in tasks)
             self._interest = set()
+            if self._removed and self._dirty:  # (removed, then known again and changed: its
+                # row is written, not deleted; one known again only as a dependency nobody
+                # registered yet is not written, so its old row is deleted)
+                self._removed.difference_update(self._dirty)
             records = [self._tasks[t] for t in self._dirty or ()]
             workers = [(w, w in self._assistants) for w in self._dirty_workers]
             self._dirty = set() if self._dirty is not None else None
@@ -1555,7 +1553,6 @@ class SchedulerCore:
             self._unready(task_id, rec.batch_key)
         if self._dirty is not None:
             self._dirty.discard(task_id)
-            self._interest.discard(task_id)
             self._removed.add(task_id)
         for worker_id in rec.stakeholders:
             mine = self._by_worker.get(worker_id)

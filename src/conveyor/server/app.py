@@ -689,17 +689,20 @@ class SchedulerService:
 
 
 def _saves_stakeholders(store: StateStore) -> CanSaveStakeholders | None:
-    """``store`` if it sets stakeholders in place (:class:`CanSaveStakeholders`) and its
-    ``save`` is not overridden below the class that does (a subclass of the SQLite store
+    """``store`` if its class sets stakeholders in place (:class:`CanSaveStakeholders`) and
+    its ``save`` is not overridden below the class that does (a subclass of the SQLite store
     that overrides ``save`` alone sees every change there, as whole rows); else None."""
-    if not isinstance(store, CanSaveStakeholders):
-        return None
+    if not isinstance(store, CanSaveStakeholders) or "save" in getattr(store, "__dict__", {}):
+        return None  # (nor a save set on the object itself)
     classes = type(store).__mro__
 
-    def depth(name: str) -> int:
-        return next(i for i, cls in enumerate(classes) if name in vars(cls))
+    def depth(name: str) -> int | None:
+        return next((i for i, cls in enumerate(classes) if name in vars(cls)), None)
 
-    return store if depth("save_stakeholders") <= depth("save") else None
+    # (a store that has them through __getattr__, a proxy of another, is given whole rows
+    # through the save it defines: that may check a lease the other does not know)
+    own, save = depth("save_stakeholders"), depth("save")
+    return store if own is not None and save is not None and own <= save else None
 
 
 def _handlers(service: SchedulerService) -> dict[str, Callable[[Any], Any]]:
