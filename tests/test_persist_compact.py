@@ -493,6 +493,8 @@ def test_a_merge_writes_only_the_added_edges_and_they_reload_in_order(tmp_path: 
         ("family", "F\ud800", "data holds a lone surrogate"),
         ("params", {"p\udfff": "1"}, "data holds a lone surrogate"),
         ("stakeholders", ["w1", ["w2"]], 'field \'stakeholders\' is ["w1", ["w2"]]; expected'),
+        # (a secret parameter's value is not shown, in the report nor in the quarantine)
+        ("params", {"db_password": "hunter2", "n": 5}, '{"db_password": "***", "n": 5}; expected'),
         ("colour", "red", "field 'colour' is not a field of a task row"),
         ("deps", ["x"], "field 'deps' is in the row's JSON; expected the dependencies only in"),
     ],

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..protocol import AttemptEnd, RetrySpec, TaskStatus
+from ..secrets import REDACTED, is_secret_name
 from .policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 
 __all__ = [
@@ -462,6 +463,8 @@ def _checked(row: dict[str, Any], name: str, check: Callable[[Any], Any]) -> Any
     try:
         return check(value)
     except _Expected as exc:
+        if name == "params" and isinstance(value, dict):  # (a secret's value is not shown)
+            value = {k: REDACTED if is_secret_name(str(k)) else v for k, v in value.items()}
         raise RowError(f"field {name!r} is {_shown(value)}; expected {exc}", name) from None
 
 
