@@ -51,12 +51,15 @@ SCHEMA_VERSION = 1
 
 
 class RowError(ValueError):
-    """A stored row is not a task record; ``field`` names the offending field ("" = the row)."""
+    """A stored row is not a task record; ``field`` names the offending field ("" = the row).
+    ``expected`` is what the field should hold, when the message quotes the value it holds
+    instead ("" otherwise): a reader that must not show the value says only that."""
 
-    def __init__(self, message: str, field: str = "") -> None:
+    def __init__(self, message: str, field: str = "", expected: str = "") -> None:
         """Say what is wrong (and what was expected) with ``field``."""
         super().__init__(message)
         self.field = field
+        self.expected = expected
 
 
 def to_row(rec: TaskRecord) -> dict[str, Any]:
@@ -465,7 +468,8 @@ def _checked(row: dict[str, Any], name: str, check: Callable[[Any], Any]) -> Any
     except _Expected as exc:
         if name == "params" and isinstance(value, dict):  # (a secret's value is not shown)
             value = {k: REDACTED if is_secret_name(str(k)) else v for k, v in value.items()}
-        raise RowError(f"field {name!r} is {_shown(value)}; expected {exc}", name) from None
+        message = f"field {name!r} is {_shown(value)}; expected {exc}"
+        raise RowError(message, name, str(exc)) from None
 
 
 def _strings(row: dict[str, Any], name: str, default: object) -> tuple[str, ...]:

@@ -454,15 +454,11 @@ def shown_row(task_id: object, data: object, deps: list[str] | None = None) -> d
 
 def _problem(exc: RowError) -> str:
     """What is wrong with a row, for the UI, the API and the log: without the value that a
-    RowError about a field quotes, which may hold a secret parameter's value or a text that
-    the UI shows redacted (the ids a ``task_id`` or ``deps`` error quotes are shown anyway)."""
-    text = str(exc)
-    if exc.field in ("", "data", "task_id", "deps"):
-        return text
-    _, found, expected = text.partition("; expected ")
-    return f"field {exc.field!r} is not what a task row holds" + (
-        f"; expected {expected}" if found else ""
-    )
+    RowError about a field's value quotes (:attr:`RowError.expected`), which may hold a
+    secret parameter's value or a text that the UI shows redacted."""
+    if exc.expected:
+        return f"field {exc.field!r} is not what a task row holds; expected {exc.expected}"
+    return str(exc)
 
 
 def _named(task_id: object) -> str:
