@@ -13,7 +13,7 @@ import pytest
 import conveyor
 from conveyor.backends import load_backend
 from conveyor.protocol import Statuses, StatusesAnswer, TaskStatus, encode
-from conveyor.server.stores import StoreContext
+from conveyor.server.stores import SqliteStore, StoreContext
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
 from conveyor.testing.stores import READ_CHECKS, check_state_store
 from conveyor.testing.transports import check_transport
@@ -102,6 +102,7 @@ def test_the_memory_store_conforms() -> None:
     store_cls = load_backend("conveyor.state_stores", "memory")
     assert check_state_store(lambda: store_cls(StoreContext()), durable=False) == [
         "empty", "save-load", "upsert", "workers", "round-trip", "remove", *READ_CHECKS,
+        "stakeholders",
     ]  # fmt: skip
 
 
@@ -129,6 +130,31 @@ class _AppendOnlyStore:
 
     def close(self) -> None:
         pass
+
+
+class _ListsIgnored(SqliteStore):
+    """A broken store: takes stakeholders apart (CanSaveStakeholders) but never sets them."""
+
+    def save_stakeholders(self, rows: Any, workers: Any, stakeholders: Any, **gone: Any) -> None:
+        super().save_stakeholders(rows, workers, (), **gone)
+
+
+class _ListsSwapped(SqliteStore):
+    """A broken store: sets a task's stakeholders as its runners and the other way round."""
+
+    def save_stakeholders(self, rows: Any, workers: Any, stakeholders: Any, **gone: Any) -> None:
+        swapped = [(t, r, s) for t, s, r in stakeholders]
+        super().save_stakeholders(rows, workers, swapped, **gone)
+
+
+@pytest.mark.parametrize("broken", [_ListsIgnored, _ListsSwapped])
+def test_the_store_check_catches_stakeholders_not_set_apart(
+    tmp_path: Path, broken: type[SqliteStore]
+) -> None:
+    """A store that takes stakeholders apart but does not set them as told fails the check."""
+    path = str(tmp_path / "state.db")
+    with pytest.raises(AssertionError, match="stakeholders and runners"):
+        check_state_store(lambda: broken(StoreContext(path)), durable=False)
 
 
 def test_the_store_check_catches_a_store_that_does_not_upsert() -> None:

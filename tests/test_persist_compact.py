@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import sqlite3
 import sys
 import uuid
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from conveyor.errors import ConfigError
-from conveyor.protocol import AttemptEnd, BatchSpec, RetrySpec, TaskSpec, TaskStatus, Work
+from conveyor.protocol import AttemptEnd, RetrySpec, TaskStatus
 from conveyor.scheduler import persist, policy
 from conveyor.scheduler.persist import (
     DEFAULTS,
@@ -33,12 +32,12 @@ from conveyor.scheduler.persist import (
     stored_json,
     to_row,
 )
-from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, SchedulerCore, TaskRecord
+from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 from conveyor.server.sqlite import reads
 from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _task_row
 from conveyor.server.stores import CorruptState, SqliteStore, StoreContext, UnusableRow
-from conveyor.testing import FakeClock
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
+from conveyor.testing.stores import check_saves_apart
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -950,44 +949,6 @@ def test_stakeholders_are_set_in_the_stored_row_alone(tmp_path: Path) -> None:
         store.close()
 
 
-# (each field of a registration and the values a random one takes)
-_VALUES: dict[str, list[Any]] = {
-    "family": ["F", "G"],
-    "params": [{"p": "1"}, {"p": "2"}],
-    "status": [TaskStatus.PENDING] * 5 + [TaskStatus.DONE],
-    "priority": [0, 0, 1, 3],
-    "resources": [{}, {"r": 1}],
-    "runnable": [True, True, True, False],
-    "retry_count": [None, 1],
-    "retry": [None, RetrySpec(backoff=2.0)],
-    "labels": [(), ("gpu",)],
-    "batch": [None, None, BatchSpec("k", 3)],
-}
-
-
-def _random_spec(rng: random.Random, pool: list[str], last: dict[str, TaskSpec]) -> TaskSpec:
-    """A registration of one task of ``pool``: mostly the task's last one again, as it was or
-    with one field changed (what a second worker's registration, or a changed task, sends),
-    else all random; dependencies only on tasks later in the pool (no cycles)."""
-    task_id = rng.choice(pool)
-    later = pool[pool.index(task_id) + 1 :]
-    deps = tuple(rng.sample(later, rng.randint(0, min(2, len(later)))))
-    before = last.get(task_id)
-    if before is not None and rng.random() < 0.7:
-        name = rng.choice([*_VALUES, "deps", "none", "none"])
-        if name == "deps":
-            made = dataclasses.replace(before, deps=deps)
-        elif name == "none":
-            made = before
-        else:
-            made = dataclasses.replace(before, **{name: rng.choice(_VALUES[name])})
-    else:
-        fields = {name: rng.choice(values) for name, values in _VALUES.items()}
-        made = TaskSpec(task_id, module="m", deps=deps, **fields)
-    last[task_id] = made
-    return made
-
-
 def test_a_registration_compares_every_field_a_store_keeps() -> None:
     """What a registration compares to tell whether it changed a task beyond its stakeholders
     and runners is every field ``to_row`` writes but those and the id and number: a field
@@ -1008,54 +969,11 @@ def test_what_is_stored_is_what_the_scheduler_holds_after_random_calls(
     releases, hand-outs, results and time, saved the way the server saves (the stakeholders
     and runners of a task whose other fields did not change set apart,
     ``take_changes_apart``): after every call, the records the store loads are the
-    scheduler's, field for field. A change left out of the saves (a registration taken for
-    one that changes nothing else) would show here."""
-    rng = random.Random(seed)
-    clock = FakeClock()
-    core = SchedulerCore(clock=clock, retry_delay=5.0, remove_delay=30.0)
-    core.track_changes()
-    core.keep_history = True
+    scheduler's, field for field (:func:`conveyor.testing.stores.check_saves_apart`, which
+    the conformance check of every store that sets them apart runs for two seeds)."""
     store = _open(tmp_path / "state.db")
-    pool = [f"t{i}" for i in range(8)]
-    workers = ["w1", "w2", "w3"]
-    last: dict[str, TaskSpec] = {}
     try:
         store.load()
-        for step in range(120):
-            worker = rng.choice(workers)
-            kind = rng.random()
-            if kind < 0.5:
-                core.add_tasks(
-                    worker, [_random_spec(rng, pool, last) for _ in range(rng.randint(1, 3))]
-                )
-            elif kind < 0.6:
-                core.release(worker, rng.sample(pool, rng.randint(1, 4)))
-            elif kind < 0.9:
-                work = core.get_work(worker)
-                if isinstance(work, Work) and rng.random() < 0.9:
-                    if rng.random() < 0.7:
-                        core.task_done(worker, work.task_id, work.attempt)
-                    else:
-                        core.task_failed(worker, work.task_id, "boom", work.attempt)
-            else:
-                clock.advance(rng.choice([1.0, 10.0, 40.0]))
-                core.ping(worker)
-            records, changed_workers, apart = core.take_changes_apart()
-            gone_tasks, gone_workers = core.take_removals()
-            store.save_stakeholders(
-                [to_row(r) for r in records],
-                changed_workers,
-                apart,
-                gone_tasks=gone_tasks,
-                gone_workers=gone_workers,
-            )
-            loaded, _ = store.load_records()
-            stored = {r.task_id: to_row(r) for r in loaded}
-            for task_id, row in stored.items():
-                held = core.peek(task_id)
-                assert held is not None, f"step {step}: {task_id} stored, not held"
-                assert row == to_row(held), f"step {step}: {task_id} differs"
-            registered = {t for t in pool if (r := core.peek(t)) is not None and r.registered}
-            assert registered <= set(stored), f"step {step}: registered, never stored"
+        check_saves_apart(store, seed=seed, steps=120)
     finally:
         store.close()

@@ -4,6 +4,7 @@ and a restart of PostgreSQL under an open store."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
@@ -20,6 +21,7 @@ from conveyor.server.stores import (
     CanLead,
     CanListIds,
     CanProbe,
+    CanSaveStakeholders,
     CorruptState,
     Deposed,
     Lease,
@@ -30,6 +32,7 @@ from conveyor.server.stores import (
 from conveyor.testing import check_state_store
 
 from conveyor_postgres import SCHEMA_VERSION, PostgresStore
+from conveyor_postgres.store import _SAVE_FUNCTION_3
 from conveyor_postgres.testing import ThrowawayCluster
 
 
@@ -95,7 +98,7 @@ def test_conforms(pg_dsn: str) -> None:
 
 def test_implements_the_optional_protocols(stores: Callable[..., PostgresStore]) -> None:
     store = stores()
-    for protocol in (TaskReads, CanListIds, CanProbe, CanLead):
+    for protocol in (TaskReads, CanListIds, CanProbe, CanLead, CanSaveStakeholders):
         assert isinstance(store, protocol), protocol
 
 
@@ -347,6 +350,71 @@ def test_an_unchanged_row_is_not_written_again(stores: Callable[..., PostgresSto
     assert store.summary().seq == seq, "saving an equal row moved the change number on"
     store.save([_row("a", TaskStatus.DONE)], [])
     assert store.summary().seq == seq + 1
+
+
+def _stored(pg_cluster: ThrowawayCluster, dsn: str, task_id: str) -> tuple[Any, ...]:
+    ((found),) = pg_cluster.sql(
+        f"SELECT data, runners, seq, changed FROM conveyor.tasks WHERE task_id = '{task_id}'",
+        _database(dsn),
+    )
+    return tuple(found)
+
+
+def test_stakeholders_are_set_in_the_row_alone(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """save_stakeholders sets the two lists in a stored row and its runners column (the
+    count the graph shows), keeps its change number and time of change, skips a row whose
+    text is not JSON (the other rows of the same save are set all the same) and a task with
+    no row; a later whole save of such a row writes it again."""
+    store = stores()
+    store.save([_row("a"), _row("b"), _row("x")], [])
+    a_before, _, a_seq, a_changed = _stored(pg_cluster, pg_dsn, "a")
+    pg_cluster.sql("UPDATE conveyor.tasks SET data = 'nope' WHERE task_id = 'x'", _database(pg_dsn))
+    interest = [("a", ("w2",), ("w1", "w2", "w3")), ("x", (), ()), ("b", (), ()), ("y", (), ())]
+    store.save_stakeholders([], [], interest)
+    data, runners, seq, changed = _stored(pg_cluster, pg_dsn, "a")
+    assert (seq, changed) == (a_seq, a_changed)
+    assert runners == 3
+    assert json.loads(data) == {
+        **json.loads(a_before),
+        "stakeholders": ["w2"],
+        "runners": ["w1", "w2", "w3"],
+    }
+    assert _stored(pg_cluster, pg_dsn, "b")[1] == 0
+    assert _stored(pg_cluster, pg_dsn, "x")[:2] == ("nope", 1)
+    assert pg_cluster.sql(
+        "SELECT count(*) FROM conveyor.tasks WHERE task_id = 'y'", _database(pg_dsn)
+    ) == [(0,)]
+    store.save([_row("a")], [])  # (as before the lists were set: written again)
+    assert json.loads(_stored(pg_cluster, pg_dsn, "a")[0]) == json.loads(a_before)
+    pg_cluster.sql("DELETE FROM conveyor.tasks WHERE task_id = 'x'", _database(pg_dsn))
+    loaded = {r.task_id: (r.stakeholders, r.runners) for r in store.load_records()[0]}
+    assert loaded == {"a": (("w1",), ("w1",)), "b": ((), ())}
+
+
+def test_a_schema_3_store_is_migrated_and_sets_stakeholders_apart(
+    pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
+) -> None:
+    """A schema of version 3 (whose save function takes no stakeholders) is brought to the
+    current version, its rows kept, and its saves set stakeholders apart."""
+    store = stores()
+    store.save([_row("a")], [])
+    store.close()
+    database = _database(pg_dsn)
+    pg_cluster.sql(
+        "DROP FUNCTION conveyor.save; UPDATE conveyor.schema_version SET version = 3;"
+        + _SAVE_FUNCTION_3.replace("{s}", "conveyor"),
+        database,
+    )
+    assert pg_cluster.sql("SELECT version FROM conveyor.schema_version", database) == [(3,)]
+    store = stores()
+    assert pg_cluster.sql("SELECT version FROM conveyor.schema_version", database) == [
+        (SCHEMA_VERSION,)
+    ]
+    store.save_stakeholders([_row("b")], [], [("a", ("w1", "w2"), ("w2",))])
+    loaded = {r.task_id: (r.stakeholders, r.runners) for r in store.load_records()[0]}
+    assert loaded == {"a": (("w1", "w2"), ("w2",)), "b": (("w1",), ("w1",))}
 
 
 def test_edges_follow_the_rows(stores: Callable[..., PostgresStore]) -> None:

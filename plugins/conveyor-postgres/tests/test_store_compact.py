@@ -100,7 +100,7 @@ def test_a_schema_2_store_is_migrated_keeping_the_order_of_deps(pg_dsn: str) -> 
         store.close()
     assert loaded == {r["task_id"]: r for r in rows}
     assert _query(pg_dsn, "SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION >= 3  # (through 3, where the deps moved out, and every later step)
     assert _edges(pg_dsn, "w") == [("z", 0), ("a", 1), ("m", 2)]
     ((data,),) = _query(pg_dsn, "SELECT data FROM {s}.tasks WHERE task_id = 'w'")
     assert "deps" not in json.loads(data)

@@ -21,6 +21,7 @@ included) in a time that grows with the fields stored.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -44,7 +45,9 @@ __all__ = [
     "full_row",
     "read_row",
     "refuse_lone_surrogates",
+    "stored_json",
     "to_row",
+    "workers_json",
 ]
 
 SCHEMA_VERSION = 1
@@ -791,6 +794,14 @@ def stored_json(row: Mapping[str, Any], *, without: str = "") -> str:
     separators=(",", ":"))``, made by one encoder built once (a row is a tree: no check for
     cycles)."""
     return _encode(compact_row(row, without=without))
+
+
+@functools.lru_cache(maxsize=4096)
+def workers_json(workers: tuple[str, ...]) -> str:
+    """A task's stakeholders or runners in the JSON :func:`stored_json` writes of them (sorted,
+    as :func:`to_row` gives them), for a store that sets them in a stored row alone: few
+    distinct tuples, shared by the records, so each is encoded once."""
+    return _encode(sorted(workers))
 
 
 def _row_encoder() -> Callable[[Any], str]:

@@ -59,6 +59,7 @@ from ..scheduler.persist import (
     full_row,
     read_row,
     stored_json,
+    workers_json,
 )
 from ..scheduler.policy import ATTEMPT_HISTORY, TaskRecord
 from ..secrets import REDACTED, hide_secret_params, is_secret_name
@@ -112,6 +113,7 @@ __all__ = [
     "task_detail",
     "task_info",
     "walk_graph",
+    "workers_json",
 ]
 
 Rows = list[dict[str, Any]]

@@ -19,13 +19,25 @@ must load what was saved)::
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import StoredWorker, TaskFilters, TaskInfo, TaskStatus
+from ..protocol import (
+    BatchSpec,
+    RetrySpec,
+    StoredWorker,
+    TaskFilters,
+    TaskInfo,
+    TaskSpec,
+    TaskStatus,
+    Work,
+)
 from ..scheduler.persist import from_row, to_row
-from ..scheduler.policy import TaskRecord
+from ..scheduler.policy import SchedulerCore, TaskRecord
 from ..secrets import REDACTED
+from ..server.stores import CanSaveStakeholders
 
 READ_CHECKS = [
     "reads-summary",
@@ -40,7 +52,7 @@ READ_CHECKS = [
 ]
 """The names :func:`check_state_store` gives the checks of the reads, in order."""
 
-__all__ = ["check_state_store"]
+__all__ = ["check_saves_apart", "check_state_store"]
 
 
 def _row(task_id: str, seq: int, status: TaskStatus, text: str) -> dict[str, Any]:
@@ -61,7 +73,9 @@ def _row(task_id: str, seq: int, status: TaskStatus, text: str) -> dict[str, Any
 
 
 def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) -> list[str]:
-    """Check save/load/upsert/remove, the reads (:data:`READ_CHECKS`) and, if ``durable``,
+    """Check save/load/upsert/remove, the reads (:data:`READ_CHECKS`), for a store that sets
+    stakeholders apart (:class:`~conveyor.server.stores.CanSaveStakeholders`) that too
+    (``stakeholders``, and :func:`check_saves_apart` for two seeds) and, if ``durable``,
     reopening; return the checks run."""
     store = open_store()
     checks = ["empty", "save-load", "upsert", "workers", "round-trip", "remove", *READ_CHECKS]
@@ -90,6 +104,15 @@ def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) ->
         _check_reads(store)
         rows, workers = store.load()
         assert sorted(_by_id(rows)) == ["a", "b"], "the rows of the reads' checks were not deleted"
+        apart = isinstance(store, CanSaveStakeholders)  # (store stays Any: no narrowing)
+        if apart:
+            checks.append("stakeholders")
+            _check_stakeholders(store)
+            for seed in range(2):
+                check_saves_apart(store, seed=seed, steps=60)
+            rows, workers = store.load()
+            assert sorted(_by_id(rows)) == ["a", "b"], "the rows of the checks were not deleted"
+            assert sorted(workers) == [("w1", False), ("w2", True)], "their workers were not"
     finally:
         store.close()
     if durable:
@@ -102,6 +125,161 @@ def check_state_store(open_store: Callable[[], Any], *, durable: bool = True) ->
         finally:
             again.close()
     return checks
+
+
+def _check_stakeholders(store: Any) -> None:
+    """``save_stakeholders`` sets the two lists of each stored row named and nothing else of
+    it, skips a task with no row, saves the rows it is given as ``save`` does, and a row saved
+    right after as it was before is written (not taken for one unchanged; nothing is loaded
+    in between: a load may tell the store what it holds); the rows are removed."""
+    held = {t: _held(t, ("w1", "w2"), ("w1", "w2")) for t in ("s-t", "s-u", "s-v", "s-w")}
+    store.save(list(held.values()), [])
+    changed = _held("s-u", ("w1", "w2", "w3"), ("w1", "w2", "w3"), priority=4)
+    interest = [
+        ("s-t", ("w2",), ("w1",)),
+        ("s-v", (), ("w1",)),
+        ("s-w", ("w2",), ("w2", "w1")),
+        ("s-none", (), ()),
+    ]
+    store.save_stakeholders([changed], [], interest)
+    store.save([held["s-t"]], [])  # (as it was before its lists were set)
+    rows = _by_id(r for r in store.load()[0] if r["task_id"].startswith("s-"))
+    expected = {
+        "s-t": held["s-t"],
+        "s-u": changed,
+        "s-v": {**held["s-v"], "stakeholders": [], "runners": ["w1"]},
+        "s-w": {**held["s-w"], "stakeholders": ["w2"], "runners": ["w1", "w2"]},
+    }
+    for task_id, row in expected.items():
+        assert rows.get(task_id) == row, (
+            f"save_stakeholders must set a task's stakeholders and runners and leave the rest "
+            f"of its row as it was, and a row saved after it must be written: {task_id} was "
+            f"loaded as {rows.get(task_id)}, expected {row}"
+        )
+    assert sorted(rows) == sorted(expected), f"a task with no row got one: {sorted(rows)}"
+    store.save([], [], gone_tasks=list(held))
+
+
+def _held(
+    task_id: str, stakeholders: tuple[str, ...], runners: tuple[str, ...], priority: int = 0
+) -> dict[str, Any]:
+    return to_row(
+        TaskRecord(
+            task_id=task_id,
+            seq=1,
+            family="Held",
+            module="conformance.held",
+            params={"p": task_id},
+            stakeholders=stakeholders,
+            runners=runners,
+            priority=priority,
+        )
+    )
+
+
+# (each field of a registration and the values a random one takes)
+_VALUES: dict[str, list[Any]] = {
+    "family": ["F", "G"],
+    "params": [{"p": "1"}, {"p": "2"}],
+    "status": [TaskStatus.PENDING] * 5 + [TaskStatus.DONE],
+    "priority": [0, 0, 1, 3],
+    "resources": [{}, {"r": 1}],
+    "runnable": [True, True, True, False],
+    "retry_count": [None, 1],
+    "retry": [None, RetrySpec(backoff=2.0)],
+    "labels": [(), ("gpu",)],
+    "batch": [None, None, BatchSpec("k", 3)],
+}
+
+
+def _random_spec(rng: random.Random, pool: list[str], last: dict[str, TaskSpec]) -> TaskSpec:
+    """A registration of one task of ``pool``: mostly the task's last one again, as it was or
+    with one field changed (what a second worker's registration, or a changed task, sends),
+    else all random; dependencies only on tasks later in the pool (no cycles)."""
+    task_id = rng.choice(pool)
+    later = pool[pool.index(task_id) + 1 :]
+    deps = tuple(rng.sample(later, rng.randint(0, min(2, len(later)))))
+    before = last.get(task_id)
+    if before is not None and rng.random() < 0.7:
+        name = rng.choice([*_VALUES, "deps", "none", "none"])
+        if name == "deps":
+            made = dataclasses.replace(before, deps=deps)
+        elif name == "none":
+            made = before
+        else:
+            made = dataclasses.replace(before, **{name: rng.choice(_VALUES[name])})
+    else:
+        fields = {name: rng.choice(values) for name, values in _VALUES.items()}
+        made = TaskSpec(task_id, module="m", deps=deps, **fields)
+    last[task_id] = made
+    return made
+
+
+def check_saves_apart(store: Any, *, seed: int, steps: int = 120) -> None:
+    """Random registrations by three workers (fields that change and fields that do not),
+    releases, hand-outs, results and time, on a scheduler whose changes are saved to
+    ``store`` as the server saves them (the stakeholders and runners of a task whose other
+    fields did not change set apart: ``SchedulerCore.take_changes_apart``,
+    ``save_stakeholders``): after every call, the rows the store loads (as the server does at
+    start: ``load_records()`` where there is one) are the scheduler's, field for field
+    (AssertionError naming the step and task otherwise). A change left out of the saves, or
+    a list set wrong, shows here. Its tasks and workers (``r-`` ids) are removed at the end;
+    the store's other rows are left alone."""
+    from . import FakeClock
+
+    rng = random.Random(seed)
+    clock = FakeClock()
+    core = SchedulerCore(clock=clock, retry_delay=5.0, remove_delay=30.0)
+    core.track_changes()
+    core.keep_history = True
+    pool = [f"r-t{i}" for i in range(8)]
+    workers = ["r-w1", "r-w2", "r-w3"]
+    last: dict[str, TaskSpec] = {}
+    for step in range(steps):
+        worker = rng.choice(workers)
+        kind = rng.random()
+        if kind < 0.5:
+            specs = [_random_spec(rng, pool, last) for _ in range(rng.randint(1, 3))]
+            core.add_tasks(worker, specs)
+        elif kind < 0.6:
+            core.release(worker, rng.sample(pool, rng.randint(1, 4)))
+        elif kind < 0.9:
+            work = core.get_work(worker)
+            if isinstance(work, Work) and rng.random() < 0.9:
+                if rng.random() < 0.7:
+                    core.task_done(worker, work.task_id, work.attempt)
+                else:
+                    core.task_failed(worker, work.task_id, "boom", work.attempt)
+        else:
+            clock.advance(rng.choice([1.0, 10.0, 40.0]))
+            core.ping(worker)
+        records, changed_workers, apart = core.take_changes_apart()
+        gone_tasks, gone_workers = core.take_removals()
+        store.save_stakeholders(
+            [to_row(r) for r in records],
+            changed_workers,
+            apart,
+            gone_tasks=gone_tasks,
+            gone_workers=gone_workers,
+        )
+        stored = {t: r for t, r in _loaded(store).items() if t.startswith("r-")}
+        for task_id, row in stored.items():
+            held = core.peek(task_id)
+            assert held is not None, f"seed {seed}, step {step}: {task_id} stored, not held"
+            assert row == to_row(held), (
+                f"seed {seed}, step {step}: {task_id} is stored as {row}, held as {to_row(held)}"
+            )
+        registered = {t for t in pool if (r := core.peek(t)) is not None and r.registered}
+        assert registered <= set(stored), f"seed {seed}, step {step}: registered, never stored"
+    store.save([], [], gone_tasks=pool, gone_workers=workers)
+
+
+def _loaded(store: Any) -> dict[str, dict[str, Any]]:
+    """Each stored row by task id, as the server loads them at start: through the records of
+    ``load_records()`` where the store has it, else ``load()``'s rows."""
+    if callable(getattr(store, "load_records", None)):
+        return {r.task_id: to_row(r) for r in store.load_records()[0]}
+    return _by_id(store.load()[0])
 
 
 def _by_id(rows: Any) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from conveyor.server.stores import (
     read_row,
     search_text,
     stored_json,
+    workers_json,
 )
 from conveyor.settings import Field
 from psycopg import sql
@@ -133,6 +134,20 @@ _SAVE_FUNCTION = (
     " END $$"
 )
 
+# Sets the stakeholders and runners (JSON arrays of worker ids) of the rows of interest_ids
+# ({which}: all of them, or the one-th alone); the runners column is their count. Each row's text
+# is read as JSON in a materialized step of the rows joined, never for another row of the table.
+_SET_INTEREST = (
+    "WITH hit AS MATERIALIZED (SELECT t.task_id, t.data, i.sh, i.rn"
+    " FROM unnest(interest_ids, interest_stakeholders, interest_runners) WITH ORDINALITY"
+    " AS i(task_id, sh, rn, n) JOIN {{s}}.tasks AS t ON t.task_id = i.task_id WHERE {which}),"
+    " v AS MATERIALIZED (SELECT task_id, data::jsonb AS j, sh::jsonb AS sh, rn::jsonb AS rn"
+    " FROM hit)"
+    " UPDATE {{s}}.tasks AS t SET data = (v.j || jsonb_build_object('stakeholders', v.sh,"
+    " 'runners', v.rn))::text, runners = jsonb_array_length(v.rn)"
+    " FROM v WHERE t.task_id = v.task_id AND jsonb_typeof(v.j) = 'object'"
+)
+
 # Schema 3's save: the same, but edges come with their positions, and a task's edges are either
 # all replaced (every) or added to (no single edge is deleted any more).
 _SAVE_FUNCTION_3 = (
@@ -180,6 +195,40 @@ _SAVE_FUNCTION_3 = (
     "   DELETE FROM {s}.workers WHERE worker_id = ANY(gone_workers);"
     "  END IF;"
     " END $$"
+)
+
+# Schema 4's save: schema 3's, and first the stakeholders and runners of other tasks set in their
+# stored rows alone (CanSaveStakeholders), the rest of each row as it is. The lists are JSON
+# arrays; jsonb writes the row back in its own form (key order, spaces), which reads the same. A
+# row that is not a JSON object (edited behind the server's back) is left as it is: the first
+# try sets them all at once; if a row's text is not JSON, each is set alone, that one skipped.
+# (Every save goes through this function: a replacement that missed fails every test.)
+_SAVE_FUNCTION_4 = (
+    _SAVE_FUNCTION_3.replace(
+        " gone text[], gone_workers text[]) RETURNS void",
+        " gone text[], gone_workers text[], interest_ids text[], interest_stakeholders text[],"
+        " interest_runners text[]) RETURNS void",
+    )
+    .replace(
+        " DECLARE base bigint;",
+        " DECLARE base bigint; one integer;",
+    )
+    .replace(
+        "  IF expected IS NOT NULL THEN PERFORM {s}.fence(expected); END IF;",
+        "  IF expected IS NOT NULL THEN PERFORM {s}.fence(expected); END IF;"
+        "  IF cardinality(interest_ids) > 0 THEN"
+        "   BEGIN"
+        f"    {_SET_INTEREST.format(which='true')};"
+        "   EXCEPTION WHEN data_exception THEN"
+        "    FOR one IN 1 .. cardinality(interest_ids) LOOP"
+        "     BEGIN"
+        f"      {_SET_INTEREST.format(which='i.n = one')};"
+        "     EXCEPTION WHEN data_exception THEN NULL;"
+        "     END;"
+        "    END LOOP;"
+        "   END;"
+        "  END IF;",
+    )
 )
 
 # version -> statements that bring a schema from the previous version to it ({s}: the schema)
@@ -234,6 +283,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP FUNCTION {s}.save",
         _SAVE_FUNCTION_3,
     ),
+    # 4: the stakeholders and runners of a task set in its row alone (see _SAVE_FUNCTION_4)
+    4: ("DROP FUNCTION {s}.save", _SAVE_FUNCTION_4),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The version of the schema this conveyor-postgres creates and understands."""
@@ -261,6 +312,7 @@ _TABLES = {
 _TABLES_AT = {
     1: {**_TABLES, "edges": ("task_id", "dep_id")},
     2: {**_TABLES, "edges": ("task_id", "dep_id")},
+    3: _TABLES,
     SCHEMA_VERSION: _TABLES,
 }
 """The tables of each schema version an upgrade starts from."""
@@ -727,8 +779,26 @@ class PostgresStore:
         gone_tasks: Collection[str] = (),
         gone_workers: Collection[str] = (),
     ) -> None:
-        """Upsert and delete in one committed transaction (a few statements, sent together);
-        rows equal to what is stored are left alone."""
+        """Upsert and delete in one committed transaction (one call of the schema's ``save``
+        function); rows equal to what is stored are left alone."""
+        self.save_stakeholders(rows, workers, (), gone_tasks=gone_tasks, gone_workers=gone_workers)
+
+    def save_stakeholders(
+        self,
+        rows: Iterable[dict[str, Any]],
+        workers: Iterable[tuple[str, bool]],
+        stakeholders: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+        *,
+        gone_tasks: Collection[str] = (),
+        gone_workers: Collection[str] = (),
+    ) -> None:
+        """:meth:`save`, and first, in the same transaction, the stakeholders and runners of
+        each ``(task_id, stakeholders, runners)`` set in the task's stored row (its ``runners``
+        column too), the rest of it as it is (:class:`~conveyor.server.stores.CanSaveStakeholders`).
+        The row keeps its change number and time of change, as with the SQLite store; PostgreSQL
+        writes its JSON back in jsonb's form, which reads the same. A row whose text is not a JSON
+        object (edited behind the server's back) is left as it is; each of these rows is written
+        whole at its task's next other change."""
         with self._write_lock:
             now = time.time()
             changed: dict[str, tuple[Any, ...]] = {}  # task_id -> (columns..., digest)
@@ -755,7 +825,10 @@ class PostgresStore:
             worker_data = dict(workers)
             gone = list(dict.fromkeys(gone_tasks))
             gone_w = list(dict.fromkeys(gone_workers))
-            if not (changed or worker_data or gone or gone_w):
+            interest = [
+                (t, workers_json(tuple(h)), workers_json(tuple(r))) for t, h, r in stakeholders
+            ]
+            if not (changed or worker_data or gone or gone_w or interest):
                 return
             columns = [list(c) for c in zip(*(c[:-1] for c in changed.values()), strict=True)]
             args = [
@@ -769,8 +842,11 @@ class PostgresStore:
                 list(worker_data.values()),
                 gone,
                 gone_w,
+                *([list(c) for c in zip(*interest, strict=True)] or [[], [], []]),
             ]
             self._write_save(args)
+            for task_id, *_ in interest:  # (its text is PostgreSQL's: the next save writes it)
+                self._digests.pop(task_id, None)
             for task_id, c in changed.items():
                 self._digests[task_id] = c[-1]
             for task_id, (deps, *_) in edges.items():
@@ -994,7 +1070,7 @@ def _refused(exc: psycopg.Error) -> bool:
 _SAVE_TYPES = (
     "bigint", "float8", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
     "integer[]", "text[]", "text[]", "text[]", "integer[]", "text[]", "boolean[]", "text[]",
-    "text[]",
+    "text[]", "text[]", "text[]", "text[]",
 )  # fmt: skip
 _SAVE_CALL = "SELECT {s}.save(" + ", ".join(f"%b::{t}" for t in _SAVE_TYPES) + ")"
 _TOUCH = "UPDATE {s}.changes SET seq = seq WHERE id = 1"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import os
 import shutil
 import sqlite3
@@ -45,6 +44,7 @@ from ...scheduler.persist import (
     full_row,
     read_row,
     stored_json,
+    workers_json,
 )
 from ...scheduler.policy import TaskRecord
 from ...settings import Field
@@ -534,9 +534,7 @@ class SqliteStore:
         worker_data = [(w, int(a)) for w, a in workers]
         if not (changed or worker_data or gone_tasks or gone_workers or stakeholders):
             return
-        interest = [
-            (_workers_json(tuple(s)), _workers_json(tuple(r)), t) for t, s, r in stakeholders
-        ]
+        interest = [(workers_json(tuple(s)), workers_json(tuple(r)), t) for t, s, r in stakeholders]
         gone = [(t,) for t in gone_tasks]
         seq = self._seq + len(changed) + bool(gone)
 
@@ -711,13 +709,6 @@ _SET_INTEREST = (
     "UPDATE tasks SET data = json_set(data, '$.stakeholders', json(?), '$.runners', json(?))"
     " WHERE task_id = ? AND CASE WHEN json_valid(data) THEN json_type(data) = 'object' ELSE 0 END"
 )
-
-
-@functools.lru_cache(maxsize=4096)
-def _workers_json(workers: tuple[str, ...]) -> str:
-    """A task's stakeholders or runners as ``to_row`` writes them (sorted), in JSON: few
-    distinct tuples, shared by the records, so each is encoded once."""
-    return json.dumps(sorted(workers), separators=(",", ":"))
 
 
 def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
