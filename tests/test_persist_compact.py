@@ -865,6 +865,39 @@ def test_reads_around_a_row_that_is_no_json_or_has_no_known_status(tmp_path: Pat
         store.close()
 
 
+@pytest.mark.parametrize("end", ["task_id", "dep_id"])
+def test_reads_step_over_an_edge_whose_end_is_a_blob(tmp_path: Path, end: str) -> None:
+    """An edge whose task or dependency was edited into a BLOB (behind the running store; a
+    number would be stored as text, the columns' affinity) is stepped over by the graphs both ways and by a detail's dependents:
+    they show the tasks around it instead of failing (comparing a BLOB with a text raised
+    TypeError); the detail of the task whose dependencies it spoils answers UnusableRow."""
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.load()
+        rows = [_plain("a", ("b", "c")), _plain("b"), _plain("c", ("d",)), _plain("d")]
+        store.save([to_row(r) for r in rows], [])
+        _altered(path, f"UPDATE edges SET {end} = x'00ff' WHERE task_id = 'a' AND dep_id = 'b'")
+        for task_id in "abcd":
+            for down in (False, True):
+                graph = store.graph(task_id, down)
+                assert graph is not None, (task_id, down)
+                assert all(isinstance(n.id, str) for n in graph.nodes), (task_id, down)
+        up = store.graph("a", False)
+        assert up is not None and {n.id for n in up.nodes} >= {"a", "c", "d"}
+        down = store.graph("d", True)
+        assert down is not None and {n.id for n in down.nodes} >= {"a", "c", "d"}
+        detail = store.detail("b")
+        assert detail is not None
+        assert all(isinstance(d.task_id, str) for d in detail.dependents)
+        assert detail.dependents_total == len(detail.dependents)
+        if end == "dep_id":  # (a's dependencies: one is no task id)
+            with pytest.raises(UnusableRow, match="field 'deps'"):
+                store.detail("a")
+    finally:
+        store.close()
+
+
 @pytest.mark.timeout(180)
 def test_the_server_answers_an_unusable_row_with_what_is_wrong(tmp_path: Path) -> None:
     """Over HTTP: the task's detail in the UI answers 500 with the row's problem, not an

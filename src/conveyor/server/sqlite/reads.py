@@ -196,11 +196,13 @@ def detail(db: sqlite3.Connection, task_id: str) -> TaskDetail | None:
         if row is None:
             return None
         record, changed = shown_row(task_id, row[0], deps_of(db, task_id)), row[1]
-    (total,) = db.execute("SELECT count(*) FROM edges WHERE dep_id = ?", (task_id,)).fetchone()
+    # (an edge whose task is no text, edited behind the server's back, is no dependent)
+    dependent_edges = "FROM edges WHERE dep_id = ? AND typeof(task_id) = 'text'"
+    (total,) = db.execute(f"SELECT count(*) {dependent_edges}", (task_id,)).fetchone()
     dependents = [
         dependent
         for (dependent,) in db.execute(
-            "SELECT task_id FROM edges WHERE dep_id = ? LIMIT ?", (task_id, DEPENDENTS_SHOWN)
+            f"SELECT task_id {dependent_edges} LIMIT ?", (task_id, DEPENDENTS_SHOWN)
         )
     ]
     upstream = _walk(db, task_id, down=False, cap=GRAPH_CAP, through_done=False)
@@ -298,9 +300,14 @@ def _edges_from(
     caller that stops early reads no more rows), in the order of their near end in
     ``task_ids``, then of the far end (as :func:`conveyor.server.stores.walk_graph` and the
     PostgreSQL store keep them): :data:`_ARMS` tasks a statement, one ``UNION ALL`` arm each
-    (SQLite runs the arms in order, each along the index: no sort across tasks)."""
+    (SQLite runs the arms in order, each along the index: no sort across tasks). An edge whose
+    far end is no text (a BLOB edited in behind the server's back) is stepped over: ids are
+    compared and sorted as text."""
     near, far = ("dep_id", "task_id") if down else ("task_id", "dep_id")
-    arm = f"SELECT * FROM (SELECT task_id, dep_id FROM edges WHERE {near} = ? ORDER BY {far})"
+    arm = (
+        f"SELECT * FROM (SELECT task_id, dep_id FROM edges WHERE {near} = ?"
+        f" AND typeof({far}) = 'text' ORDER BY {far})"
+    )
     step = min(_CHUNK, _ARMS)
     for start in range(0, len(task_ids), step):
         chunk = task_ids[start : start + step]
