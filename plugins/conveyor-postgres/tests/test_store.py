@@ -32,7 +32,7 @@ from conveyor.server.stores import (
 from conveyor.testing import check_state_store
 
 from conveyor_postgres import SCHEMA_VERSION, PostgresStore
-from conveyor_postgres.store import _SAVE_FUNCTION_3
+from conveyor_postgres.store import _SAVE_TYPES
 from conveyor_postgres.testing import ThrowawayCluster
 
 
@@ -393,18 +393,20 @@ def test_stakeholders_are_set_in_the_row_alone(
     assert loaded == {"a": (("w1",), ("w1",)), "b": ((), ())}
 
 
-def test_a_schema_3_store_is_migrated_and_sets_stakeholders_apart(
+def test_a_schema_3_store_is_migrated_and_a_server_of_schema_3_still_saves(
     pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     """A schema of version 3 (whose save function takes no stakeholders) is brought to the
-    current version, its rows kept, and its saves set stakeholders apart."""
+    current version, its rows kept, and its saves set stakeholders apart; schema 3's save
+    function is still there, so a server of that release still running (as a standby that
+    takes the lease) saves whole rows as before."""
     store = stores()
     store.save([_row("a")], [])
     store.close()
     database = _database(pg_dsn)
+    signature = ", ".join(_SAVE_TYPES)
     pg_cluster.sql(
-        "DROP FUNCTION conveyor.save; UPDATE conveyor.schema_version SET version = 3;"
-        + _SAVE_FUNCTION_3.replace("{s}", "conveyor"),
+        f"DROP FUNCTION conveyor.save({signature}); UPDATE conveyor.schema_version SET version = 3",
         database,
     )
     assert pg_cluster.sql("SELECT version FROM conveyor.schema_version", database) == [(3,)]
@@ -415,6 +417,15 @@ def test_a_schema_3_store_is_migrated_and_sets_stakeholders_apart(
     store.save_stakeholders([_row("b")], [], [("a", ("w1", "w2"), ("w2",))])
     loaded = {r.task_id: (r.stakeholders, r.runners) for r in store.load_records()[0]}
     assert loaded == {"a": (("w1", "w2"), ("w2",)), "b": (("w1",), ("w1",))}
+    old = _row("c")  # (saved as a schema 3 server does: unfenced, whole, no edges)
+    pg_cluster.sql(
+        "SELECT conveyor.save(NULL, 1.0, ARRAY['c'], ARRAY['"
+        + json.dumps({k: v for k, v in old.items() if k != "deps"})
+        + "'], ARRAY['PENDING'], ARRAY['PENDING'], ARRAY['Fam'], ARRAY[NULL], ARRAY['c'],"
+        " ARRAY[1], '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')",
+        database,
+    )
+    assert {r["task_id"]: r for r in store.load()[0]}["c"] == old
 
 
 def test_edges_follow_the_rows(stores: Callable[..., PostgresStore]) -> None:

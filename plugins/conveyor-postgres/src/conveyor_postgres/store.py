@@ -283,8 +283,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP FUNCTION {s}.save",
         _SAVE_FUNCTION_3,
     ),
-    # 4: the stakeholders and runners of a task set in its row alone (see _SAVE_FUNCTION_4)
-    4: ("DROP FUNCTION {s}.save", _SAVE_FUNCTION_4),
+    # 4: the stakeholders and runners of a task set in its row alone (see _SAVE_FUNCTION_4):
+    # a save function with three more arguments, beside schema 3's (the tables are the same),
+    # so that a server of the previous release still running saves as before
+    4: (_SAVE_FUNCTION_4,),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The version of the schema this conveyor-postgres creates and understands."""
