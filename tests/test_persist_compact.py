@@ -868,9 +868,10 @@ def test_reads_around_a_row_that_is_no_json_or_has_no_known_status(tmp_path: Pat
 @pytest.mark.parametrize("end", ["task_id", "dep_id"])
 def test_reads_step_over_an_edge_whose_end_is_a_blob(tmp_path: Path, end: str) -> None:
     """An edge whose task or dependency was edited into a BLOB (behind the running store; a
-    number would be stored as text, the columns' affinity) is stepped over by the graphs both ways and by a detail's dependents:
-    they show the tasks around it instead of failing (comparing a BLOB with a text raised
-    TypeError); the detail of the task whose dependencies it spoils answers UnusableRow."""
+    number would be stored as text, the columns' affinity) is stepped over by the graphs both
+    ways and by a detail's dependents: they show the tasks around it instead of failing
+    (comparing a BLOB with a text raised TypeError); the detail of the task whose
+    dependencies it spoils answers UnusableRow."""
     path = tmp_path / "state.db"
     store = _open(path)
     try:

@@ -364,15 +364,44 @@ def test_stakeholders_are_set_in_the_row_alone(
     pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     """save_stakeholders sets the two lists in a stored row and its runners column (the
-    count the graph shows), keeps its change number and time of change, skips a row whose
+    count the graph shows), keeps its change number and time of change and the rest of its
+    text as written (a NUL's escape included, which jsonb would refuse), skips a row whose
     text is not JSON (the other rows of the same save are set all the same) and a task with
     no row; a later whole save of such a row writes it again."""
     store = stores()
-    store.save([_row("a"), _row("b"), _row("x")], [])
+    nul = {**_row("n"), "explanation": "a NUL \x00 and \\u0000, which jsonb refuses"}
+    store.save([_row("a"), _row("b"), _row("x"), nul, {**nul, "task_id": "m"}], [])
     a_before, _, a_seq, a_changed = _stored(pg_cluster, pg_dsn, "a")
+    nul_before = _stored(pg_cluster, pg_dsn, "n")[0]
     pg_cluster.sql("UPDATE conveyor.tasks SET data = 'nope' WHERE task_id = 'x'", _database(pg_dsn))
-    interest = [("a", ("w2",), ("w1", "w2", "w3")), ("x", (), ()), ("b", (), ()), ("y", (), ())]
+    bare = {k: v for k, v in json.loads(nul_before).items() if k not in ("stakeholders", "runners")}
+    pg_cluster.sql(  # (m's text without the two fields, and a space at its end)
+        f"UPDATE conveyor.tasks SET data = '{json.dumps({**bare, 'task_id': 'm'})} '"
+        " WHERE task_id = 'm'",
+        _database(pg_dsn),
+    )
+    interest = [
+        ("a", ("w2",), ("w1", "w2", "w3")),
+        ("x", (), ()),
+        ("b", (), ()),
+        ("y", (), ()),
+        ("n", ('w"1', "w\\2"), ("w\\2",)),
+        ("m", ("w1",), ("w\\2",)),
+    ]
     store.save_stakeholders([], [], interest)
+    nul_after = _stored(pg_cluster, pg_dsn, "n")[0]
+    assert "\\u0000" in nul_after and "\\\\u0000" in nul_after, nul_after  # (as written)
+    assert json.loads(nul_after) == {
+        **json.loads(nul_before),
+        "stakeholders": ['w"1', "w\\2"],
+        "runners": ["w\\2"],
+    }
+    assert nul_after == nul_before.replace(  # (the rest of its text as it was)
+        '"stakeholders":["w1"],"runners":["w1"]',
+        '"stakeholders":["w\\"1","w\\\\2"],"runners":["w\\\\2"]',
+    )
+    added = json.loads(_stored(pg_cluster, pg_dsn, "m")[0])
+    assert added == {**bare, "task_id": "m", "stakeholders": ["w1"], "runners": ["w\\2"]}
     data, runners, seq, changed = _stored(pg_cluster, pg_dsn, "a")
     assert (seq, changed) == (a_seq, a_changed)
     assert runners == 3
@@ -390,30 +419,44 @@ def test_stakeholders_are_set_in_the_row_alone(
     assert json.loads(_stored(pg_cluster, pg_dsn, "a")[0]) == json.loads(a_before)
     pg_cluster.sql("DELETE FROM conveyor.tasks WHERE task_id = 'x'", _database(pg_dsn))
     loaded = {r.task_id: (r.stakeholders, r.runners) for r in store.load_records()[0]}
-    assert loaded == {"a": (("w1",), ("w1",)), "b": ((), ())}
+    assert loaded == {
+        "a": (("w1",), ("w1",)),
+        "b": ((), ()),
+        "n": (('w"1', "w\\2"), ("w\\2",)),
+        "m": (("w1",), ("w\\2",)),
+    }
 
 
 def test_a_schema_3_store_is_migrated_and_a_server_of_schema_3_still_saves(
     pg_cluster: ThrowawayCluster, pg_dsn: str, stores: Callable[..., PostgresStore]
 ) -> None:
     """A schema of version 3 (whose save function takes no stakeholders) is brought to the
-    current version, its rows kept, and its saves set stakeholders apart; schema 3's save
-    function is still there, so a server of that release still running (as a standby that
-    takes the lease) saves whole rows as before."""
+    current version, its rows kept, and its saves set stakeholders apart, even while a server
+    of schema 3 holds the lease (its term is left alone): schema 3's save function is still
+    there, so that server, or a standby of that release that takes the lease, saves whole
+    rows as before."""
     store = stores()
     store.save([_row("a")], [])
     store.close()
     database = _database(pg_dsn)
     signature = ", ".join(_SAVE_TYPES)
     pg_cluster.sql(
-        f"DROP FUNCTION conveyor.save({signature}); UPDATE conveyor.schema_version SET version = 3",
+        f"DROP FUNCTION conveyor.save({signature}); DROP FUNCTION conveyor.put_list;"
+        " UPDATE conveyor.schema_version SET version = 3",
         database,
     )
     assert pg_cluster.sql("SELECT version FROM conveyor.schema_version", database) == [(3,)]
+    lease = "SELECT term, holder FROM conveyor.lease"
+    pg_cluster.sql(  # (a server of schema 3 leads: the migration need not wait for it)
+        "UPDATE conveyor.lease SET term = 7, holder = 'http://old.example:8082',"
+        " expires = clock_timestamp() + interval '60 seconds'",
+        database,
+    )
     store = stores()
     assert pg_cluster.sql("SELECT version FROM conveyor.schema_version", database) == [
         (SCHEMA_VERSION,)
     ]
+    assert pg_cluster.sql(lease, database) == [(7, "http://old.example:8082")]
     store.save_stakeholders([_row("b")], [], [("a", ("w1", "w2"), ("w2",))])
     loaded = {r.task_id: (r.stakeholders, r.runners) for r in store.load_records()[0]}
     assert loaded == {"a": (("w1", "w2"), ("w2",)), "b": (("w1",), ("w1",))}

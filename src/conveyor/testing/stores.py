@@ -163,13 +163,16 @@ def _check_stakeholders(store: Any) -> None:
 def _held(
     task_id: str, stakeholders: tuple[str, ...], runners: tuple[str, ...], priority: int = 0
 ) -> dict[str, Any]:
+    # (texts a task may hold that a JSON reader may not take as they are: a NUL, which
+    # PostgreSQL's jsonb refuses, a character beyond ASCII, a float JSON writes with an exponent)
     return to_row(
         TaskRecord(
             task_id=task_id,
             seq=1,
             family="Held",
             module="conformance.held",
-            params={"p": task_id},
+            params={"p": task_id, "text": "nul \x00, ünïcode ✓, \\u0000"},
+            progress=1e-07,
             stakeholders=stakeholders,
             runners=runners,
             priority=priority,
@@ -215,6 +218,9 @@ def _random_spec(rng: random.Random, pool: list[str], last: dict[str, TaskSpec])
     return made
 
 
+_APART = "conformance-apart-"  # (the ids of check_saves_apart's tasks and workers begin so)
+
+
 def check_saves_apart(store: Any, *, seed: int, steps: int = 120) -> None:
     """Random registrations by three workers (fields that change and fields that do not),
     releases, hand-outs, results and time, on a scheduler whose changes are saved to
@@ -223,8 +229,8 @@ def check_saves_apart(store: Any, *, seed: int, steps: int = 120) -> None:
     ``save_stakeholders``): after every call, the rows the store loads (as the server does at
     start: ``load_records()`` where there is one) are the scheduler's, field for field
     (AssertionError naming the step and task otherwise). A change left out of the saves, or
-    a list set wrong, shows here. Its tasks and workers (``r-`` ids) are removed at the end;
-    the store's other rows are left alone."""
+    a list set wrong, shows here. Its tasks and workers (ids that begin with
+    ``conformance-apart-``) are removed at the end; the store's other rows are left alone."""
     from . import FakeClock
 
     rng = random.Random(seed)
@@ -232,8 +238,8 @@ def check_saves_apart(store: Any, *, seed: int, steps: int = 120) -> None:
     core = SchedulerCore(clock=clock, retry_delay=5.0, remove_delay=30.0)
     core.track_changes()
     core.keep_history = True
-    pool = [f"r-t{i}" for i in range(8)]
-    workers = ["r-w1", "r-w2", "r-w3"]
+    pool = [f"{_APART}t{i}" for i in range(8)]
+    workers = [f"{_APART}w{i}" for i in range(1, 4)]
     last: dict[str, TaskSpec] = {}
     for step in range(steps):
         worker = rng.choice(workers)
@@ -262,7 +268,7 @@ def check_saves_apart(store: Any, *, seed: int, steps: int = 120) -> None:
             gone_tasks=gone_tasks,
             gone_workers=gone_workers,
         )
-        stored = {t: r for t, r in _loaded(store).items() if t.startswith("r-")}
+        stored = {t: r for t, r in _loaded(store).items() if t.startswith(_APART)}
         for task_id, row in stored.items():
             held = core.peek(task_id)
             assert held is not None, f"seed {seed}, step {step}: {task_id} stored, not held"
