@@ -360,10 +360,10 @@ class CanSaveStakeholders(Protocol):
         gone_workers: Collection[str] = (),
     ) -> None:
         """:meth:`StateStore.save`, and in the same transaction, for each ``(task_id,
-        stakeholders, runners)`` of ``stakeholders`` (no task among ``rows``), the stored row
-        of the task given those two fields, as :func:`to_row` would write them, and
-        otherwise left as it is. A task with no stored row is skipped. A store that can lead
-        (:class:`CanLead`) checks its term here as in ``save``."""
+        stakeholders, runners)`` of ``stakeholders`` (each task once, none among ``rows``),
+        the stored row of the task given those two fields, as :func:`to_row` would write
+        them, and otherwise left as it is. A task with no stored row is skipped. A store that
+        can lead (:class:`CanLead`) checks its term here as in ``save``."""
 
 
 # --- what the web UI shows of a row: one place, for every store -----------------------------------
