@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -370,7 +371,9 @@ def test_stakeholders_are_set_in_the_row_alone(
     no row; a later whole save of such a row writes it again."""
     store = stores()
     nul = {**_row("n"), "explanation": "a NUL \x00 and \\u0000, which jsonb refuses"}
-    store.save([_row("a"), _row("b"), _row("x"), nul, {**nul, "task_id": "m"}], [])
+    store.save(
+        [_row("a"), _row("b"), _row("x"), nul, {**nul, "task_id": "m"}, {**nul, "task_id": "q"}], []
+    )
     a_before, _, a_seq, a_changed = _stored(pg_cluster, pg_dsn, "a")
     nul_before = _stored(pg_cluster, pg_dsn, "n")[0]
     pg_cluster.sql("UPDATE conveyor.tasks SET data = 'nope' WHERE task_id = 'x'", _database(pg_dsn))
@@ -380,7 +383,14 @@ def test_stakeholders_are_set_in_the_row_alone(
         " WHERE task_id = 'm'",
         _database(pg_dsn),
     )
+    spaced = _stored(pg_cluster, pg_dsn, "q")[0].replace(
+        '"stakeholders":["w1"]', '"stakeholders":[ "w1"]'
+    )
+    pg_cluster.sql(  # (q's text as another writer would put it: put_list adds the field again)
+        f"UPDATE conveyor.tasks SET data = '{spaced}' WHERE task_id = 'q'", _database(pg_dsn)
+    )
     interest = [
+        ("q", ("w3",), ("w3",)),
         ("a", ("w2",), ("w1", "w2", "w3")),
         ("x", (), ()),
         ("b", (), ()),
@@ -424,7 +434,46 @@ def test_stakeholders_are_set_in_the_row_alone(
         "b": ((), ()),
         "n": (('w"1', "w\\2"), ("w\\2",)),
         "m": (("w1",), ("w\\2",)),
+        "q": (("w3",), ("w3",)),
     }
+
+
+def test_a_database_whose_strings_are_not_standard_conforms(
+    pg_cluster: ThrowawayCluster,
+) -> None:
+    """With ``standard_conforming_strings`` off (a backslash in '...' is then an escape), the
+    schema is created and every check passes, the stakeholders set apart included: the
+    store's literals with a backslash are escape strings, read the same either way."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    dsn = pg_cluster.create_database(name)
+    pg_cluster.sql(f"ALTER DATABASE {name} SET standard_conforming_strings = off")
+    assert pg_cluster.sql("SHOW standard_conforming_strings", name) == [("off",)]
+    checks = check_state_store(lambda: _open(dsn))
+    assert "stakeholders" in checks and "reopen" in checks
+
+
+def test_stakeholders_are_set_in_a_database_not_in_utf8(
+    pg_cluster: ThrowawayCluster,
+) -> None:
+    """In a LATIN1 database jsonb refuses the escape of a character LATIN1 lacks, which a
+    row's text holds (conveyor writes JSON in ASCII): such a row's stakeholders and runners
+    are set as text, as are the others'."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    pg_cluster.sql(
+        f"CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+    )
+    store = _open(pg_cluster.dsn(name))
+    try:
+        store.load()
+        wide = {**_row("wide"), "explanation": "中文 ü"}
+        store.save([_row("a"), wide], [])
+        store.save_stakeholders([], [], [("a", ("w2",), ("w2",)), ("wide", ("w2",), ("w1", "w2"))])
+        loaded = {r.task_id: r for r in store.load_records()[0]}
+    finally:
+        store.close()
+    assert (loaded["a"].stakeholders, loaded["a"].runners) == (("w2",), ("w2",))
+    assert (loaded["wide"].stakeholders, loaded["wide"].runners) == (("w2",), ("w1", "w2"))
+    assert loaded["wide"].explanation == "中文 ü"
 
 
 def test_a_schema_3_store_is_migrated_and_a_server_of_schema_3_still_saves(

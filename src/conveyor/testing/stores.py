@@ -163,15 +163,17 @@ def _check_stakeholders(store: Any) -> None:
 def _held(
     task_id: str, stakeholders: tuple[str, ...], runners: tuple[str, ...], priority: int = 0
 ) -> dict[str, Any]:
-    # (texts a task may hold that a JSON reader may not take as they are: a NUL, which
-    # PostgreSQL's jsonb refuses, a character beyond ASCII, a float JSON writes with an exponent)
+    # (texts a task may hold that a JSON reader may not take as they are: characters beyond
+    # ASCII, a float JSON writes with an exponent and, in half the tasks, a NUL, which
+    # PostgreSQL's jsonb refuses)
+    nul = "nul \x00, \\u0000 (no escape), " if task_id in ("s-t", "s-v") else ""
     return to_row(
         TaskRecord(
             task_id=task_id,
             seq=1,
             family="Held",
             module="conformance.held",
-            params={"p": task_id, "text": "nul \x00, ünïcode ✓, \\u0000"},
+            params={"p": task_id, "text": f"{nul}ünïcode ✓"},
             progress=1e-07,
             stakeholders=stakeholders,
             runners=runners,

@@ -134,36 +134,48 @@ _SAVE_FUNCTION = (
     " END $$"
 )
 
+
+def _e(text: str) -> str:
+    """``text`` as a PostgreSQL escape string literal (``E'...'``): read the same whatever a
+    database's ``standard_conforming_strings``, which decides what a backslash means in '...'."""
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+_JSON_SPACE = " \n\r\t"  # (what JSON takes for white space)
+# An array of JSON strings, to its closing bracket (a regular expression)
+_STRINGS = r'\[(?:"(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)?\]'
+
 # put_list(doc, key, list): the JSON object text doc with the array of strings under its key
-# replaced by list (or added at its end), every other byte as it was; for a row jsonb cannot
-# read: jsonb refuses the escape of a NUL (\u0000), which a parameter or a message may hold. In
+# replaced by list, every other byte as it was; or, if doc holds no such array there, with the
+# key added at its end (a key twice: a reader takes the last). For a row that jsonb cannot
+# read: jsonb refuses the escape of a NUL (\u0000), which a parameter or a message may hold,
+# and, in a database whose encoding is not UTF-8, that of any character the encoding lacks. In
 # the text conveyor writes, '"<key>":[' followed by strings can only be that field of the
 # record: inside a string the quotes are escaped, and no nested object holds an array under
 # these names. (Found by strpos, then matched from there: some 9 µs a field in PostgreSQL 15.)
 _PUT_LIST = (
     "CREATE FUNCTION {s}.put_list(doc text, key text, list text) RETURNS text"
     " LANGUAGE sql IMMUTABLE AS $$"
-    " SELECT CASE WHEN p > 0"
-    "  THEN overlay(doc placing '\"' || key || '\":' || list from p for length(substring("
-    r"""   substr(doc, p) from '^"' || key || '":\[(?:"(?:[^"\\]|\\.)*"'"""
-    r"""   || '(?:,"(?:[^"\\]|\\.)*")*)?\]')))"""
-    "  ELSE left(rtrim(doc, E' \\n\\r\\t'), -1) || ',\"' || key || '\":' || list || '}}' END"
-    " FROM (SELECT strpos(doc, '\"' || key || '\":[') AS p) AS found"
+    " SELECT CASE WHEN m IS NOT NULL"
+    "  THEN overlay(doc placing '\"' || key || '\":' || list from p for length(m))"
+    f"  ELSE left(rtrim(doc, {_e(_JSON_SPACE)}), -1) || ',\"' || key || '\":' || list || '}}}}' END"
+    " FROM (SELECT p, CASE WHEN p > 0 THEN substring(substr(doc, p) from"
+    f"  '^\"' || key || '\":' || {_e(_STRINGS)}) END AS m"
+    "  FROM (SELECT strpos(doc, '\"' || key || '\":[') AS p) AS a) AS found"
     " $$"
 )
 
 # Sets the stakeholders and runners (JSON arrays of worker ids) of the rows named by {source}:
 # interest_ids and its lists, unnested, or the one-th of each; the runners column is their
-# count. A row is changed only if its text is a JSON object (json, which takes a NUL's
-# escape, checks it). jsonb writes the row back in its own form (key order, spacing, numbers
-# as numeric prints them), which reads the same, at some 4 µs a row; a row holding a NUL's
-# escape goes through put_list instead. Only the rows named are read as JSON (in
-# materialized steps of the rows joined: a condition in the UPDATE's own WHERE could be tried
-# on others first).
+# count. A row is changed only if its text is a JSON object (json, which takes any escape,
+# checks it). Where {plain} holds, jsonb writes the row back in its own form (key order,
+# spacing, numbers as numeric prints them), which reads the same, at some 4 µs a row; other
+# rows go through put_list. Only the rows named are read as JSON (in materialized steps of the
+# rows joined: a condition in the UPDATE's own WHERE could be tried on others first).
 _SET_INTEREST = (
     "WITH hit AS MATERIALIZED (SELECT t.task_id, t.data, i.sh, i.rn FROM {source}"
     " AS i(task_id, sh, rn) JOIN {{s}}.tasks AS t ON t.task_id = i.task_id FOR UPDATE OF t),"
-    " made AS MATERIALIZED (SELECT task_id, rn, CASE WHEN strpos(data, '\\u0000') = 0"
+    " made AS MATERIALIZED (SELECT task_id, rn, CASE WHEN {plain}"
     " THEN (data::jsonb || jsonb_build_object('stakeholders', sh::jsonb, 'runners',"
     " rn::jsonb))::text"
     " ELSE {{s}}.put_list({{s}}.put_list(data, 'stakeholders', sh), 'runners', rn) END AS doc"
@@ -171,6 +183,8 @@ _SET_INTEREST = (
     " UPDATE {{s}}.tasks AS t SET data = made.doc, runners = json_array_length(made.rn::json)"
     " FROM made WHERE t.task_id = made.task_id"
 )
+# (jsonb for a row without a NUL's escape in a UTF-8 database)
+_JSONB_READS = f"getdatabaseencoding() = 'UTF8' AND strpos(data, {_e(chr(92) + 'u0000')}) = 0"
 _ALL_NAMED = "unnest(interest_ids, interest_stakeholders, interest_runners)"
 _ONE_NAMED = "(SELECT interest_ids[one], interest_stakeholders[one], interest_runners[one])"
 
@@ -236,8 +250,9 @@ _SAVE_FUNCTION_3 = (
 # Schema 4's save: schema 3's, and first the stakeholders and runners of other tasks set in their
 # stored rows alone (CanSaveStakeholders), the rest of each row as it is. A row that is not a
 # JSON object (edited behind the server's back) is left as it is: the first try sets them all
-# at once; only if a row's text is not JSON is each set alone (by its index in the arrays), in
-# a subtransaction of its own, the one that fails skipped.
+# at once; only if a row's text is not JSON, or jsonb refuses it, is each set alone (by its
+# index in the arrays), in a subtransaction of its own, then once more by put_list alone, and
+# if that fails too, skipped.
 _SAVE_FUNCTION_4 = _edited(
     _SAVE_FUNCTION_3,
     (
@@ -251,12 +266,16 @@ _SAVE_FUNCTION_4 = _edited(
         "  IF expected IS NOT NULL THEN PERFORM {s}.fence(expected); END IF;"
         "  IF cardinality(interest_ids) > 0 THEN"
         "   BEGIN"
-        f"    {_SET_INTEREST.format(source=_ALL_NAMED)};"
+        f"    {_SET_INTEREST.format(source=_ALL_NAMED, plain=_JSONB_READS)};"
         "   EXCEPTION WHEN data_exception THEN"
         "    FOR one IN 1 .. cardinality(interest_ids) LOOP"
         "     BEGIN"
-        f"      {_SET_INTEREST.format(source=_ONE_NAMED)};"
-        "     EXCEPTION WHEN data_exception THEN NULL;"
+        f"      {_SET_INTEREST.format(source=_ONE_NAMED, plain=_JSONB_READS)};"
+        "     EXCEPTION WHEN data_exception THEN"
+        "      BEGIN"
+        f"       {_SET_INTEREST.format(source=_ONE_NAMED, plain='false')};"
+        "      EXCEPTION WHEN data_exception THEN NULL;"
+        "      END;"
         "     END;"
         "    END LOOP;"
         "   END;"
