@@ -367,16 +367,22 @@ def test_stakeholders_are_set_in_the_row_alone(
     """save_stakeholders sets the two lists in a stored row and its runners column (the
     count the graph shows), keeps its change number and time of change and the rest of its
     text as written (a NUL's escape included, which jsonb would refuse), skips a row whose
-    text is not JSON (the other rows of the same save are set all the same) and a task with
-    no row; a later whole save of such a row writes it again."""
+    text PostgreSQL cannot read as JSON (not JSON, or nested too deep: the other rows of the
+    save are set all the same) and a task with no row; a later whole save of a row set so
+    writes it again."""
     store = stores()
     nul = {**_row("n"), "explanation": "a NUL \x00 and \\u0000, which jsonb refuses"}
     store.save(
-        [_row("a"), _row("b"), _row("x"), nul, {**nul, "task_id": "m"}, {**nul, "task_id": "q"}], []
+        [
+            *(_row(t) for t in ("a", "b", "x", "z")),
+            nul,
+            {**nul, "task_id": "m"},
+            {**nul, "task_id": "q"},
+        ],
+        [],
     )
     a_before, _, a_seq, a_changed = _stored(pg_cluster, pg_dsn, "a")
     nul_before = _stored(pg_cluster, pg_dsn, "n")[0]
-    pg_cluster.sql("UPDATE conveyor.tasks SET data = 'nope' WHERE task_id = 'x'", _database(pg_dsn))
     bare = {k: v for k, v in json.loads(nul_before).items() if k not in ("stakeholders", "runners")}
     pg_cluster.sql(  # (m's text without the two fields, and a space at its end)
         f"UPDATE conveyor.tasks SET data = '{json.dumps({**bare, 'task_id': 'm'})} '"
@@ -389,10 +395,18 @@ def test_stakeholders_are_set_in_the_row_alone(
     pg_cluster.sql(  # (q's text as another writer would put it: put_list adds the field again)
         f"UPDATE conveyor.tasks SET data = '{spaced}' WHERE task_id = 'q'", _database(pg_dsn)
     )
+    deep = '{"a":' * 300_000 + "1" + "}" * 300_000  # (too deep for PostgreSQL's JSON parser)
+    pg_cluster.sql(
+        f"UPDATE conveyor.tasks SET data = '{deep}' WHERE task_id = 'x'", _database(pg_dsn)
+    )
+    pg_cluster.sql(  # (not JSON at all)
+        "UPDATE conveyor.tasks SET data = 'nope' WHERE task_id = 'z'", _database(pg_dsn)
+    )
     interest = [
         ("q", ("w3",), ("w3",)),
         ("a", ("w2",), ("w1", "w2", "w3")),
         ("x", (), ()),
+        ("z", (), ()),
         ("b", (), ()),
         ("y", (), ()),
         ("n", ('w"1', "w\\2"), ("w\\2",)),
@@ -421,13 +435,14 @@ def test_stakeholders_are_set_in_the_row_alone(
         "runners": ["w1", "w2", "w3"],
     }
     assert _stored(pg_cluster, pg_dsn, "b")[1] == 0
-    assert _stored(pg_cluster, pg_dsn, "x")[:2] == ("nope", 1)
+    assert _stored(pg_cluster, pg_dsn, "x")[:2] == (deep, 1)
+    assert _stored(pg_cluster, pg_dsn, "z")[:2] == ("nope", 1)
     assert pg_cluster.sql(
         "SELECT count(*) FROM conveyor.tasks WHERE task_id = 'y'", _database(pg_dsn)
     ) == [(0,)]
     store.save([_row("a")], [])  # (as before the lists were set: written again)
     assert json.loads(_stored(pg_cluster, pg_dsn, "a")[0]) == json.loads(a_before)
-    pg_cluster.sql("DELETE FROM conveyor.tasks WHERE task_id = 'x'", _database(pg_dsn))
+    pg_cluster.sql("DELETE FROM conveyor.tasks WHERE task_id IN ('x', 'z')", _database(pg_dsn))
     loaded = {r.task_id: (r.stakeholders, r.runners) for r in store.load_records()[0]}
     assert loaded == {
         "a": (("w1",), ("w1",)),
