@@ -341,14 +341,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         _SAVE_FUNCTION_3,
     ),
     # 4: the stakeholders and runners of a task set in its row alone (see _SAVE_FUNCTION_4):
-    # a save function with three more arguments, beside schema 3's (the tables are the same),
-    # so that a server of the previous release still running saves as before
+    # put_list and a save function with three more arguments, beside schema 3's (the tables
+    # are the same), so that a server of schema 3 still running saves as before
     4: (_PUT_LIST, _SAVE_FUNCTION_4),
 }
 SCHEMA_VERSION = max(_MIGRATIONS)
 """The version of the schema this conveyor-postgres creates and understands."""
 _ADDITIVE = frozenset({4})
-"""The migrations a running server of the version before can work on (they add a function,
+"""The migrations a running server of the version before can work on (they add functions and
 change no table): one made of these alone does not wait for the lease (see :meth:`_end_lease`)."""
 
 _TABLES = {
@@ -861,9 +861,10 @@ class PostgresStore:
         each ``(task_id, stakeholders, runners)`` set in the task's stored row (its ``runners``
         column too), the rest of it as it is (:class:`~conveyor.server.stores.CanSaveStakeholders`).
         The row keeps its change number and time of change, as with the SQLite store; PostgreSQL
-        writes its JSON back in jsonb's form, which reads the same. A row whose text is not a JSON
-        object (edited behind the server's back) is left as it is; each of these rows is written
-        whole at its task's next other change."""
+        writes its JSON back in jsonb's form, or edits the text of a row jsonb cannot read
+        (``put_list``): either reads the same. A row PostgreSQL cannot read as a JSON object
+        (edited behind the server's back) is left as it is. Each of these rows is written whole
+        at its task's next other change."""
         with self._write_lock:
             now = time.time()
             changed: dict[str, tuple[Any, ...]] = {}  # task_id -> (columns..., digest)
