@@ -153,7 +153,7 @@ _STRINGS = r'\[(?:"(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)?\]'
 # encoding is not UTF-8, that of any character the encoding lacks. In the text conveyor writes,
 # '"<key>":[' followed by strings can only be that field of the record: inside a string the
 # quotes are escaped, and no nested object holds an array under these names. (Found by strpos
-# on the reversed text, then matched from there: some 9 µs a field in PostgreSQL 15.)
+# on the reversed text, then matched from there: a row costs some 3.5 times what jsonb takes.)
 _PUT_LIST = (
     "CREATE FUNCTION {s}.put_list(doc text, key text, list text) RETURNS text"
     " LANGUAGE sql IMMUTABLE AS $$"
