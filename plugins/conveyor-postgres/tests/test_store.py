@@ -440,6 +440,9 @@ def test_stakeholders_are_set_in_the_row_alone(
     assert pg_cluster.sql(
         "SELECT count(*) FROM conveyor.tasks WHERE task_id = 'y'", _database(pg_dsn)
     ) == [(0,)]
+    store.save_stakeholders([], [], [("q", ("w4",), ("w4",))])  # (the field added is found)
+    q_text = _stored(pg_cluster, pg_dsn, "q")[0]
+    assert q_text.count('"stakeholders":') == 2 and q_text.count('"runners":') == 1, q_text
     store.save([_row("a")], [])  # (as before the lists were set: written again)
     assert json.loads(_stored(pg_cluster, pg_dsn, "a")[0]) == json.loads(a_before)
     pg_cluster.sql("DELETE FROM conveyor.tasks WHERE task_id IN ('x', 'z')", _database(pg_dsn))
@@ -449,7 +452,7 @@ def test_stakeholders_are_set_in_the_row_alone(
         "b": ((), ()),
         "n": (('w"1', "w\\2"), ("w\\2",)),
         "m": (("w1",), ("w\\2",)),
-        "q": (("w3",), ("w3",)),
+        "q": (("w4",), ("w4",)),
     }
 
 
