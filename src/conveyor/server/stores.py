@@ -463,9 +463,20 @@ def _problem(exc: RowError) -> str:
     return str(exc)
 
 
-def _named(task_id: object) -> str:
-    """A stored task id as text (one edited into another type shows as that value)."""
-    return task_id if isinstance(task_id, str) else repr(task_id)
+def _unknown(task_id: object, family: object) -> dict[str, Any]:
+    """The fields a task list's entry for an unusable row shares with the API's: an UNKNOWN
+    task with the row's id as text (one edited into another type shows as that value) and
+    its family column where that is text, nothing else of it."""
+    return {
+        "task_id": task_id if isinstance(task_id, str) else repr(task_id),
+        "family": family if isinstance(family, str) else "",
+        "params": {},
+        "status": TaskStatus.UNKNOWN,
+        "worker": None,
+        "priority": 0,
+        "status_message": "",
+        "progress": None,
+    }
 
 
 def stored_entry(
@@ -477,19 +488,7 @@ def stored_entry(
     try:
         return list_entry(shown_row(task_id, data), seq, changed)
     except UnusableRow as exc:
-        return TaskEntry(
-            task_id=_named(task_id),
-            family=family if isinstance(family, str) else "",
-            params={},
-            status=TaskStatus.UNKNOWN,
-            worker=None,
-            priority=0,
-            status_message="",
-            reason=str(exc),
-            progress=None,
-            changed=changed,
-            seq=seq,
-        )
+        return TaskEntry(**_unknown(task_id, family), reason=str(exc), changed=changed, seq=seq)
 
 
 def stored_info(
@@ -502,17 +501,7 @@ def stored_info(
         return task_info(shown_row(task_id, data, deps))
     except UnusableRow as exc:
         return TaskInfo(
-            task_id=_named(task_id),
-            family=family if isinstance(family, str) else "",
-            params={},
-            status=TaskStatus.UNKNOWN,
-            worker=None,
-            priority=0,
-            dependencies=(),
-            status_message="",
-            progress=None,
-            tracking_url="",
-            explanation=str(exc),
+            **_unknown(task_id, family), dependencies=(), tracking_url="", explanation=str(exc)
         )
 
 
