@@ -6,8 +6,9 @@ conveyor-postgres plugin and PostgreSQL's server binaries), or both one after th
 same run — then ``--workers`` ``conveyor run`` workers (``--workers-per-process`` slots each,
 ``--executor``) on the same N-task fan-in (a root needing N - 1
 no-op leaves whose completion is a marker file), and prints one JSON line per store: total wall
-time, HTTP requests per task (counted by the server), the server's peak RSS and its CPU time
-(user + system) per task.
+time, HTTP requests per task (counted by the server), the server's peak RSS, and the CPU time
+(user + system, and of it the system's) per task of the server and of all the worker processes
+together (from their start: Python's, the walk and registration, the tasks, the release).
 
 ``--durability`` says what an acknowledged change survives, the same for both stores:
 ``crash`` (the default: a killed process, not a power cut — SQLite's default
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -188,7 +190,8 @@ def run_graph(
         wait_healthy(url)
         wait_role(url, "leader")
         proc = psutil.Process(server.pid)
-        cpu_before = sum(proc.cpu_times()[:2])
+        cpu_before = proc.cpu_times()
+        reaped_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         run = [
             *conveyor,
@@ -214,7 +217,8 @@ def run_graph(
             peak = max(peak, proc.memory_info().rss)
             time.sleep(0.2)
         wall = time.perf_counter() - started
-        cpu = sum(proc.cpu_times()[:2]) - cpu_before
+        cpu_after = proc.cpu_times()
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)  # (the workers: reaped by poll)
         codes = [w.returncode for w in workers]
         with urllib.request.urlopen(url + "/health") as answer:
             requests = json.load(answer)["api_requests"]
@@ -228,6 +232,10 @@ def run_graph(
         server.terminate()
         server.wait(timeout=30)
     done = sum(1 for t in tasks if t["status"] == "DONE")
+
+    def per_task(seconds: float) -> float:
+        return round(seconds / n * 1e6, 1)
+
     return {
         "store": store,
         "durability": durability,
@@ -241,7 +249,15 @@ def run_graph(
         "per_task_ms": round(wall / n * 1000, 3),
         "requests_per_task": round((requests - 1) / n, 2),
         "server_peak_rss_mib": round(peak / 2**20, 1),
-        "server_cpu_us_per_task": round(cpu / n * 1e6, 1),
+        "server_cpu_us_per_task": per_task(
+            cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system
+        ),
+        "server_system_us_per_task": per_task(cpu_after.system - cpu_before.system),
+        # (the worker processes' own, from their start: Python's, the walk, every task)
+        "workers_cpu_us_per_task": per_task(
+            reaped.ru_utime + reaped.ru_stime - reaped_before.ru_utime - reaped_before.ru_stime
+        ),
+        "workers_system_us_per_task": per_task(reaped.ru_stime - reaped_before.ru_stime),
         **({"observability": True, "metrics_bytes": scraped} if sink is not None else {}),
         **({"span_exports": sink.exports - exports_before} if sink is not None else {}),
     }
