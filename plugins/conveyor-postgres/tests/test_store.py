@@ -470,28 +470,54 @@ def test_a_database_whose_strings_are_not_standard_conforms(
     assert "stakeholders" in checks and "reopen" in checks
 
 
-def test_stakeholders_are_set_in_a_database_not_in_utf8(
+def test_a_database_not_in_utf8_is_refused_at_start_with_nothing_created(
     pg_cluster: ThrowawayCluster,
 ) -> None:
-    """In a LATIN1 database jsonb refuses the escape of a character LATIN1 lacks, which a
-    row's text holds (conveyor writes JSON in ASCII): such a row's stakeholders and runners
-    are set as text, as are the others'."""
+    """A LATIN1 database could not hold a task whose id or family has a character LATIN1
+    lacks (PostgreSQL refuses it, and every save naming the task would fail): the store
+    refuses the database at start, saying what it found and what to do, and leaves it as it
+    was (no schema)."""
     name = f"t_{uuid.uuid4().hex[:16]}"
     pg_cluster.sql(
         f"CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
     )
-    store = _open(pg_cluster.dsn(name))
+    with pytest.raises(ConfigError) as caught:
+        _open(pg_cluster.dsn(name))
+    message = str(caught.value)
+    assert "encoding is LATIN1; expected UTF8" in message, message
+    assert "ENCODING 'UTF8'" in message and "dsn" in message, message
+    schemas = "SELECT count(*) FROM pg_namespace WHERE nspname = 'conveyor'"
+    assert pg_cluster.sql(schemas, name) == [(0,)]
+
+
+def test_text_goes_as_utf8_whatever_the_client_encoding_of_the_environment(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PGCLIENTENCODING=LATIN1 in the environment, psycopg would encode a task's id and
+    family in LATIN1 and fail on a character it lacks: the store's connections ask for UTF8,
+    so such a task is saved, read back, and set apart like any other."""
+    monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+    wide = to_row(
+        TaskRecord(
+            task_id="任务_1",
+            seq=1,
+            family="任务",
+            module="m",
+            params={"p": "中文 ü"},
+            stakeholders=("w1",),
+            registered=True,
+        )
+    )
+    store = _open(pg_dsn)
     try:
-        store.load()
-        wide = {**_row("wide"), "explanation": "中文 ü"}
-        store.save([_row("a"), wide], [])
-        store.save_stakeholders([], [], [("a", ("w2",), ("w2",)), ("wide", ("w2",), ("w1", "w2"))])
+        store.save([wide], [])
+        store.save_stakeholders([], [], [("任务_1", ("w1", "w2"), ())])
         loaded = {r.task_id: r for r in store.load_records()[0]}
     finally:
         store.close()
-    assert (loaded["a"].stakeholders, loaded["a"].runners) == (("w2",), ("w2",))
-    assert (loaded["wide"].stakeholders, loaded["wide"].runners) == (("w2",), ("w1", "w2"))
-    assert loaded["wide"].explanation == "中文 ü"
+    assert loaded["任务_1"].family == "任务"
+    assert loaded["任务_1"].params == {"p": "中文 ü"}
+    assert loaded["任务_1"].stakeholders == ("w1", "w2")
 
 
 def test_a_schema_3_store_is_migrated_and_a_server_of_schema_3_still_saves(

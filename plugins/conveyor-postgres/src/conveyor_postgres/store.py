@@ -149,11 +149,12 @@ _STRINGS = r'\[(?:"(?:[^"\\]|\\.)*"(?:,"(?:[^"\\]|\\.)*")*)?\]'
 # replaced by list, every other byte as it was; or, if its last '"<key>":[' is not followed by
 # such an array, with the key added at its end (a reader takes the last of a key given twice,
 # and the next call finds that one). For a row that jsonb cannot read: jsonb refuses the escape
-# of a NUL (\u0000), which a parameter or a message may hold, and, in a database whose
-# encoding is not UTF-8, that of any character the encoding lacks. In the text conveyor writes,
-# '"<key>":[' followed by strings can only be that field of the record: inside a string the
-# quotes are escaped, and no nested object holds an array under these names. (Found by strpos
-# on the reversed text, then matched from there: a row costs some 3.5 times what jsonb takes.)
+# of a NUL (\u0000), which a parameter or a message may hold (and, in a database not in UTF-8,
+# which the store now refuses at start, that of any character the encoding lacks). In the text
+# conveyor writes, '"<key>":[' followed by strings can only be that field of the record: inside
+# a string the quotes are escaped, and no nested object holds an array under these names.
+# (Found by strpos on the reversed text, then matched from there: a row costs some 3.5 times
+# what jsonb takes.)
 _PUT_LIST = (
     "CREATE FUNCTION {s}.put_list(doc text, key text, list text) RETURNS text"
     " LANGUAGE sql IMMUTABLE AS $$"
@@ -188,7 +189,8 @@ _SET_INTEREST = (
     " UPDATE {{s}}.tasks AS t SET data = made.doc, runners = json_array_length(made.rn::json)"
     " FROM made WHERE t.task_id = made.task_id"
 )
-# (jsonb for a row without a NUL's escape in a UTF-8 database)
+# (jsonb for a row without a NUL's escape in a UTF-8 database: the encoding's test, from before
+# other encodings were refused, stays as schema 4's function has it)
 _JSONB_READS = f"getdatabaseencoding() = 'UTF8' AND strpos(data, {_e(chr(92) + 'u0000')}) = 0"
 _ALL_NAMED = "unnest(interest_ids, interest_stakeholders, interest_runners)"
 _ONE_NAMED = "(SELECT interest_ids[one], interest_stakeholders[one], interest_runners[one])"
@@ -472,6 +474,9 @@ class PostgresStore:
         kwargs = {
             "connect_timeout": seconds,
             "application_name": "conveyor-scheduler",
+            # (text goes as UTF-8 whatever PGCLIENTENCODING says; the database is UTF-8 too,
+            # see _check_encoding, so no character is converted, nor refused)
+            "client_encoding": "UTF8",
             # a server gone silent (a host or network down, no reset sent) fails the call in
             # seconds instead of the system's TCP timeouts (minutes), with the store's lock held
             "keepalives": 1,
@@ -573,6 +578,7 @@ class PostgresStore:
         so is an older one while another server's lease is live (see :meth:`_end_lease`),
         unless every step is one a server of the older version can work on (:data:`_ADDITIVE`)."""
         try:
+            self._check_encoding(conn)
             with conn.transaction():
                 lock = f"conveyor-postgres schema {self._schema}"
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
@@ -695,6 +701,24 @@ class PostgresStore:
             ),
             (ids, datas),
         )
+
+    def _check_encoding(self, conn: psycopg.Connection[Any]) -> None:
+        """ConfigError unless the database is in UTF-8 (before anything is created in it). A
+        task's id, family, worker and parameters may hold any character, and PostgreSQL
+        refuses to store one its database's encoding lacks: in LATIN1, say, a task named
+        with a Chinese character could never be saved, and the requests carrying it would
+        fail for as long as it is registered. Refused at start, not at that task."""
+        row = conn.execute("SELECT getdatabaseencoding()").fetchone()
+        encoding = str(row[0]) if row else "unknown"
+        conn.rollback()  # (no transaction left open for _migrate's own)
+        if encoding != "UTF8":
+            raise ConfigError(
+                f"cannot use the PostgreSQL state store at {self.where}: its database's "
+                f"encoding is {encoding}; expected UTF8 (a task's id and parameters may hold "
+                "any character): create a database with ENCODING 'UTF8' (CREATE DATABASE "
+                "... ENCODING 'UTF8' TEMPLATE template0) and point "
+                f"{_SECTION} {self._origin} at it"
+            )
 
     def _check_schema(self, conn: psycopg.Connection[Any]) -> int:
         """The schema's version (0: empty), after checking (reading only) that it is ours."""
