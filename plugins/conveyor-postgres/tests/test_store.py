@@ -473,8 +473,9 @@ def test_a_database_whose_strings_are_not_standard_conforms(
 def test_a_database_not_in_utf8_is_refused_at_start_with_nothing_created(
     pg_cluster: ThrowawayCluster,
 ) -> None:
-    """A LATIN1 database could not hold a task whose id or family has a character LATIN1
-    lacks (PostgreSQL refuses it, and every save naming the task would fail): the store
+    """A LATIN1 database could not hold a task whose id, family or parameters have a
+    character LATIN1 lacks (PostgreSQL refuses it, and every save naming the task would
+    fail): the store
     refuses the database at start, saying what it found and what to do, and leaves it as it
     was (no schema)."""
     name = f"t_{uuid.uuid4().hex[:16]}"
@@ -485,7 +486,7 @@ def test_a_database_not_in_utf8_is_refused_at_start_with_nothing_created(
         _open(pg_cluster.dsn(name))
     message = str(caught.value)
     assert "encoding is LATIN1; expected UTF8" in message, message
-    assert "ENCODING 'UTF8'" in message and "dsn" in message, message
+    assert "ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'" in message and "dsn" in message, message
     schemas = "SELECT count(*) FROM pg_namespace WHERE nspname = 'conveyor'"
     assert pg_cluster.sql(schemas, name) == [(0,)]
 

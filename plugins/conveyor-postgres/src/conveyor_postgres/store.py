@@ -498,6 +498,7 @@ class PostgresStore:
         }
         try:
             with self._connect(kwargs) as conn:
+                self._check_encoding(conn)
                 self._migrate(conn)
             # (autocommit: a save is one message of statements, one implicit transaction)
             self._writers = self._pool("conveyor-writes", 2, {**kwargs, "autocommit": True}, None)
@@ -578,7 +579,6 @@ class PostgresStore:
         so is an older one while another server's lease is live (see :meth:`_end_lease`),
         unless every step is one a server of the older version can work on (:data:`_ADDITIVE`)."""
         try:
-            self._check_encoding(conn)
             with conn.transaction():
                 lock = f"conveyor-postgres schema {self._schema}"
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
@@ -704,20 +704,24 @@ class PostgresStore:
 
     def _check_encoding(self, conn: psycopg.Connection[Any]) -> None:
         """ConfigError unless the database is in UTF-8 (before anything is created in it). A
-        task's id, family, worker and parameters may hold any character, and PostgreSQL
-        refuses to store one its database's encoding lacks: in LATIN1, say, a task named
-        with a Chinese character could never be saved, and the requests carrying it would
-        fail for as long as it is registered. Refused at start, not at that task."""
-        row = conn.execute("SELECT getdatabaseencoding()").fetchone()
+        task's id, family and parameters (stored as text for the web UI's search too) may hold
+        any character, and PostgreSQL refuses to store one its database's encoding lacks: in
+        LATIN1, say, a task with a Chinese character in its id or a parameter could never be
+        saved, and the requests carrying it would fail for as long as it is registered.
+        Refused at start, not at that task."""
+        try:
+            row = conn.execute("SELECT getdatabaseencoding()").fetchone()
+            conn.rollback()  # (no transaction left open for _migrate's own)
+        except psycopg.Error as exc:
+            raise self._unreachable(exc) from None
         encoding = str(row[0]) if row else "unknown"
-        conn.rollback()  # (no transaction left open for _migrate's own)
         if encoding != "UTF8":
             raise ConfigError(
                 f"cannot use the PostgreSQL state store at {self.where}: its database's "
-                f"encoding is {encoding}; expected UTF8 (a task's id and parameters may hold "
-                "any character): create a database with ENCODING 'UTF8' (CREATE DATABASE "
-                "... ENCODING 'UTF8' TEMPLATE template0) and point "
-                f"{_SECTION} {self._origin} at it"
+                f"encoding is {encoding}; expected UTF8 (a task's id, family and parameters "
+                "may hold any character): create one (CREATE DATABASE ... ENCODING 'UTF8' "
+                "LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0, or with a UTF-8 locale) and "
+                f"point {_SECTION} {self._origin} at it"
             )
 
     def _check_schema(self, conn: psycopg.Connection[Any]) -> int:
