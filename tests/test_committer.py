@@ -10,6 +10,7 @@ turn of the loop: each queues its call in the next turn), so they make one batch
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -416,6 +417,43 @@ def test_a_turn_larger_than_a_batch_handed_to_a_thread_is_applied_in_order(
         got = [i for i, r in enumerate(results) if r.work is not None]
         assert got == list(range(CALLERS + 1)), got
         assert len(store.saves) == 3  # (the registration, then two batches)
+    finally:
+        service.close(1)
+
+
+def test_turns_that_wait_for_the_lock_share_one_thread_and_keep_their_order(
+    tmp_path: Path,
+) -> None:
+    """While another thread holds the lock for long (a reload at a take-over), each turn's
+    calls go to the one thread already waiting with the earlier turns', not to a thread each:
+    with a pool of two threads and nine such turns, a function sent to the pool meanwhile
+    still runs (the plugins' deliveries and the web UI's poll for changes share that pool).
+    Once the lock is free every call is answered, in the order the turns came (the first get
+    the tasks)."""
+    service, _ = served(tmp_path)
+    many = [GetWork(f"x{i}", assistant=True) for i in range(CALLERS + 3)]
+
+    async def main() -> tuple[list[Any], str]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(2))
+        waiting = []
+        for request in many:  # (a turn each: queued, then handed over)
+            waiting.append(asyncio.ensure_future(service.call_async(service.core.call, request)))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        assert not any(call.done() for call in waiting)
+        meanwhile = await asyncio.wait_for(asyncio.to_thread(lambda: "ran"), 60)
+        service.lock.release()  # (taken below, before the loop started)
+        return await asyncio.wait_for(asyncio.gather(*waiting), 60), meanwhile
+
+    try:
+        service.lock.acquire()
+        results, meanwhile = asyncio.run(main())
+        assert meanwhile == "ran"
+        assert all(isinstance(r, WorkAnswer) for r in results), results
+        got = [i for i, r in enumerate(results) if r.work is not None]
+        assert got == list(range(CALLERS + 1)), got
+        assert not service._handed  # (the thread let go once it had nothing left)
     finally:
         service.close(1)
 

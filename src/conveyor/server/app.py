@@ -249,6 +249,10 @@ class SchedulerService:
             weakref.WeakKeyDictionary()
         )
         self._entering = 0  # calls waiting for (or about to take) the lock
+        # per loop, the calls handed to the one pool thread that applies them, not yet taken
+        # by it (see _run_queued); guarded by _handing
+        self._handed: dict[asyncio.AbstractEventLoop, list[_Queued]] = {}
+        self._handing = threading.Lock()
         self._group: _Group | None = None  # calls applied, their commit left to the next
         self._grouped = 0  # how many calls _group holds
 
@@ -310,11 +314,21 @@ class SchedulerService:
         """On ``loop``: the calls it queued in the turn that ended, :data:`GROUP_MAX` at a
         time, each batch applied, committed and answered here while the lock is free and the
         state sound; from the first call that finds it otherwise, the rest are handed, in
-        order, to a thread of the pool. Every call is answered, 503 if all else fails."""
+        order, to a thread of the pool. While that thread has calls left, the next turns'
+        calls are handed to it too, after them: one thread waits for a long hold of the lock
+        (a reload at a take-over), not one a turn, which would take every thread of the pool
+        that the plugins' deliveries and the web UI's poll for changes share. Every call is
+        answered, 503 if all else fails."""
         queued = self._queued.pop(loop, [])
         done = 0  # the calls answered here
         handed = len(queued)  # (from there on, the thread answers)
         try:
+            with self._handing:
+                waiting = self._handed.get(loop)
+                if waiting is not None:  # (its thread takes them after those it has)
+                    waiting.extend(queued)
+                    handed = 0
+                    return
             while done < len(queued):
                 if not self.lock.acquire(blocking=False):
                     break
@@ -329,30 +343,48 @@ class SchedulerService:
                 done += len(outcomes)
             else:
                 return
-            with contextlib.suppress(RuntimeError):  # (the loop or its pool is shutting down)
-                loop.run_in_executor(None, self._run_in_thread, loop, queued[done:])
+            with self._handing:
+                self._handed[loop] = queued[done:]
+            try:
+                loop.run_in_executor(None, self._run_in_thread, loop)
+            except RuntimeError:  # (the loop or its pool is shutting down)
+                with self._handing:
+                    del self._handed[loop]  # (no thread took it, nor could a turn since)
+            else:
                 handed = done
         finally:
             _answer((item, _Refused(Unstored(_UNANSWERED))) for item in queued[:handed])
 
-    def _run_in_thread(self, loop: asyncio.AbstractEventLoop, queued: list[_Queued]) -> None:
-        """In a thread of the pool: :meth:`_run_queued`'s work for ``queued``, waiting for
-        the lock as long as it takes; the answers go back to ``loop`` (503 for any call that
-        could not be applied)."""
-        answered = 0
+    def _run_in_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In a thread of the pool: :meth:`_run_queued`'s work for the calls handed for
+        ``loop``, :data:`GROUP_MAX` at a time in the order they were handed, waiting for the
+        lock as long as it takes, until none is left; the answers go back to ``loop`` (503
+        for any call that could not be applied)."""
+        batch: list[_Queued] = []
+        finished = False
         try:
-            while answered < len(queued):
-                batch = queued[answered : answered + GROUP_MAX]
+            while True:
+                with self._handing:
+                    handed = self._handed[loop]
+                    if not handed:
+                        del self._handed[loop]  # (the next turn that must wait hands anew)
+                        finished = True
+                        return
+                    batch = handed[:GROUP_MAX]
+                    del handed[:GROUP_MAX]
                 with self.lock:
                     outcomes = self._settle(batch)
                 with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
                     loop.call_soon_threadsafe(_answer, list(zip(batch, outcomes, strict=True)))
-                answered += len(batch)
+                batch = []
         finally:
-            refused = [(item, _Refused(Unstored(_UNANSWERED))) for item in queued[answered:]]
-            if refused:
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_answer, refused)
+            if not finished:  # (the handed calls are still this thread's: no other took them)
+                with self._handing:
+                    batch += self._handed.pop(loop, [])
+                refused = [(item, _Refused(Unstored(_UNANSWERED))) for item in batch]
+                if refused:
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(_answer, refused)
 
     def _settle(self, batch: list[_Queued], inline: bool = False) -> list[Any]:
         """Under the lock: apply and commit ``batch`` (:meth:`_apply_batch`, ``inline`` as
