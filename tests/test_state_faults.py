@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import os
 import resource
+import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -435,6 +437,54 @@ def _rows(count: int, size: int) -> list[dict[str, Any]]:
     ]
 
 
+def _checkpointed_ids(path: Path, scratch: Path) -> set[str]:
+    """The task ids the database file at ``path`` holds by itself, without its write-ahead
+    log (what checkpoints copied into it): read from a copy of that file alone."""
+    shutil.copyfile(path, scratch)
+    try:
+        with contextlib.closing(sqlite3.connect(scratch)) as db:
+            return {row[0] for row in db.execute("SELECT task_id FROM tasks")}
+    except sqlite3.Error:  # (copied half way through a checkpoint's writes: look again)
+        return set()
+    finally:
+        for leftover in (scratch, Path(f"{scratch}-wal"), Path(f"{scratch}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _checkpoint_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "conveyor-checkpoint")
+
+
+def test_commits_are_checkpointed_apart_and_close_leaves_no_log(tmp_path: Path) -> None:
+    """The write-ahead log is copied into the database file by a thread of the store's own
+    soon after a commit, however little it wrote (the commit itself no longer stops for
+    that, as SQLite's automatic checkpoint at 1,000 pages did, on the event loop): the file
+    alone holds the rows without any further write. Closing the store stops that thread
+    and closes its connection, so the last one to close removes the log."""
+    path = tmp_path / "state.db"
+    threads = _checkpoint_threads()
+    store = SqliteStore(StoreContext(str(path)))
+    try:
+        store.load()
+        store.save(_rows(3, 100), [])  # (a few pages: far below any automatic checkpoint)
+        assert _checkpoint_threads() == threads + 1
+        wait_for(
+            lambda: _checkpointed_ids(path, tmp_path / "copy.db") == {"t0", "t1", "t2"},
+            30,
+            "the rows checkpointed into the database file",
+        )
+        store.save(_rows(5, 100)[3:], [])  # (and again after the next commit)
+        wait_for(
+            lambda: len(_checkpointed_ids(path, tmp_path / "copy.db")) == 5,
+            30,
+            "the next rows checkpointed",
+        )
+    finally:
+        store.close()
+    assert _checkpoint_threads() == threads
+    assert not Path(f"{path}-wal").exists()
+
+
 def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
     """After rows are removed (pruning), ``compact()`` gives their pages back in bounded steps
     and the file shrinks; before, the file kept its high-water size for good."""
@@ -444,7 +494,8 @@ def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
         store.load()
         rows = _rows(3000, 3000)
         store.save(rows, [])
-        store._read(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        with contextlib.closing(sqlite3.connect(path)) as db:  # (all of it in the file)
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         high = path.stat().st_size
         store.save([], [], gone_tasks=[r["task_id"] for r in rows])
         free = store._read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])

@@ -160,6 +160,7 @@ class SqliteStore:
             self._state_lock.release()
             raise self._unusable(exc) from None
         self._wal = False  # switched on by the first write: a refused file stays as it was
+        self._checkpointer: _Checkpointer | None = None  # (started with the write-ahead log)
         try:
             self._version = self._check_schema()
             self._db.execute(f"PRAGMA synchronous={synchronous}")
@@ -219,11 +220,20 @@ class SqliteStore:
             self._check_file()
             if not self._wal:
                 self._db.execute("PRAGMA journal_mode=WAL")
+                # (the log is checkpointed by a thread of its own; the writer does it too,
+                # at commit, only if that thread falls far behind or stops)
+                self._db.execute(f"PRAGMA wal_autocheckpoint={_WAL_BACKSTOP_PAGES}")
+                synchronous = int(self._db.execute("PRAGMA synchronous").fetchone()[0])
+                self._checkpointer = _Checkpointer(self._path, synchronous)
+                # (a store dropped without close() stops it too)
+                weakref.finalize(self, self._checkpointer.close)
                 self._wal = True
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 work(self._db)
                 self._db.execute("COMMIT")
+                if self._checkpointer is not None:
+                    self._checkpointer.wrote()
             except BaseException:
                 if self._db.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -652,7 +662,11 @@ class SqliteStore:
         return self._read(reads.task_infos)
 
     def close(self) -> None:
-        """Close the connections and release the lock (removing the lock file)."""
+        """Stop the checkpoints, close the connections (the last one checkpoints what is
+        left and removes the write-ahead log) and release the lock (removing the lock
+        file)."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._lock:
             for reader in self._reader_list:
                 reader.close()
@@ -667,6 +681,74 @@ _LOAD_CHUNK = 10_000
 """Task rows fetched from SQLite at a time by a load."""
 _WAL_SIZE_LIMIT = 64 * 2**20
 """Bytes the write-ahead log is cut back to after a checkpoint (SQLite's journal_size_limit)."""
+_WAL_BACKSTOP_PAGES = 10_000
+"""Pages of write-ahead log past which a commit checkpoints it itself (SQLite's
+wal_autocheckpoint; its default, 1,000, is left to the :class:`_Checkpointer`)."""
+_CHECKPOINT_AFTER = 0.05
+"""Seconds the :class:`_Checkpointer` lets commits gather after the first before it runs."""
+
+
+_CHECKPOINT_FAILED = "cannot checkpoint the state file's write-ahead log in the background"
+
+
+class _Checkpointer:
+    """Checkpoints the write-ahead log of the database at ``path`` in a thread of its own,
+    on a connection of its own, some :data:`_CHECKPOINT_AFTER` seconds after a commit.
+
+    SQLite's automatic checkpoint runs inside the commit that fills the log to 1,000 pages,
+    which then waits for the copy into the database and its fsync (some 4 ms here, on one
+    commit in 80 of the server's task phase): on the event loop's thread, that held up every
+    request behind it. A passive checkpoint on another connection copies what the commits
+    wrote without taking their lock, and SQLite lets the writer go on meanwhile; what a
+    commit makes durable, and when, is the same (the commit itself)."""
+
+    def __init__(self, path: str, synchronous: int) -> None:
+        """Start the thread; ``synchronous`` is the writer's (the checkpoint's fsyncs)."""
+        self._path = path
+        self._synchronous = synchronous
+        self._due = threading.Event()  # a commit since the last checkpoint
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conveyor-checkpoint", daemon=True)
+        self._thread.start()
+
+    def wrote(self) -> None:
+        """A commit went to the log: a checkpoint is due."""
+        self._due.set()
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA synchronous={self._synchronous}")
+        except sqlite3.Error as exc:  # (the commits checkpoint the log: the backstop)
+            log.warning(_CHECKPOINT_FAILED, state=self._path, error=str(exc))
+            return
+        failing = False  # (logged once until a checkpoint succeeds again)
+        try:
+            while True:
+                self._due.wait()
+                if self._stop.wait(_CHECKPOINT_AFTER):
+                    return
+                self._due.clear()
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # (a full disk, a file size limit: tried again
+                    # after the next commit; the commits' own checkpoint meanwhile)
+                    if not failing:
+                        log.warning(_CHECKPOINT_FAILED, state=self._path, error=str(exc))
+                    failing = True
+                else:
+                    failing = False
+        finally:
+            db.close()
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint it may be running); again, nothing."""
+        self._stop.set()
+        self._due.set()
+        if threading.current_thread() is not self._thread:  # (a collection may run there)
+            self._thread.join()
+
+
 _VACUUM_AT = 256
 """Free pages (4 KiB each) before :meth:`SqliteStore.compact` gives any back."""
 _VACUUM_PAGES = 512
