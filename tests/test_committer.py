@@ -497,6 +497,43 @@ def test_a_turn_that_cannot_be_handed_to_a_thread_is_answered_unstored(tmp_path:
         service.close(1)
 
 
+def test_a_hand_over_that_fails_otherwise_leaves_the_next_turns_served(tmp_path: Path) -> None:
+    """When handing a turn to a thread fails with another error than the pool's shutting down
+    (a MemoryError, say), that turn's calls are answered 503 and nothing of the hand-over is
+    left behind: the next turn, the lock free, is applied and answered as usual instead of
+    waiting for a thread that never came."""
+    service, _ = served(tmp_path)
+    failed: list[str] = []
+
+    async def main() -> tuple[Any, Any]:
+        loop = asyncio.get_running_loop()
+        real = loop.run_in_executor
+
+        def once(*args: Any) -> Any:
+            if not failed:
+                failed.append("once")
+                raise MemoryError("no memory for a thread")
+            return real(*args)
+
+        loop.run_in_executor = once  # type: ignore[method-assign]
+        loop.set_exception_handler(lambda *_: None)  # (the MemoryError is the loop's to log)
+        first = asyncio.gather(service.call_async(service.core.call, asks()[0]))
+        (refused,) = await asyncio.wait_for(asyncio.gather(first, return_exceptions=True), 30)
+        service.lock.release()  # (taken below, before the loop started)
+        served_next = await asyncio.wait_for(service.call_async(service.core.call, asks()[1]), 30)
+        return refused, served_next
+
+    try:
+        service.lock.acquire()
+        refused, served_next = asyncio.run(main())
+        assert failed == ["once"]
+        assert isinstance(refused, Unstored), refused
+        assert isinstance(served_next, WorkAnswer) and served_next.work is not None
+        assert not service._handed
+    finally:
+        service.close(1)
+
+
 def test_a_store_that_overrides_save_sees_stakeholder_changes_there(tmp_path: Path) -> None:
     """A subclass of the SQLite store that overrides ``save`` alone (to count, or to fail) is
     given a second worker's registration and a release as whole rows through it, not through

@@ -437,7 +437,7 @@ def _rows(count: int, size: int) -> list[dict[str, Any]]:
     ]
 
 
-def _checkpointed_ids(path: Path, scratch: Path) -> set[str]:
+def _checkpointed_ids(path: Path, scratch: Path) -> set[str] | None:
     """The task ids the database file at ``path`` holds by itself, without its write-ahead
     log (what checkpoints copied into it): read from a copy of that file alone."""
     shutil.copyfile(path, scratch)
@@ -445,10 +445,21 @@ def _checkpointed_ids(path: Path, scratch: Path) -> set[str]:
         with contextlib.closing(sqlite3.connect(scratch)) as db:
             return {row[0] for row in db.execute("SELECT task_id FROM tasks")}
     except sqlite3.Error:  # (copied half way through a checkpoint's writes: look again)
-        return set()
+        return None
     finally:
         for leftover in (scratch, Path(f"{scratch}-wal"), Path(f"{scratch}-shm")):
             leftover.unlink(missing_ok=True)
+
+
+def _checkpoint_all(path: Path) -> None:
+    """Copy the whole write-ahead log of the database at ``path`` into it and empty the log,
+    once the store's own checkpoint (which a TRUNCATE does not wait for) lets it."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        wait_for(
+            lambda: db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0,
+            30,
+            "a checkpoint of the whole log",
+        )
 
 
 def _checkpoint_threads() -> int:
@@ -475,7 +486,7 @@ def test_commits_are_checkpointed_apart_and_close_leaves_no_log(tmp_path: Path) 
         )
         store.save(_rows(5, 100)[3:], [])  # (and again after the next commit)
         wait_for(
-            lambda: len(_checkpointed_ids(path, tmp_path / "copy.db")) == 5,
+            lambda: _checkpointed_ids(path, tmp_path / "copy.db") == {f"t{i}" for i in range(5)},
             30,
             "the next rows checkpointed",
         )
@@ -483,6 +494,34 @@ def test_commits_are_checkpointed_apart_and_close_leaves_no_log(tmp_path: Path) 
         store.close()
     assert _checkpoint_threads() == threads
     assert not Path(f"{path}-wal").exists()
+
+
+def test_the_checkpoint_thread_ends_when_idle_and_the_next_commit_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store left open with no commit keeps no thread for long (nor one dropped without
+    ``close()``): the checkpoint thread ends after a while without commits, and the next
+    commit starts another, whose checkpoint copies it into the file as before."""
+    from conveyor.server.sqlite import store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "_CHECKPOINT_IDLE", 0.2)
+    path = tmp_path / "state.db"
+    threads = _checkpoint_threads()
+    store = SqliteStore(StoreContext(str(path)))
+    try:
+        store.load()
+        store.save(_rows(1, 100), [])
+        wait_for(lambda: _checkpoint_threads() == threads, 30, "the idle thread to end")
+        store.save(_rows(2, 100)[1:], [])
+        assert _checkpoint_threads() == threads + 1
+        wait_for(
+            lambda: _checkpointed_ids(path, tmp_path / "copy.db") == {"t0", "t1"},
+            30,
+            "the next commit checkpointed",
+        )
+    finally:
+        store.close()
+    assert _checkpoint_threads() == threads
 
 
 def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
@@ -494,8 +533,7 @@ def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
         store.load()
         rows = _rows(3000, 3000)
         store.save(rows, [])
-        with contextlib.closing(sqlite3.connect(path)) as db:  # (all of it in the file)
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        _checkpoint_all(path)
         high = path.stat().st_size
         store.save([], [], gone_tasks=[r["task_id"] for r in rows])
         free = store._read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])
@@ -507,9 +545,33 @@ def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
             given += step
         assert given >= free - 256
         store.probe()
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        _checkpoint_all(path)
         assert path.stat().st_size < high / 4, (path.stat().st_size, high)
+    finally:
+        store.close()
+
+
+def test_the_file_shrinks_after_compact_with_no_write_after_it(tmp_path: Path) -> None:
+    """The pages ``compact()`` gives back leave the file once its log is checkpointed, which
+    its own commit asks for: an idle server (no save after it) does not keep the file at its
+    high-water size until the next write or its close."""
+    path = tmp_path / "state.db"
+    store = SqliteStore(StoreContext(str(path)))
+    try:
+        store.load()
+        rows = _rows(3000, 3000)
+        store.save(rows, [])
+        _checkpoint_all(path)
+        high = path.stat().st_size
+        store.save([], [], gone_tasks=[r["task_id"] for r in rows])
+        wait_for(  # (the deletion's own checkpoint is over: what follows needs another)
+            lambda: _checkpointed_ids(path, tmp_path / "copy.db") == set(),
+            30,
+            "the deletion checkpointed",
+        )
+        while store.compact():
+            pass
+        wait_for(lambda: path.stat().st_size < high / 4, 30, "the file to shrink")
     finally:
         store.close()
 

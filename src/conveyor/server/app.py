@@ -345,13 +345,18 @@ class SchedulerService:
                 return
             with self._handing:
                 self._handed[loop] = queued[done:]
+            started = False
             try:
-                loop.run_in_executor(None, self._run_in_thread, loop)
-            except RuntimeError:  # (the loop or its pool is shutting down)
-                with self._handing:
-                    del self._handed[loop]  # (no thread took it, nor could a turn since)
-            else:
-                handed = done
+                with contextlib.suppress(RuntimeError):  # (the loop or its pool is closing)
+                    loop.run_in_executor(None, self._run_in_thread, loop)
+                    started = True
+            finally:
+                if not started:  # (whatever stopped it: no thread takes them, nor could a
+                    # turn since, and the next turns must not wait for one)
+                    with self._handing:
+                        del self._handed[loop]
+            if started:
+                handed = done  # (else the finally below answers them 503)
         finally:
             _answer((item, _Refused(Unstored(_UNANSWERED))) for item in queued[:handed])
 

@@ -130,6 +130,8 @@ class SqliteStore:
         ),
     }
 
+    _synchronous: ClassVar[str] = ""  # (a subclass's own synchronous mode, over the setting)
+
     def __init__(self, context: StoreContext) -> None:
         """Open (creating and migrating if needed) the database at ``context.state_path``.
 
@@ -141,7 +143,8 @@ class SqliteStore:
         """
         self._path = context.state_path
         self._state_lock = StateLock(self._path, context.holder)
-        synchronous = str(context.settings.get("synchronous", "normal")).upper()
+        synchronous = self._synchronous or str(context.settings.get("synchronous", "normal"))
+        synchronous = synchronous.upper()
         self._lock = threading.Lock()
         self._readers = threading.local()  # a read-only connection per reading thread
         self._reader_list: list[sqlite3.Connection] = []
@@ -173,6 +176,8 @@ class SqliteStore:
                 self._seq = _latest(self._db)
             self._identity = _identity(self._path)
         except BaseException as exc:
+            if self._checkpointer is not None:  # (started by a migration's first write)
+                self._checkpointer.close()
             self._db.close()
             self._state_lock.release()
             if isinstance(exc, sqlite3.Error):
@@ -225,8 +230,6 @@ class SqliteStore:
                 self._db.execute(f"PRAGMA wal_autocheckpoint={_WAL_BACKSTOP_PAGES}")
                 synchronous = int(self._db.execute("PRAGMA synchronous").fetchone()[0])
                 self._checkpointer = _Checkpointer(self._path, synchronous)
-                # (a store dropped without close() stops it too)
-                weakref.finalize(self, self._checkpointer.close)
                 self._wal = True
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -307,6 +310,8 @@ class SqliteStore:
             self._check_file()
             # executescript steps the pragma to its end; execute() would free one page only
             self._db.executescript(f"PRAGMA incremental_vacuum({min(free, _VACUUM_PAGES)});")
+            if self._checkpointer is not None:  # (so that the file shrinks, idle or not)
+                self._checkpointer.wrote()
             return free - int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
 
     def load(self) -> tuple[Rows, Workers]:
@@ -686,6 +691,8 @@ _WAL_BACKSTOP_PAGES = 10_000
 wal_autocheckpoint; its default, 1,000, is left to the :class:`_Checkpointer`)."""
 _CHECKPOINT_AFTER = 0.05
 """Seconds the :class:`_Checkpointer` lets commits gather after the first before it runs."""
+_CHECKPOINT_IDLE = 30.0
+"""Seconds without a commit after which the :class:`_Checkpointer`'s thread ends."""
 
 
 _CHECKPOINT_FAILED = "cannot checkpoint the state file's write-ahead log in the background"
@@ -700,32 +707,50 @@ class _Checkpointer:
     commit in 80 of the server's task phase): on the event loop's thread, that held up every
     request behind it. A passive checkpoint on another connection copies what the commits
     wrote without taking their lock, and SQLite lets the writer go on meanwhile; what a
-    commit makes durable, and when, is the same (the commit itself)."""
+    commit makes durable, and when, is the same (the commit itself).
+
+    The thread starts with the first commit and ends after :data:`_CHECKPOINT_IDLE` seconds
+    without one (the next starts another), so a store left open and unused, or dropped
+    without :meth:`close`, keeps no thread nor connection for long."""
 
     def __init__(self, path: str, synchronous: int) -> None:
-        """Start the thread; ``synchronous`` is the writer's (the checkpoint's fsyncs)."""
+        """For the database at ``path``; ``synchronous`` is the writer's (the checkpoints'
+        fsyncs)."""
         self._path = path
         self._synchronous = synchronous
         self._due = threading.Event()  # a commit since the last checkpoint
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="conveyor-checkpoint", daemon=True)
-        self._thread.start()
+        self._starting = threading.Lock()  # (guards _thread: started, or ending)
+        self._thread: threading.Thread | None = None
 
     def wrote(self) -> None:
-        """A commit went to the log: a checkpoint is due."""
+        """A commit went to the log: a checkpoint is due (its thread started if need be)."""
         self._due.set()
+        if self._thread is None:  # (checked again under the lock: see _run's end)
+            with self._starting:
+                if self._thread is None and not self._stop.is_set():
+                    self._thread = threading.Thread(
+                        target=self._run, name="conveyor-checkpoint", daemon=True
+                    )
+                    self._thread.start()
 
     def _run(self) -> None:
+        uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=rw"  # (never made)
         try:
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA synchronous={self._synchronous}")
         except sqlite3.Error as exc:  # (the commits checkpoint the log: the backstop)
             log.warning(_CHECKPOINT_FAILED, state=self._path, error=str(exc))
-            return
+            return  # (_thread stays set: not tried again at every commit)
         failing = False  # (logged once until a checkpoint succeeds again)
         try:
             while True:
-                self._due.wait()
+                if not self._due.wait(_CHECKPOINT_IDLE):
+                    with self._starting:
+                        if not self._due.is_set():  # (else a commit came just now: go on)
+                            self._thread = None  # (the next commit starts another)
+                            return
+                    continue
                 if self._stop.wait(_CHECKPOINT_AFTER):
                     return
                 self._due.clear()
@@ -742,11 +767,13 @@ class _Checkpointer:
             db.close()
 
     def close(self) -> None:
-        """Stop the thread (after the checkpoint it may be running); again, nothing."""
-        self._stop.set()
+        """Stop the thread, after the checkpoint it may be running (none starts again)."""
+        with self._starting:
+            self._stop.set()
+            thread = self._thread
         self._due.set()
-        if threading.current_thread() is not self._thread:  # (a collection may run there)
-            self._thread.join()
+        if thread is not None:
+            thread.join()
 
 
 _VACUUM_AT = 256
@@ -858,6 +885,7 @@ class MemoryStore(SqliteStore):
     For tests and throwaway servers; it takes no settings."""
 
     settings_schema: ClassVar[dict[str, Field]] = {}
+    _synchronous = "off"  # nothing here is meant to survive
 
     def __init__(self, context: StoreContext | None = None) -> None:
         """Nothing is read from ``context``: the state lives in this object, in a database
@@ -870,7 +898,6 @@ class MemoryStore(SqliteStore):
         directory = tempfile.mkdtemp(prefix=f"{_MEMORY_PREFIX}{os.getpid()}-", dir=where)
         self._remove = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
         super().__init__(StoreContext(os.path.join(directory, "state.db")))
-        self._db.execute("PRAGMA synchronous=OFF")  # nothing here is meant to survive
 
     def close(self) -> None:
         """Close the connections and remove the database."""
