@@ -462,8 +462,11 @@ def _checkpoint_all(path: Path) -> None:
         )
 
 
-def _checkpoint_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "conveyor-checkpoint")
+def _checkpoint_threads(path: Path) -> int:
+    """The live checkpoint threads of the store of the file at ``path`` (those of stores
+    other tests left open end on their own, at any time)."""
+    name = f"conveyor-checkpoint {path}"
+    return sum(1 for t in threading.enumerate() if t.name == name)
 
 
 def test_commits_are_checkpointed_apart_and_close_leaves_no_log(tmp_path: Path) -> None:
@@ -473,12 +476,11 @@ def test_commits_are_checkpointed_apart_and_close_leaves_no_log(tmp_path: Path) 
     alone holds the rows without any further write. Closing the store stops that thread
     and closes its connection, so the last one to close removes the log."""
     path = tmp_path / "state.db"
-    threads = _checkpoint_threads()
     store = SqliteStore(StoreContext(str(path)))
     try:
         store.load()
         store.save(_rows(3, 100), [])  # (a few pages: far below any automatic checkpoint)
-        assert _checkpoint_threads() == threads + 1
+        assert _checkpoint_threads(path) == 1
         wait_for(
             lambda: _checkpointed_ids(path, tmp_path / "copy.db") == {"t0", "t1", "t2"},
             30,
@@ -492,7 +494,7 @@ def test_commits_are_checkpointed_apart_and_close_leaves_no_log(tmp_path: Path) 
         )
     finally:
         store.close()
-    assert _checkpoint_threads() == threads
+    assert _checkpoint_threads(path) == 0
     assert not Path(f"{path}-wal").exists()
 
 
@@ -506,14 +508,12 @@ def test_the_checkpoint_thread_ends_when_idle_and_the_next_commit_starts_another
 
     monkeypatch.setattr(sqlite_store, "_CHECKPOINT_IDLE", 0.2)
     path = tmp_path / "state.db"
-    threads = _checkpoint_threads()
     store = SqliteStore(StoreContext(str(path)))
     try:
         store.load()
         store.save(_rows(1, 100), [])
-        wait_for(lambda: _checkpoint_threads() == threads, 30, "the idle thread to end")
-        store.save(_rows(2, 100)[1:], [])
-        assert _checkpoint_threads() == threads + 1
+        wait_for(lambda: _checkpoint_threads(path) == 0, 30, "the idle thread to end")
+        store.save(_rows(2, 100)[1:], [])  # (only a thread started anew checkpoints it)
         wait_for(
             lambda: _checkpointed_ids(path, tmp_path / "copy.db") == {"t0", "t1"},
             30,
@@ -521,7 +521,7 @@ def test_the_checkpoint_thread_ends_when_idle_and_the_next_commit_starts_another
         )
     finally:
         store.close()
-    assert _checkpoint_threads() == threads
+    assert _checkpoint_threads(path) == 0
 
 
 def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:

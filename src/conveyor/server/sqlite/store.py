@@ -729,8 +729,8 @@ class _Checkpointer:
         if self._thread is None:  # (checked again under the lock: see _run's end)
             with self._starting:
                 if self._thread is None and not self._stop.is_set():
-                    self._thread = threading.Thread(
-                        target=self._run, name="conveyor-checkpoint", daemon=True
+                    self._thread = threading.Thread(  # (named for its file: py-spy, tests)
+                        target=self._run, name=f"conveyor-checkpoint {self._path}", daemon=True
                     )
                     self._thread.start()
 
