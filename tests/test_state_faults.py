@@ -524,6 +524,34 @@ def test_the_checkpoint_thread_ends_when_idle_and_the_next_commit_starts_another
     assert _checkpoint_threads(path) == 0
 
 
+def test_a_checkpoint_thread_that_cannot_start_fails_no_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no thread can be started (a container's process limit), a commit is stored and
+    acknowledged all the same (the commits checkpoint the log themselves meanwhile), and
+    the store closes as usual: its lock released, the file opened again with every row."""
+
+    class Refused(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading, "Thread", Refused)  # (for this test's few calls only)
+    path = tmp_path / "state.db"
+    store = SqliteStore(StoreContext(str(path)))
+    try:
+        store.load()
+        store.save(_rows(3, 100), [])
+        store.probe()
+    finally:
+        store.close()
+    monkeypatch.undo()
+    again = SqliteStore(StoreContext(str(path)))
+    try:
+        assert {row["task_id"] for row in again.load()[0]} == {"t0", "t1", "t2"}
+    finally:
+        again.close()
+
+
 def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
     """After rows are removed (pruning), ``compact()`` gives their pages back in bounded steps
     and the file shrinks; before, the file kept its high-water size for good."""

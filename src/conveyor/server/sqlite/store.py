@@ -717,27 +717,38 @@ class _Checkpointer:
         """For the database at ``path``; ``synchronous`` is the writer's (the checkpoints'
         fsyncs)."""
         self._path = path
+        self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw"  # (never made)
         self._synchronous = synchronous
         self._due = threading.Event()  # a commit since the last checkpoint
         self._stop = threading.Event()
         self._starting = threading.Lock()  # (guards _thread: started, or ending)
         self._thread: threading.Thread | None = None
+        self._unstarted = False  # (the last start failed)
 
     def wrote(self) -> None:
-        """A commit went to the log: a checkpoint is due (its thread started if need be)."""
-        self._due.set()
-        if self._thread is None:  # (checked again under the lock: see _run's end)
-            with self._starting:
-                if self._thread is None and not self._stop.is_set():
-                    self._thread = threading.Thread(  # (named for its file: py-spy, tests)
-                        target=self._run, name=f"conveyor-checkpoint {self._path}", daemon=True
-                    )
-                    self._thread.start()
+        """A commit went to the log: a checkpoint is due (its thread started if need be).
+        Never raises: the commit is stored whatever happens here."""
+        with self._starting:  # (with _run's idle end: a commit's call is never lost)
+            self._due.set()
+            if self._thread is not None or self._stop.is_set():
+                return
+            thread = threading.Thread(  # (named for its file: py-spy, tests)
+                target=self._run, name=f"conveyor-checkpoint {self._path}", daemon=True
+            )
+            try:
+                thread.start()
+            except RuntimeError as exc:  # (no thread to be had: the commits' own checkpoint
+                # meanwhile; the next commit tries again, logged once until one starts)
+                if not self._unstarted:
+                    log.warning(_CHECKPOINT_FAILED, state=self._path, error=str(exc))
+                self._unstarted = True
+                return
+            self._unstarted = False
+            self._thread = thread
 
     def _run(self) -> None:
-        uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=rw"  # (never made)
         try:
-            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA synchronous={self._synchronous}")
         except sqlite3.Error as exc:  # (the commits checkpoint the log: the backstop)
             log.warning(_CHECKPOINT_FAILED, state=self._path, error=str(exc))
@@ -748,6 +759,7 @@ class _Checkpointer:
                 if not self._due.wait(_CHECKPOINT_IDLE):
                     with self._starting:
                         if not self._due.is_set():  # (else a commit came just now: go on)
+                            db.close()  # (before close() can find no thread to wait for)
                             self._thread = None  # (the next commit starts another)
                             return
                     continue
