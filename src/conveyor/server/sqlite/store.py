@@ -621,7 +621,7 @@ class SqliteStore:
             if not self._still_there():  # (deleted or replaced: what we hold is in our handle)
                 with self._lock:
                     return fn(self._db, *args)
-            uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=ro"
+            uri = _file_uri(self._path, "ro")
             reader = self._readers.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             with self._lock:
                 self._reader_list.append(reader)
@@ -717,7 +717,7 @@ class _Checkpointer:
         """For the database at ``path``; ``synchronous`` is the writer's (the checkpoints'
         fsyncs)."""
         self._path = path
-        self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw"  # (never made)
+        self._uri = _file_uri(path, "rw")  # (never made: the writer made it)
         self._synchronous = synchronous
         self._due = threading.Event()  # a commit since the last checkpoint
         self._stop = threading.Event()
@@ -792,6 +792,11 @@ _VACUUM_AT = 256
 """Free pages (4 KiB each) before :meth:`SqliteStore.compact` gives any back."""
 _VACUUM_PAGES = 512
 """Pages one :meth:`SqliteStore.compact` gives back at most (2 MiB, typically a few ms)."""
+
+
+def _file_uri(path: str, mode: str) -> str:
+    """An SQLite URI opening the file at ``path`` (absolute, as it is now) in ``mode``."""
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?mode={mode}"
 
 
 def _identity(path: str) -> tuple[int, int]:
