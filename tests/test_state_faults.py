@@ -552,18 +552,25 @@ def test_a_checkpoint_thread_that_cannot_start_fails_no_commit(
         again.close()
 
 
+def _filled_then_pruned(store: SqliteStore, path: Path) -> int:
+    """Load ``store`` (on the file at ``path``), save 3,000 rows of 3 KB, checkpoint them all
+    into the file and remove them again (pruning); the file's size when it held them."""
+    store.load()
+    rows = _rows(3000, 3000)
+    store.save(rows, [])
+    _checkpoint_all(path)
+    high = path.stat().st_size
+    store.save([], [], gone_tasks=[r["task_id"] for r in rows])
+    return high
+
+
 def test_pruned_rows_give_their_space_back(tmp_path: Path) -> None:
     """After rows are removed (pruning), ``compact()`` gives their pages back in bounded steps
     and the file shrinks; before, the file kept its high-water size for good."""
     path = tmp_path / "state.db"
     store = SqliteStore(StoreContext(str(path)))
     try:
-        store.load()
-        rows = _rows(3000, 3000)
-        store.save(rows, [])
-        _checkpoint_all(path)
-        high = path.stat().st_size
-        store.save([], [], gone_tasks=[r["task_id"] for r in rows])
+        high = _filled_then_pruned(store, path)
         free = store._read(lambda db: db.execute("PRAGMA freelist_count").fetchone()[0])
         assert free > 512
         assert store.compact() == 512  # one bounded step, and it really frees that much
@@ -586,12 +593,7 @@ def test_the_file_shrinks_after_compact_with_no_write_after_it(tmp_path: Path) -
     path = tmp_path / "state.db"
     store = SqliteStore(StoreContext(str(path)))
     try:
-        store.load()
-        rows = _rows(3000, 3000)
-        store.save(rows, [])
-        _checkpoint_all(path)
-        high = path.stat().st_size
-        store.save([], [], gone_tasks=[r["task_id"] for r in rows])
+        high = _filled_then_pruned(store, path)
         wait_for(  # (the deletion's own checkpoint is over: what follows needs another)
             lambda: _checkpointed_ids(path, tmp_path / "copy.db") == set(),
             30,
