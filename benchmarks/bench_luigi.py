@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from precompile import compile_measured
+
 TASKS = textwrap.dedent(
     """
     import os
@@ -109,6 +111,11 @@ class Bench:
     def __init__(self, timeout: float) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="conveyor-bench-luigi-"))
         (self.root / f"{MODULE}.py").write_text(TASKS)
+        python_path = [str(self.root), os.environ.get("PYTHONPATH", "")]
+        compile_measured(
+            {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)},
+            [str(self.root / f"{MODULE}.py")],
+        )
         self.timeout = timeout
         self._runs = 0
 

@@ -8,7 +8,12 @@ same run — then ``--workers`` ``conveyor run`` workers (``--workers-per-proces
 no-op leaves whose completion is a marker file), and prints one JSON line per store: total wall
 time, HTTP requests per task (counted by the server), the server's peak RSS, and the CPU time
 (user + system, and of it the system's) per task of the server and of all the worker processes
-together (from their start: Python's, the walk and registration, the tasks, the release).
+together (from their start: Python's, the walk and registration, the tasks, the release),
+and the machine's CPU time left idle during the run with how busy its CPUs were each second
+(``/proc/stat``: which phases of a run leave a core unused).
+Before the clock it compiles the conveyor the workers import (benchmarks/precompile.py), as an
+installed one is: the workers' start is timed, the compiling of a checkout is not. The wall
+time ends when the last worker has exited (waited for, not polled).
 
 ``--durability`` says what an acknowledged change survives, the same for both stores:
 ``crash`` (the default: a killed process, not a power cut — SQLite's default
@@ -31,6 +36,7 @@ killed one is started again as a standby for the next trial). It prints p50 and 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -41,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -48,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from precompile import compile_measured
 
 TASKS = textwrap.dedent(
     """
@@ -140,6 +148,57 @@ def postgres_config(work: Path, dsn: str, lease: float, name: str = "server.toml
     return path
 
 
+class Sampler:
+    """Every 0.2 s, by a thread of its own until :meth:`stop` (so the caller can wait for the
+    workers themselves and time their end exactly): the peak RSS of ``proc``, and how busy
+    the machine's CPUs were (``/proc/stat``, where there is one), to show which phases of a
+    run leave cores idle."""
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.peak = 0
+        self._proc = proc
+        self._stat: list[tuple[int, int]] = []  # (idle, total) jiffies of all CPUs
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                self.peak = max(self.peak, self._proc.memory_info().rss)
+            except psutil.Error:  # (the server is gone: the run reports it)
+                return
+            try:
+                with open("/proc/stat") as stat:
+                    fields = [int(f) for f in stat.readline().split()[1:]]
+                self._stat.append((fields[3] + fields[4], sum(fields)))  # (idle + iowait)
+            except (OSError, ValueError, IndexError):
+                pass
+            if self._done.wait(0.2):
+                return
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._done.set()
+        self._thread.join()
+
+    def idle_core_s(self) -> float | None:
+        """The CPU time the machine left idle while sampling, in core-seconds (None: no
+        ``/proc/stat``)."""
+        if len(self._stat) < 2:
+            return None
+        hertz = os.sysconf("SC_CLK_TCK")
+        return round((self._stat[-1][0] - self._stat[0][0]) / hertz, 2)
+
+    def busy_timeline(self) -> list[int]:
+        """How busy the machine's CPUs were in each second of the run, in per cent."""
+        each = self._stat[::5]  # (a sample every 0.2 s: one a second)
+        return [
+            round(100 * (1 - (b[0] - a[0]) / (b[1] - a[1]))) if b[1] > a[1] else 0
+            for a, b in itertools.pairwise(each)
+        ]
+
+
 def run_graph(
     n: int,
     workers_per_process: int,
@@ -185,6 +244,7 @@ def run_graph(
             f'[server]\nstate_path = "{work / "state.db"}"\n'
             '[state_stores.sqlite]\nsynchronous = "full"\n'
         )
+    compile_measured(env, [str(work / "bench_server_tasks.py")])
     server = scheduler(conveyor, work, env, port, config)
     try:
         wait_healthy(url)
@@ -212,14 +272,12 @@ def run_graph(
             subprocess.Popen(run, env=worker_env, cwd=work, stdout=subprocess.DEVNULL)
             for worker_env in worker_envs
         ]
-        peak = 0
-        while any(w.poll() is None for w in workers):
-            peak = max(peak, proc.memory_info().rss)
-            time.sleep(0.2)
+        sampler = Sampler(proc)
+        codes = [w.wait() for w in workers]
         wall = time.perf_counter() - started
+        sampler.stop()
         cpu_after = proc.cpu_times()
-        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)  # (the workers: reaped by poll)
-        codes = [w.returncode for w in workers]
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)  # (the workers: reaped by wait)
         with urllib.request.urlopen(url + "/health") as answer:
             requests = json.load(answer)["api_requests"]
         scraped = 0
@@ -248,7 +306,7 @@ def run_graph(
         "wall_s": round(wall, 2),
         "per_task_ms": round(wall / n * 1000, 3),
         "requests_per_task": round((requests - 1) / n, 2),
-        "server_peak_rss_mib": round(peak / 2**20, 1),
+        "server_peak_rss_mib": round(sampler.peak / 2**20, 1),
         "server_cpu_us_per_task": per_task(
             cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system
         ),
@@ -258,6 +316,9 @@ def run_graph(
             reaped.ru_utime + reaped.ru_stime - reaped_before.ru_utime - reaped_before.ru_stime
         ),
         "workers_system_us_per_task": per_task(reaped.ru_stime - reaped_before.ru_stime),
+        # (the machine's CPU time left unused during the run, and how busy it was each second)
+        "idle_core_s": sampler.idle_core_s(),
+        "busy_pct_each_s": sampler.busy_timeline(),
         **({"observability": True, "metrics_bytes": scraped} if sink is not None else {}),
         **({"span_exports": sink.exports - exports_before} if sink is not None else {}),
     }
