@@ -542,6 +542,31 @@ def test_the_fast_decoders_take_full_bodies_and_answers() -> None:
     assert p._FAST[_Node, True] is None
 
 
+def test_a_fast_decoder_stores_what_the_class_init_would() -> None:
+    """The fast decoders of conveyor's own slotted classes store the fields themselves instead
+    of calling ``__init__``: a field left out gets its default, and a default factory's value
+    is made anew for each decoded value, never shared; a class of another module, whose
+    ``__init__`` may do more, is still built by its ``__init__``."""
+    first, second = (decode(TaskSpec, {"task_id": t}) for t in ("a", "b"))
+    assert first == TaskSpec("a") and second == TaskSpec("b")
+    assert first.params == {} and first.params is not second.params
+    assert first.resources is not second.resources
+    assert p._direct_fields(TaskSpec) is not None
+    built: list[str] = []
+
+    @dataclass(frozen=True, slots=True)
+    class Counted:
+        name: str = "x"
+
+        def __init__(self, name: str = "x") -> None:
+            built.append(name)
+            object.__setattr__(self, "name", name)
+
+    assert p._direct_fields(Counted) is None
+    assert decode(Counted, {"name": "y"}) == Counted("y")
+    assert built == ["y", "y"]  # (decode's, then the comparison's)
+
+
 @dataclass(frozen=True)
 class _Node:
     """A class that holds itself."""
