@@ -114,6 +114,7 @@ class Bench:
         python_path = [str(self.root), os.environ.get("PYTHONPATH", "")]
         compile_measured(
             {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)},
+            self.root,
             [str(self.root / f"{MODULE}.py")],
         )
         self.timeout = timeout

@@ -148,18 +148,39 @@ def postgres_config(work: Path, dsn: str, lease: float, name: str = "server.toml
     return path
 
 
+def cpu_stat() -> tuple[int, int] | None:
+    """The idle (with iowait) and total CPU time of the machine so far, in clock ticks
+    (``/proc/stat``; guest time is inside user time already); None where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(f) for f in stat.readline().split()[1:9]]
+        return fields[3] + fields[4], sum(fields)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Sampler:
-    """Every 0.2 s, by a thread of its own until :meth:`stop` (so the caller can wait for the
-    workers themselves and time their end exactly): the peak RSS of ``proc``, and how busy
-    the machine's CPUs were (``/proc/stat``, where there is one), to show which phases of a
-    run leave cores idle."""
+    """The peak RSS of ``proc`` and how busy the machine's CPUs were, sampled every 0.2 s by a
+    thread of its own from :meth:`start` to :meth:`stop` (so the caller can wait for the
+    workers themselves and time their end exactly), to show which phases of a run leave cores
+    idle. :meth:`start` and :meth:`stop` read the CPU times themselves, at the clock's start
+    and end."""
 
     def __init__(self, proc: psutil.Process) -> None:
         self.peak = 0
         self._proc = proc
-        self._stat: list[tuple[int, int]] = []  # (idle, total) jiffies of all CPUs
+        self._stat: list[tuple[float, int, int]] = []  # (when, idle, total)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _read(self) -> None:
+        found = cpu_stat()
+        if found is not None:
+            self._stat.append((time.perf_counter(), *found))
+
+    def start(self) -> None:
+        """Read the CPU times now and start sampling."""
+        self._read()
         self._thread.start()
 
     def _sample(self) -> None:
@@ -168,34 +189,37 @@ class Sampler:
                 self.peak = max(self.peak, self._proc.memory_info().rss)
             except psutil.Error:  # (the server is gone: the run reports it)
                 return
-            try:
-                with open("/proc/stat") as stat:
-                    fields = [int(f) for f in stat.readline().split()[1:]]
-                self._stat.append((fields[3] + fields[4], sum(fields)))  # (idle + iowait)
-            except (OSError, ValueError, IndexError):
-                pass
             if self._done.wait(0.2):
                 return
+            self._read()
 
     def stop(self) -> None:
-        """Stop sampling."""
+        """Stop sampling and read the CPU times now."""
         self._done.set()
         self._thread.join()
+        self._read()
 
     def idle_core_s(self) -> float | None:
-        """The CPU time the machine left idle while sampling, in core-seconds (None: no
-        ``/proc/stat``)."""
+        """The CPU time the machine left idle from :meth:`start` to :meth:`stop`, in
+        core-seconds (None: no ``/proc/stat``)."""
         if len(self._stat) < 2:
             return None
         hertz = os.sysconf("SC_CLK_TCK")
-        return round((self._stat[-1][0] - self._stat[0][0]) / hertz, 2)
+        return round((self._stat[-1][1] - self._stat[0][1]) / hertz, 2)
 
     def busy_timeline(self) -> list[int]:
-        """How busy the machine's CPUs were in each second of the run, in per cent."""
-        each = self._stat[::5]  # (a sample every 0.2 s: one a second)
+        """How busy the machine's CPUs were in each whole second from :meth:`start`, in per
+        cent (each second between the samples nearest its ends)."""
+        if not self._stat:
+            return []
+        began = self._stat[0][0]
+        marks = [self._stat[0]]
+        for sample in self._stat[1:]:
+            if sample[0] - began >= len(marks):  # (the first sample of the next second)
+                marks.append(sample)
         return [
-            round(100 * (1 - (b[0] - a[0]) / (b[1] - a[1]))) if b[1] > a[1] else 0
-            for a, b in itertools.pairwise(each)
+            round(100 * (1 - (b[1] - a[1]) / (b[2] - a[2]))) if b[2] > a[2] else 0
+            for a, b in itertools.pairwise(marks)
         ]
 
 
@@ -244,7 +268,7 @@ def run_graph(
             f'[server]\nstate_path = "{work / "state.db"}"\n'
             '[state_stores.sqlite]\nsynchronous = "full"\n'
         )
-    compile_measured(env, [str(work / "bench_server_tasks.py")])
+    compile_measured(env, work, [str(work / "bench_server_tasks.py")])
     server = scheduler(conveyor, work, env, port, config)
     try:
         wait_healthy(url)
@@ -252,6 +276,8 @@ def run_graph(
         proc = psutil.Process(server.pid)
         cpu_before = proc.cpu_times()
         reaped_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        sampler = Sampler(proc)
+        sampler.start()
         started = time.perf_counter()
         run = [
             *conveyor,
@@ -272,7 +298,6 @@ def run_graph(
             subprocess.Popen(run, env=worker_env, cwd=work, stdout=subprocess.DEVNULL)
             for worker_env in worker_envs
         ]
-        sampler = Sampler(proc)
         codes = [w.wait() for w in workers]
         wall = time.perf_counter() - started
         sampler.stop()

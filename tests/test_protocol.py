@@ -565,6 +565,12 @@ def test_a_fast_decoder_stores_what_the_class_init_would() -> None:
     assert p._direct_fields(Counted) is None
     assert decode(Counted, {"name": "y"}) == Counted("y")
     assert built == ["y", "y"]  # (decode's, then the comparison's)
+    # (nor one of this module's with an __init__ of its own, were one written there)
+    Counted.__module__ = p.__name__
+    Counted.__init__.__code__ = Counted.__init__.__code__.replace(co_filename=p.__file__)
+    p._FAST.pop((Counted, True), None)
+    assert p._direct_fields(Counted) is None
+    assert decode(Counted, {"name": "z"}).name == "z" and built[-1] == "z"
 
 
 @dataclass(frozen=True)

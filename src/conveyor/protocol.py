@@ -1180,7 +1180,10 @@ def _direct_fields(cls: type[Any]) -> tuple[_Direct, ...] | None:
     :func:`_fields`' order), so that a fast decoder stores the values itself instead of
     calling ``__init__`` with keywords, which costs a frozen dataclass of 15 fields some 4 µs.
     None for any other class (another module's may have an ``__init__`` of its own)."""
-    if cls.__module__ != __name__ or hasattr(cls, "__post_init__"):
+    init = getattr(cls.__init__, "__code__", None)  # (dataclasses' own is not in this file)
+    if cls.__module__ != __name__ or hasattr(cls, "__post_init__") or init is None:
+        return None
+    if not cls.__dataclass_params__.init or init.co_filename == __file__:
         return None
     fields = _fields(cls)
     slot = types.MemberDescriptorType
