@@ -24,28 +24,22 @@ def compile_measured(env: Mapping[str, str], cwd: Path, extra: Sequence[str] = (
     place; a package already compiled is left as it is. One that cannot be compiled there
     (read-only) is measured as it is, with a line on standard error that says so; RuntimeError,
     with Python's error, if ``conveyor`` cannot be imported at all."""
-    found = subprocess.run(
-        [sys.executable, "-c", "import conveyor, os; print(os.path.dirname(conveyor.__file__))"],
-        env=dict(env),
-        cwd=cwd,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    where = "import conveyor, os; print(os.path.dirname(conveyor.__file__))"
+    found = _python(env, cwd, "-c", where)
     if found.returncode:
         raise RuntimeError(f"the workers could not import conveyor: {found.stderr.strip()}")
     package = found.stdout.strip()
-    compiled = subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", package, *extra],
-        env=dict(env),
-        cwd=cwd,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    compiled = _python(env, cwd, "-m", "compileall", "-q", package, *extra)
     if compiled.returncode:  # (a read-only install: measured as it is, said so)
         print(
             f"# could not compile {package} in place, so its processes compile it as they "
             f"start: {compiled.stdout.strip() or compiled.stderr.strip()}",
             file=sys.stderr,
         )
+
+
+def _python(env: Mapping[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """This interpreter run with ``args`` as a worker would be (``env``, in ``cwd``)."""
+    return subprocess.run(
+        [sys.executable, *args], env=dict(env), cwd=cwd, check=False, capture_output=True, text=True
+    )

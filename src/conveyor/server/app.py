@@ -345,18 +345,16 @@ class SchedulerService:
                 return
             with self._handing:
                 self._handed[loop] = queued[done:]
-            started = False
             try:
-                with contextlib.suppress(RuntimeError):  # (the loop or its pool is closing)
-                    loop.run_in_executor(None, self._run_in_thread, loop)
-                    started = True
-            finally:
-                if not started:  # (whatever stopped it: no thread takes them, nor could a
-                    # turn since, and the next turns must not wait for one)
-                    with self._handing:
-                        del self._handed[loop]
-            if started:
-                handed = done  # (else the finally below answers them 503)
+                loop.run_in_executor(None, self._run_in_thread, loop)
+            except BaseException as exc:  # (no thread takes them, nor could a turn since:
+                # the next turns must not wait for one; the finally below answers them 503)
+                with self._handing:
+                    del self._handed[loop]
+                if not isinstance(exc, RuntimeError):  # (the loop or its pool is closing)
+                    raise
+            else:
+                handed = done
         finally:
             _answer((item, _Refused(Unstored(_UNANSWERED))) for item in queued[:handed])
 
