@@ -282,6 +282,82 @@ def test_a_worker_that_fails_to_build_calls_neither_lifecycle_hook(tmp_path: Pat
     assert rec.records == []
 
 
+class Leaver(Recorder):
+    """A Recorder whose conveyor_configure returns ``answer``: ``False`` leaves the worker."""
+
+    def __init__(self, name: str, answer: object) -> None:
+        """Named ``name``; configure returns ``answer``."""
+        super().__init__(name)
+        self.answer = answer
+
+    @conveyor.hookimpl
+    def conveyor_configure(self, config: conveyor.Config) -> object:
+        """Record the call, and answer."""
+        self._add("conveyor_configure", config)
+        return self.answer
+
+
+@pytest.mark.timeout(60)
+def test_a_plugin_whose_configure_returns_false_leaves_the_worker(tmp_path: Path) -> None:
+    """configure returning False (that value only) unregisters the plugin: no other hook of it
+    is called, unconfigure included; one returning None or another false value stays. The
+    next Worker asks again."""
+    leaver, zero, staying = Leaver("leaver", False), Leaver("zero", 0), Recorder("staying")
+    config = make_config(tmp_path, executor="inline")
+    with conveyor.Worker(config=config, plugins=[leaver, zero, staying]) as worker:
+        names = worker.hooks.names()
+        assert "leaver" not in names and {"zero", "staying"} <= set(names)
+        started = worker.hooks.pm.hook.conveyor_task_started.get_hookimpls()
+        assert leaver not in [impl.plugin for impl in started]
+        worker.add(LcOk(root=str(tmp_path)))
+        assert worker.run() is True
+    assert leaver.hooks() == ["conveyor_configure"]
+    for kept in (zero, staying):
+        assert kept.hooks()[0] == "conveyor_configure"
+        assert "conveyor_task_succeeded" in kept.hooks()
+        assert kept.hooks()[-1] == "conveyor_unconfigure"
+    with conveyor.Worker(config=config, plugins=[leaver]) as again:
+        assert "leaver" not in again.hooks.names()
+    assert leaver.hooks() == ["conveyor_configure", "conveyor_configure"]
+
+
+@pytest.mark.timeout(60)
+def test_a_late_plugin_that_returns_false_is_not_left_registered(tmp_path: Path) -> None:
+    """A plugin registered after the worker was built whose configure returns False is
+    unregistered on the spot; the worker runs on without calling it."""
+    late = Leaver("late", False)
+    with conveyor.Worker(config=make_config(tmp_path)) as worker:
+        generation = worker.hooks.generation
+        worker.hooks.register(late, "late")
+        assert "late" not in worker.hooks.names()
+        assert worker.hooks.generation > generation  # (what the worker worked out is redone)
+        worker.add(LcOk(root=str(tmp_path)))
+        assert worker.run() is True
+    assert late.hooks() == ["conveyor_configure"]
+
+
+@pytest.mark.timeout(60)
+def test_a_server_plugin_that_returns_false_contributes_nothing(tmp_path: Path) -> None:
+    """The central server configures its plugins through the same relay: one that leaves is
+    asked for no route and told of no request."""
+    from conveyor.server.hooks import ROUTES, ServerHooks
+
+    class ServerLeaver(Leaver):
+        @conveyor.hookimpl
+        def conveyor_scheduler_routes(self, server: object) -> list[object]:
+            self._add(ROUTES, server)
+            return []
+
+    hooks = ServerHooks()
+    leaver = ServerLeaver("server-leaver", False)
+    hooks.relay.register(leaver, "server-leaver")
+    assert hooks.wants(ROUTES)
+    hooks.relay.configure(make_config(tmp_path))
+    assert not hooks.wants(ROUTES)
+    assert hooks.routes([]) == []
+    assert leaver.hooks() == ["conveyor_configure"]
+
+
 # --- the events that end an attempt --------------------------------------------------------
 
 

@@ -31,7 +31,9 @@ Rules every plugin can rely on:
   ``conveyor_worker_stopped`` the last;
 * ``conveyor_configure(config)`` comes before every other hook of a worker, exactly once per
   plugin (it is historic), and ``conveyor_unconfigure(flush_timeout)`` after every other, from
-  ``Worker.close()``. These two take their named argument instead of an ``event``.
+  ``Worker.close()``. These two take their named argument instead of an ``event``. A plugin
+  whose ``conveyor_configure`` returns ``False`` leaves the worker: no other hook of it is
+  called there.
 
 conveyor's own features are plugins of these hooks, registered first and by name
 (:data:`conveyor.plugins.BUILTIN_PLUGINS`): ``conveyor.transition-log``,
@@ -59,7 +61,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec(historic=True)
-def conveyor_configure(config: Config) -> None:
+def conveyor_configure(config: Config) -> bool | None:
     """A worker was built: here is its configuration.
 
     Called once per ``Worker``, at the end of its construction (``Worker(...)``, and so in
@@ -88,6 +90,13 @@ def conveyor_configure(config: Config) -> None:
     what its own ``conveyor_configure`` started: it is not unconfigured. For a plugin
     registered late, the refusal is raised from ``register`` and the plugin is unregistered.
     The central server refuses the same way: ``conveyor scheduler`` exits 2 with the message.
+
+    Returning ``False`` (that value, not any false one) leaves the worker or server: a plugin
+    that finds it has nothing to do there (tracing turned off, no Luigi task in the process)
+    is unregistered from it right after this call, so none of its other hooks is called there,
+    ``conveyor_unconfigure`` included, and no event is built for it alone: an installed
+    plugin that is turned off costs a task nothing. Start nothing before returning ``False``.
+    A later ``Worker`` asks again. ``None`` (or anything else) keeps the plugin.
     """
 
 

@@ -305,15 +305,18 @@ def _call_guarded(
     kwargs: Mapping[str, object],
     refusals: tuple[type[Exception], ...] = (),
     **fields: str,
-) -> None:
-    """Call each implementation with the ``kwargs`` it takes: one that raises is logged with
-    its plugin's name (and ``fields``) and the next is called; one of ``refusals`` is raised."""
+) -> list[object]:
+    """Call each implementation with the ``kwargs`` it takes: what each returned. One that
+    raises is logged with its plugin's name (and ``fields``), counts as None, and the next is
+    called; one of ``refusals`` is raised."""
+    answers: list[object] = []
     for impl in impls:
         try:
-            impl.function(*[kwargs[arg] for arg in impl.argnames])
+            answers.append(impl.function(*[kwargs[arg] for arg in impl.argnames]))
         except refusals:
             raise
         except Exception:
+            answers.append(None)
             log.error(
                 "hook implementation raised",
                 plugin=impl.plugin_name,
@@ -321,6 +324,7 @@ def _call_guarded(
                 error=traceback.format_exc(),
                 **fields,
             )
+    return answers
 
 
 _attempt_hooks: dict[tuple[str, ...], AttemptHooks] = {}
@@ -592,16 +596,19 @@ class LifecycleRelay(HookRelay):
             return
         self._config = config
         done: list[object] = []
+        leaving: list[object] = []
         try:
             for impl in reversed(self.pm.hook.conveyor_configure.get_hookimpls()):
-                self._call_one(impl, _CONFIGURE, {"config": config})
-                done.append(impl.plugin)
+                answer = self._call_one(impl, _CONFIGURE, {"config": config})
+                (leaving if answer is False else done).append(impl.plugin)
         except self._refusals:
             self._unconfigured = True  # nothing more: the start is refused
             for impl in reversed(self.pm.hook.conveyor_unconfigure.get_hookimpls()):
                 if impl.plugin in done:
                     self._call_one(impl, _UNCONFIGURE, {"flush_timeout": 0.0})
             raise
+        for plugin in leaving:
+            self._leave(plugin)
 
     def register(self, plugin: object, name: str) -> None:
         """Register ``plugin`` (PluginError as for any relay); once configured,
@@ -611,11 +618,20 @@ class LifecycleRelay(HookRelay):
         if self._config is None or self._unconfigured:
             return
         try:
-            self._call_each(_CONFIGURE, {"config": self._config}, only=plugin)
+            answers = self._call_each(_CONFIGURE, {"config": self._config}, only=plugin)
         except self._refusals:
             self.pm.unregister(plugin)
             self._changed()
             raise
+        if False in answers:
+            self._leave(plugin)
+
+    def _leave(self, plugin: object) -> None:
+        """Unregister ``plugin``, whose ``conveyor_configure`` returned False: it takes no
+        part in this worker or server (none of its hooks is called, not even
+        ``conveyor_unconfigure``), so no event is built for it alone."""
+        self.pm.unregister(plugin)
+        self._changed()
 
     def unconfigure(self, flush_timeout: float) -> None:
         """Call every ``conveyor_unconfigure`` once, if the plugins were configured."""
@@ -626,13 +642,14 @@ class LifecycleRelay(HookRelay):
 
     def _call_each(
         self, hook: str, kwargs: Mapping[str, object], only: object | None = None
-    ) -> None:
+    ) -> list[object]:
         """Call the implementations of ``hook`` (of plugin ``only``, if given) in pluggy's
-        order, each guarded on its own."""
-        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
-            if only is None or impl.plugin is only:
-                self._call_one(impl, hook, kwargs)
+        order, each guarded on its own; what they returned (None for one that raised)."""
+        impls = reversed(getattr(self.pm.hook, hook).get_hookimpls())
+        chosen = [impl for impl in impls if only is None or impl.plugin is only]
+        return _call_guarded(chosen, hook, kwargs, self._refusals)
 
-    def _call_one(self, impl: Any, hook: str, kwargs: Mapping[str, object]) -> None:
-        """Call one implementation; a failure is logged, a refusal raised."""
-        _call_guarded((impl,), hook, kwargs, self._refusals)
+    def _call_one(self, impl: Any, hook: str, kwargs: Mapping[str, object]) -> object:
+        """Call one implementation: what it returned; a failure is logged (None), a refusal
+        raised."""
+        return _call_guarded((impl,), hook, kwargs, self._refusals)[0]

@@ -136,6 +136,33 @@ def test_the_loader_does_not_import_luigi_for_others(tmp_path: Path) -> None:
     assert proc.stdout.strip() == "clean", proc.stderr
 
 
+LEAVING_SCRIPT = """
+import sys
+import conveyor
+
+def kept(**worker):
+    with conveyor.Worker(config=conveyor.Config().with_overrides(**worker)) as built:
+        return built.hooks.pm.get_plugin("luigi-events") is not None
+
+print("luigi" in sys.modules, kept(), kept(assistant=True))
+import luigi
+print(kept())
+"""
+
+
+def test_luigi_events_leaves_a_worker_built_without_luigi(tmp_path: Path) -> None:
+    """In a process that has not imported luigi (no Luigi task can exist in it), a worker's
+    ``luigi-events`` leaves it at once (``conveyor_configure`` returns False), so none of its
+    events is built; an assistant (handed Luigi tasks later) keeps it, and so does a worker
+    built once luigi is imported."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LEAVING_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "False", "True", "True"]
+
+
 # --- one graph, every executor ----------------------------------------------------------------
 
 

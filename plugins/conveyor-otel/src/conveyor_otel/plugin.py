@@ -124,12 +124,15 @@ class OtelPlugin:
     # --- the worker's lifecycle -------------------------------------------------------------
 
     @conveyor.hookimpl
-    def conveyor_configure(self, config: Config) -> None:
-        """Read ``[otel]`` (ConfigError for a bad table) and decide whether to trace."""
+    def conveyor_configure(self, config: Config) -> bool | None:
+        """Read ``[otel]`` (ConfigError for a bad table) and decide whether to trace; False
+        (leave this worker or server: no hook of it is called there, so its tasks' events
+        cost nothing) when tracing is not wanted."""
         settings = config.plugin_settings("otel", SCHEMA)
         enabled = settings["enabled"] if "enabled" in config.plugin_tables.get("otel", {}) else None
         self._flush_timeout = float(settings["flush_timeout"])
         self._active = tracing_wanted(os.environ, enabled)
+        return None if self._active else False
 
     @conveyor.hookimpl
     def conveyor_worker_started(self, event: ev.WorkerStarted) -> None:
