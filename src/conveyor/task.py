@@ -40,7 +40,14 @@ from .secrets import REDACTED, is_secret_name, redact_text
 from .sizes import parse_size
 from .targets import Target
 from .task_registry import register_task_class, registered_task_classes
-from .tasklike import DEFAULT_LOADER, AdaptsTasks, ReportsNotes, TaskLike, TaskPolicy
+from .tasklike import (
+    DEFAULT_LOADER,
+    AdaptsTasks,
+    ReportsNotes,
+    RunsInBatches,
+    TaskLike,
+    TaskPolicy,
+)
 
 __all__ = [
     "ConveyorLoader",
@@ -672,9 +679,15 @@ def _batched_params(cls: type[Task]) -> tuple[str, ...]:
 def batch_key(task: object) -> tuple[str, int] | None:
     """``(key, max_size)`` of a task with batched parameters (None for any other task): tasks
     of one class whose parameters other than the batched ones are equal share ``key`` (a
-    hash), and may run as one batch of at most ``max_size`` of them (0: no limit)."""
+    hash), and may run as one batch of at most ``max_size`` of them (0: no limit). Another
+    framework's task answers through its ``task_batch_key()``
+    (:class:`~conveyor.tasklike.RunsInBatches`)."""
     if not isinstance(task, Task):
-        return None
+        cls = type(task)
+        batches = _RUNS_IN_BATCHES.get(cls)
+        if batches is None:  # (a runtime protocol check, made once per class)
+            batches = _RUNS_IN_BATCHES[cls] = isinstance(task, RunsInBatches)
+        return cast("RunsInBatches", task).task_batch_key() if batches else None
     cls = type(task)
     batched = cls._batched
     if not batched:
@@ -690,6 +703,21 @@ def batch_key(task: object) -> tuple[str, int] | None:
                 f"{len(name)}:{name}{len(value)}:{value}".encode("utf-8", "surrogatepass")
             )
     return digest.hexdigest()[:32], cls.max_batch_size or 0
+
+
+_RUNS_IN_BATCHES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def batch_of(tasks: Sequence[TaskLike]) -> TaskLike:
+    """The one task that runs for the batch of ``tasks``: :func:`batch_task` of conveyor
+    tasks, the first one's ``task_batch(tasks)`` for tasks of another framework's one class
+    (:class:`~conveyor.tasklike.RunsInBatches`); TaskLoadError for any other mix."""
+    if all(isinstance(task, Task) for task in tasks):
+        return batch_task(cast("Sequence[Task]", tasks))
+    first = tasks[0]
+    if isinstance(first, RunsInBatches) and all(type(task) is type(first) for task in tasks):
+        return first.task_batch(tasks)
+    raise TaskLoadError("only tasks of one class that runs in batches make a batch")
 
 
 def batch_task(tasks: Sequence[Task]) -> Task:

@@ -22,7 +22,7 @@ This module imports nothing else of conveyor's: it is the vocabulary, not the ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -36,6 +36,7 @@ __all__ = [
     "AdaptsTasks",
     "ParsesCommandLines",
     "ReportsNotes",
+    "RunsInBatches",
     "TaskLike",
     "TaskLoader",
     "TaskPolicy",
@@ -205,4 +206,30 @@ class ReportsNotes(Protocol):
 
     def set_task_reporter(self, report: Callable[[str, object], None] | None) -> None:
         """Route the task's notes to ``report`` (None: nowhere)."""
+        ...
+
+
+@runtime_checkable
+class RunsInBatches(Protocol):
+    """A task of another framework that may share one attempt with others of its class, as
+    Luigi's batch tasks do (an optional capability of a :class:`TaskLike`; a
+    :class:`conveyor.Task` has it through its parameters' ``batch_method``).
+
+    ``task_batch_key()`` is asked once per task as the worker registers it: None when the task
+    runs alone, else ``(key, max_size)``; pending tasks with the same ``key`` (a string that
+    covers the class and every parameter but the batched ones) may be handed to one worker as
+    one batch of at most ``max_size`` of them (0: no limit). For a batch, conveyor calls
+    ``task_batch(members)`` on its first member, with every member (that one included, all of
+    one class and key): the one task to run for them all, whose success completes every member
+    and whose failure fails each. Whatever it raises fails every member, saying why. The task
+    it returns must be rebuildable from its module, family and string parameters by its
+    loader, as any task run by the process executors.
+    """
+
+    def task_batch_key(self) -> tuple[str, int] | None:
+        """``(key, max_size)`` of a task that may share an attempt, else None."""
+        ...
+
+    def task_batch(self, members: Sequence[TaskLike]) -> TaskLike:
+        """The one task that runs for the batch of ``members``."""
         ...

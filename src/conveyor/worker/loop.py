@@ -89,7 +89,7 @@ from ..task import (
     Task,
     TaskDefaults,
     as_task,
-    batch_task,
+    batch_of,
     load_task_class,
     requirements,
     take_id_style_in_use,
@@ -834,10 +834,7 @@ class Worker:
             return
         error = ""
         try:
-            tasks = [node.task for node in members if isinstance(node.task, Task)]
-            if len(tasks) < len(members):
-                raise TaskLoadError("only conveyor.Task classes run as batches")
-            task = batch_task(tasks)
+            task = batch_of([node.task for node in members])
             if task.task_id in self._running:
                 raise TaskLoadError(f"the batch's task {task.task_id} is running already")
         except Exception as exc:  # a batch_method that raised, or a value it made refused

@@ -15,7 +15,7 @@ from ..core.machine import registration
 from ..core.states import RECHECKABLE, TaskState, Trigger
 from ..errors import ConfigError, ConveyorError, DependencyCycle
 from ..protocol import BatchSpec, TaskSpec, TaskStatus, make_task_spec
-from ..task import batch_key, requirements
+from ..task import Task, batch_key, requirements
 from ..tasklike import TaskLike, TaskPolicy
 from .checks import ParallelChecks, SequentialChecks, check_complete
 from .graph import Node, find_cycle, label
@@ -277,7 +277,8 @@ def _spec(
             retry_count = own.count
         retry = own.spec()
     batch = None
-    if runnable and getattr(task, "_batched", None):  # (a batchable Task class)
+    # (a batchable Task class, or another framework's task, which may run in batches)
+    if runnable and (getattr(task, "_batched", None) or not isinstance(task, Task)):
         found = batch_key(task)
         batch = None if found is None else BatchSpec(*found)
     return make_task_spec(  # (TaskSpec(...) of every field, in order, built directly)

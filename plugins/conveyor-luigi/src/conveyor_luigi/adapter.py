@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import math
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, cast
 
 import luigi
 import luigi.task
 from conveyor import DynamicRequirements
-from conveyor.tasklike import TaskPolicy
+from conveyor.errors import TaskLoadError
+from conveyor.tasklike import TaskLike, TaskPolicy
 
 from .events import KNOWN
 
@@ -106,6 +109,33 @@ def _materialised(struct: Any) -> Any:
     if isinstance(struct, dict):
         return type(struct)((key, _materialised(value)) for key, value in struct.items())
     return struct
+
+
+_BATCHED: weakref.WeakKeyDictionary[type, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _batched_names(cls: type[luigi.Task]) -> frozenset[str]:
+    """Luigi's ``batch_param_names()`` of ``cls``, worked out once per class (the walk asks
+    for every task it registers)."""
+    names = _BATCHED.get(cls)
+    if names is None:
+        names = _BATCHED[cls] = frozenset(cls.batch_param_names())
+    return names
+
+
+def _max_batch_size(size: object) -> int:
+    """Luigi's ``max_batch_size`` as conveyor's: 0 (no limit) for infinity (Luigi's default)
+    or None, the whole part of a number of 1 or more, and 1 (each task alone, as Luigi's
+    scheduler then hands them out) for anything else."""
+    if size is None:
+        return 0
+    try:
+        number = float(cast(Any, size))
+    except (TypeError, ValueError):
+        return 1
+    if math.isinf(number) and number > 0:
+        return 0
+    return int(number) if number >= 1 else 1  # (NaN compares false: 1)
 
 
 def _defaults_to_none(param: luigi.Parameter, family: str, name: str) -> bool:
@@ -204,6 +234,49 @@ class LuigiTask:
                 loader=LOADER_NAME,
             )
         return self._policy
+
+    # --- batches (Luigi's batch_method and max_batch_size) ------------------------------------
+
+    def task_batch_key(self) -> tuple[str, int] | None:
+        """``(key, max_size)`` of a task whose class has parameters with a ``batch_method``
+        (Luigi's ``batch_param_names()``), else None: tasks of one class whose other
+        parameters are all equal share the key (a hash of the module, the family and those
+        parameters' strings), as Luigi's scheduler batches them; ``max_size`` is the class's
+        ``max_batch_size`` (0 for Luigi's default, infinity)."""
+        cls = type(self._task)
+        batched = _batched_names(cls)
+        if not batched:
+            return None
+        digest = hashlib.sha256()
+        for part in (self.task_module, self.task_family):
+            digest.update(f"{len(part)}:{part}".encode("utf-8", "surrogatepass"))
+        params = self.task_params
+        for name in sorted(params):
+            if name not in batched:
+                value = params[name]
+                digest.update(
+                    f"{len(name)}:{name}{len(value)}:{value}".encode("utf-8", "surrogatepass")
+                )
+        return digest.hexdigest()[:32], _max_batch_size(getattr(cls, "max_batch_size", None))
+
+    def task_batch(self, members: Sequence[TaskLike]) -> LuigiTask:
+        """The Luigi task run for the batch of ``members`` (this task's class and key): this
+        task's parameters, each batched one set as Luigi's ``from_str_params`` sets it from
+        the members' values (their ``serialize()``d strings, parsed and combined by its
+        ``batch_method``). TaskLoadError for a member of another class."""
+        cls = type(self._task)
+        tasks: list[luigi.Task] = []
+        for member in members:
+            if not isinstance(member, LuigiTask) or type(member.luigi_task) is not cls:
+                raise TaskLoadError(f"a batch of {cls.get_task_family()} holds {member!r}")
+            tasks.append(member.luigi_task)
+        declared = dict(cls.get_params())
+        kwargs = dict(self._task.param_kwargs)
+        for name in _batched_names(cls):
+            param = declared[name]
+            texts = [param.serialize(task.param_kwargs[name]) for task in tasks]
+            kwargs[name] = param._parse_list(texts)  # (what from_str_params does with a list)
+        return adapted(cls(**kwargs))
 
     # --- the graph --------------------------------------------------------------------------
 
