@@ -324,22 +324,28 @@ def test_a_plugin_whose_configure_returns_false_leaves_the_worker(tmp_path: Path
 @pytest.mark.timeout(60)
 def test_a_late_plugin_that_returns_false_is_not_left_registered(tmp_path: Path) -> None:
     """A plugin registered after the worker was built whose configure returns False is
-    unregistered on the spot; the worker runs on without calling it."""
-    late = Leaver("late", False)
+    unregistered on the spot; the worker runs on without calling it. One returning 0 (equal
+    to False, but not False) stays."""
+    late, zero = Leaver("late", False), Leaver("late-zero", 0)
     with conveyor.Worker(config=make_config(tmp_path)) as worker:
         generation = worker.hooks.generation
         worker.hooks.register(late, "late")
         assert "late" not in worker.hooks.names()
         assert worker.hooks.generation > generation  # (what the worker worked out is redone)
+        worker.hooks.register(zero, "late-zero")
+        assert "late-zero" in worker.hooks.names()
         worker.add(LcOk(root=str(tmp_path)))
         assert worker.run() is True
     assert late.hooks() == ["conveyor_configure"]
+    assert "conveyor_task_succeeded" in zero.hooks()
 
 
 @pytest.mark.timeout(60)
 def test_a_server_plugin_that_returns_false_contributes_nothing(tmp_path: Path) -> None:
     """The central server configures its plugins through the same relay: one that leaves is
-    asked for no route and told of no request."""
+    asked for no route, and the scheduler's moves and workers are no longer observed for it
+    (no event is built)."""
+    from conveyor.scheduler.policy import SchedulerCore
     from conveyor.server.hooks import ROUTES, ServerHooks
 
     class ServerLeaver(Leaver):
@@ -348,14 +354,30 @@ def test_a_server_plugin_that_returns_false_contributes_nothing(tmp_path: Path) 
             self._add(ROUTES, server)
             return []
 
-    hooks = ServerHooks()
-    leaver = ServerLeaver("server-leaver", False)
-    hooks.relay.register(leaver, "server-leaver")
-    assert hooks.wants(ROUTES)
-    hooks.relay.configure(make_config(tmp_path))
+        @conveyor.hookimpl
+        def conveyor_scheduler_task_changed(self, event: events.SchedulerTaskChanged) -> None:
+            self._add(event.hook, event)
+
+        @conveyor.hookimpl
+        def conveyor_scheduler_worker_seen(self, event: events.SchedulerWorkerSeen) -> None:
+            self._add(event.hook, event)
+
+    def served(answer: object) -> tuple[ServerHooks, SchedulerCore, ServerLeaver]:
+        hooks, core = ServerHooks(), SchedulerCore()
+        plugin = ServerLeaver("server-leaver", answer)
+        hooks.relay.register(plugin, "server-leaver")
+        hooks.attach(core)  # (as the service does, before the plugins are configured)
+        assert core.on_move is not None and core.on_worker is not None
+        hooks.configure(make_config(tmp_path))
+        return hooks, core, plugin
+
+    hooks, core, leaver = served(False)
     assert not hooks.wants(ROUTES)
     assert hooks.routes([]) == []
+    assert core.on_move is None and core.on_worker is None
     assert leaver.hooks() == ["conveyor_configure"]
+    hooks, core, _ = served(None)  # (one that stays is still observed)
+    assert hooks.wants(ROUTES) and core.on_move is not None and core.on_worker is not None
 
 
 # --- the events that end an attempt --------------------------------------------------------

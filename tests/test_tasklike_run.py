@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from conveyor_recorder_plugin.foreignloader import LOADER_NAME, ForeignLoader, Thing
 
 import conveyor
@@ -23,7 +24,7 @@ from conveyor.backends import load_task_loader
 from conveyor.errors import TaskLoadError
 from conveyor.executors.base import AttemptRequest
 from conveyor.executors.child import attempt_spec
-from conveyor.task import is_task_like, requirements
+from conveyor.task import batch_key, is_task_like, requirements
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -344,3 +345,45 @@ class _Local(Thing):
 
     def run(self) -> None:
         Path(self.output()).write_text("ran", encoding="utf-8")
+
+
+class _Batcher(_Local):
+    """A Thing that answers ``task_batch_key()`` with the class's ``answer`` (raising it
+    when it is an exception); it is never asked to make a batch."""
+
+    answer: object = None
+
+    def task_batch_key(self) -> object:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def task_batch(self, members: Any) -> Any:
+        raise AssertionError("a task that runs alone is never asked for a batch")
+
+
+def test_a_valid_task_batch_key_is_the_batch_key(tmp_path: Path) -> None:
+    """``conveyor.task.batch_key`` asks another framework's task (RunsInBatches)."""
+    cls = type("GoodBatcher", (_Batcher,), {"answer": ("family-and-group", 5)})
+    task = cls(root=str(tmp_path), name="good")
+    assert isinstance(task, conveyor.RunsInBatches)
+    assert batch_key(task) == ("family-and-group", 5)
+
+
+@pytest.mark.parametrize(
+    "answer", [RuntimeError("no key today"), ("k", -1), ("k", 1.5), ("", 0), "k", ("k", 0, 1)]
+)
+def test_a_task_batch_key_that_raises_or_answers_badly_runs_the_task_alone(
+    answer: object, tmp_path: Path
+) -> None:
+    """A ``task_batch_key()`` that raises, or answers anything but None or ``(key,
+    max_size >= 0)``, is logged naming the task, and the task runs alone: the run is ok."""
+    cls = type("OddBatcher", (_Batcher,), {"answer": answer})
+    task = cls(root=str(tmp_path), name="odd")
+    with structlog.testing.capture_logs() as logs:
+        assert batch_key(task) is None
+    [entry] = [e for e in logs if e["event"].startswith("task_batch_key() failed")]
+    assert entry["task_id"] == task.task_id and entry["problem"]
+    result = conveyor.build(task, executor="inline")
+    assert result.ok, result.summary
+    assert (tmp_path / "odd").read_text(encoding="utf-8") == "ran"

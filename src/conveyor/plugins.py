@@ -623,7 +623,7 @@ class LifecycleRelay(HookRelay):
             self.pm.unregister(plugin)
             self._changed()
             raise
-        if False in answers:
+        if any(answer is False for answer in answers):  # (that value; 0 == False too)
             self._leave(plugin)
 
     def _leave(self, plugin: object) -> None:

@@ -23,6 +23,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar, cast, overload
 
+import structlog
+
 from .errors import ConfigError, ParameterError, TaskDefinitionError, TaskLoadError
 from .events import Params
 from .parameters import (
@@ -687,7 +689,7 @@ def batch_key(task: object) -> tuple[str, int] | None:
         batches = _RUNS_IN_BATCHES.get(cls)
         if batches is None:  # (a runtime protocol check, made once per class)
             batches = _RUNS_IN_BATCHES[cls] = isinstance(task, RunsInBatches)
-        return cast("RunsInBatches", task).task_batch_key() if batches else None
+        return _foreign_batch_key(cast("RunsInBatches", task)) if batches else None
     cls = type(task)
     batched = cls._batched
     if not batched:
@@ -706,6 +708,34 @@ def batch_key(task: object) -> tuple[str, int] | None:
 
 
 _RUNS_IN_BATCHES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _foreign_batch_key(task: RunsInBatches) -> tuple[str, int] | None:
+    """``task.task_batch_key()`` if it is None or a ``(str, int >= 0)`` pair; one that raises
+    or answers anything else is logged, and the task runs alone (None)."""
+    try:
+        found = task.task_batch_key()
+    except Exception as exc:
+        problem = f"raised {type(exc).__name__}: {exc}"
+    else:
+        if found is None:
+            return None
+        if (
+            isinstance(found, tuple)
+            and len(found) == 2
+            and isinstance(found[0], str)
+            and found[0]
+            and type(found[1]) is int
+            and found[1] >= 0
+        ):
+            return found
+        problem = f"answered {found!r}, not None or (key, max_size >= 0)"
+    structlog.get_logger("conveyor.task").warning(
+        "task_batch_key() failed; the task runs alone",
+        task_id=getattr(task, "task_id", ""),
+        problem=problem,
+    )
+    return None
 
 
 def batch_of(tasks: Sequence[TaskLike]) -> TaskLike:

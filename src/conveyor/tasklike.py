@@ -215,13 +215,15 @@ class RunsInBatches(Protocol):
     Luigi's batch tasks do (an optional capability of a :class:`TaskLike`; a
     :class:`conveyor.Task` has it through its parameters' ``batch_method``).
 
-    ``task_batch_key()`` is asked once per task as the worker registers it: None when the task
+    ``task_batch_key()`` is asked each time the worker registers the task: None when the task
     runs alone, else ``(key, max_size)``; pending tasks with the same ``key`` (a string that
     covers the class and every parameter but the batched ones) may be handed to one worker as
     one batch of at most ``max_size`` of them (0: no limit). For a batch, conveyor calls
     ``task_batch(members)`` on its first member, with every member (that one included, all of
     one class and key): the one task to run for them all, whose success completes every member
-    and whose failure fails each. Whatever it raises fails every member, saying why. The task
+    and whose failure fails each. Whatever it raises fails every member, saying why; a
+    ``task_batch_key()`` that raises or answers anything else is logged and the task runs
+    alone. The task
     it returns must be rebuildable from its module, family and string parameters by its
     loader, as any task run by the process executors.
     """

@@ -55,6 +55,32 @@ class SizedShard(Shard):
     max_batch_size = 20
 
 
+class NotBatchable(Shard):
+    """Has a batched parameter, but each task says it is not batchable (Luigi asks each)."""
+
+    @property
+    def batchable(self) -> bool:
+        """Never."""
+        return False
+
+
+class Costly(Shard):
+    """Items before ``005`` need one ``db``, the others two: Luigi batches equal resources."""
+
+    def process_resources(self) -> dict[str, int]:
+        """By item."""
+        return {"db": 1 if str(self.item) < "005" else 2}
+
+
+class AskedSize(Shard):
+    """``max_batch_size`` as a property of the task, which Luigi's worker reads."""
+
+    @property
+    def max_batch_size(self) -> int:  # type: ignore[override]
+        """Seven."""
+        return 7
+
+
 class Latest(luigi.Task):
     """Complete up to ``day``; a batch is its largest day."""
 
@@ -77,7 +103,8 @@ class Latest(luigi.Task):
 
 
 class AllShards(luigi.WrapperTask):
-    """``n`` members of ``kind`` (Shard, SizedShard or Latest) in ``groups`` groups."""
+    """``n`` members of ``kind`` (Shard, SizedShard, NotBatchable or Latest) in ``groups``
+    groups."""
 
     root = luigi.Parameter()
     kind = luigi.Parameter(default="Shard")
@@ -88,7 +115,8 @@ class AllShards(luigi.WrapperTask):
         """The members."""
         if self.kind == "Latest":
             return [Latest(root=self.root, day=i) for i in range(int(self.n))]
-        cls = {"Shard": Shard, "SizedShard": SizedShard}[str(self.kind)]
+        kinds = {"Shard": Shard, "SizedShard": SizedShard, "NotBatchable": NotBatchable}
+        cls = kinds[str(self.kind)]
         return [
             cls(root=self.root, group=f"g{i % int(self.groups)}", item=f"{i:03d}")
             for i in range(int(self.n))

@@ -7,6 +7,7 @@ The tasks are in :mod:`luigi_batch_tasks_for_tests` (the real ``luigi`` package)
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import pytest
 from conveyor.testing.processes import SchedulerProcess, child_env
 
 import luigi_batch_tasks_for_tests as bt
-from conveyor_luigi.adapter import adapted
+from conveyor_luigi.adapter import _max_batch_size, adapted
 from luigi_marker_for_tests import MARKER_VARIABLE
 
 pytestmark = pytest.mark.timeout(180)
@@ -58,6 +59,44 @@ def test_the_batch_key_and_the_batch_task() -> None:
     assert batch.task_params["item"] == "a,b"
     latest = [adapted(bt.Latest(root="r", day=d)) for d in (3, 9, 4)]
     assert latest[0].task_batch(latest).luigi_task == bt.Latest(root="r", day=9)
+
+
+def test_what_luigi_asks_of_each_task_is_asked_of_each_task() -> None:
+    """A task whose ``batchable`` says no runs alone; tasks needing other resources never
+    share a key; ``max_batch_size`` is read from the task (a property may give it)."""
+    assert adapted(bt.NotBatchable(root="r", item="a")).task_batch_key() is None
+    cheap, also_cheap, dear = (adapted(bt.Costly(root="r", item=i)) for i in ("001", "002", "007"))
+    assert cheap.task_batch_key() == also_cheap.task_batch_key() != dear.task_batch_key()
+    asked = adapted(bt.AskedSize(root="r", item="a")).task_batch_key()
+    assert asked is not None and asked[1] == 7
+
+
+@pytest.mark.parametrize(
+    ("size", "expected"),
+    [
+        (None, 0),
+        (math.inf, 0),
+        (20, 20),
+        (2.5, 3),  # (Luigi's scheduler adds a member while the batch holds fewer)
+        (1, 1),
+        (0, 1),
+        (-3, 1),
+        (math.nan, 1),
+        ("5", 1),
+        (True, 1),
+    ],
+)
+def test_luigis_max_batch_size_as_conveyors(size: object, expected: int) -> None:
+    """Infinity (Luigi's default) or None: no limit (0); a number: what Luigi's scheduler
+    puts in a batch, at least 1; anything else: 1."""
+    assert _max_batch_size(size) == expected
+
+
+def test_a_task_that_is_not_batchable_runs_alone(tmp_path: Path) -> None:
+    """Four members whose ``batchable`` is False: four attempts, as under Luigi."""
+    result = build(bt.AllShards(root=str(tmp_path), kind="NotBatchable", n=4))
+    assert result.ok, result.summary
+    assert len(runs(tmp_path)) == 4
 
 
 @pytest.mark.parametrize("executor", ["inline", "thread", "fork", "subprocess"])

@@ -26,7 +26,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Route
 
-from ..config import PluginSettings
+from ..config import Config, PluginSettings
 from ..errors import PluginError
 from ..events import (
     Event,
@@ -80,12 +80,24 @@ class ServerHooks:
         return self.relay.wants(hook)
 
     def attach(self, core: SchedulerCore) -> None:
-        """Observe ``core``'s moves and workers, for the hooks some plugin implements."""
+        """Observe ``core``'s moves and workers, for the hooks some plugin implements (again
+        after the plugins changed: one that left is observed for no more)."""
         self._core = core
         if self.wants(TASK_CHANGED):
             core.on_move = self._moved
+        elif core.on_move == self._moved:
+            core.on_move = None
         if self.wants(WORKER_SEEN) or self.wants(WORKER_LOST):
             core.on_worker = self._worker
+        elif core.on_worker == self._worker:
+            core.on_worker = None
+
+    def configure(self, config: Config) -> None:
+        """Configure the plugins (``conveyor_configure``: a refusal is raised), then observe
+        the core again for those that stayed (a plugin returning False left)."""
+        self.relay.configure(config)
+        if self._core is not None:
+            self.attach(self._core)
 
     def _moved(self, task_id: str, move: StatusMove) -> None:
         """``on_move``: collect a task-changed event (under the scheduler's lock)."""

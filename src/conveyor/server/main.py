@@ -101,7 +101,7 @@ def build_service(config: Config, holder: str = "") -> Any:
     else:
         service.leader = service.public_url
     try:  # (once the state is loaded: ready to serve)
-        hooks.relay.configure(config)  # a plugin refusing its settings stops the start, exit 2
+        hooks.configure(config)  # a plugin refusing its settings stops the start, exit 2
     except BaseException:
         store.close()
         raise

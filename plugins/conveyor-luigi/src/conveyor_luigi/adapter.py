@@ -125,17 +125,16 @@ def _batched_names(cls: type[luigi.Task]) -> frozenset[str]:
 
 def _max_batch_size(size: object) -> int:
     """Luigi's ``max_batch_size`` as conveyor's: 0 (no limit) for infinity (Luigi's default)
-    or None, the whole part of a number of 1 or more, and 1 (each task alone, as Luigi's
-    scheduler then hands them out) for anything else."""
+    or None; for another number, as many tasks as Luigi's scheduler puts in a batch (it adds
+    one while the batch holds fewer: 2.5 makes batches of 3), at least 1; 1 (each task alone)
+    for anything that is not a number."""
     if size is None:
         return 0
-    try:
-        number = float(cast(Any, size))
-    except (TypeError, ValueError):
+    if isinstance(size, bool) or not isinstance(size, int | float):
         return 1
-    if math.isinf(number) and number > 0:
+    if math.isinf(size) and size > 0:
         return 0
-    return int(number) if number >= 1 else 1  # (NaN compares false: 1)
+    return max(1, math.ceil(size)) if size == size else 1  # (NaN: 1)
 
 
 def _defaults_to_none(param: luigi.Parameter, family: str, name: str) -> bool:
@@ -239,13 +238,14 @@ class LuigiTask:
 
     def task_batch_key(self) -> tuple[str, int] | None:
         """``(key, max_size)`` of a task whose class has parameters with a ``batch_method``
-        (Luigi's ``batch_param_names()``), else None: tasks of one class whose other
-        parameters are all equal share the key (a hash of the module, the family and those
-        parameters' strings), as Luigi's scheduler batches them; ``max_size`` is the class's
-        ``max_batch_size`` (0 for Luigi's default, infinity)."""
-        cls = type(self._task)
-        batched = _batched_names(cls)
-        if not batched:
+        (Luigi's ``batch_param_names()``) and that is ``batchable``, else None: tasks of one
+        class whose other parameters and whose resources are all equal share the key (a hash
+        of the module, the family, those parameters' strings and the resources), as Luigi's
+        scheduler batches them; ``max_size`` is the task's ``max_batch_size`` (0 for Luigi's
+        default, infinity)."""
+        task = self._task
+        batched = _batched_names(type(task))
+        if not batched or not task.batchable:  # (Luigi asks each task: a property may say no)
             return None
         digest = hashlib.sha256()
         for part in (self.task_module, self.task_family):
@@ -257,7 +257,9 @@ class LuigiTask:
                 digest.update(
                     f"{len(name)}:{name}{len(value)}:{value}".encode("utf-8", "surrogatepass")
                 )
-        return digest.hexdigest()[:32], _max_batch_size(getattr(cls, "max_batch_size", None))
+        resources = self.task_policy().resources  # (Luigi batches equal resources only)
+        digest.update(repr(sorted(resources.items())).encode("utf-8", "surrogatepass"))
+        return digest.hexdigest()[:32], _max_batch_size(getattr(task, "max_batch_size", None))
 
     def task_batch(self, members: Sequence[TaskLike]) -> LuigiTask:
         """The Luigi task run for the batch of ``members`` (this task's class and key): this
@@ -276,7 +278,12 @@ class LuigiTask:
             param = declared[name]
             texts = [param.serialize(task.param_kwargs[name]) for task in tasks]
             kwargs[name] = param._parse_list(texts)  # (what from_str_params does with a list)
-        return adapted(cls(**kwargs))
+        made = cls(**kwargs)
+        known = KNOWN.get(made.task_id)
+        batch = adapted(made)
+        if known is not None and known is not batch:  # (a member's id: it keeps its events)
+            KNOWN[made.task_id] = known
+        return batch
 
     # --- the graph --------------------------------------------------------------------------
 

@@ -58,9 +58,9 @@ class LuigiEvents:
     def conveyor_configure(self, config: Config) -> bool | None:
         """False (leave the worker) when ``luigi`` is not imported and the worker is not an
         assistant: no Luigi task exists in the process, and the task modules of a run are
-        imported before its worker is built (``conveyor run``, the ``luigi`` command, a
-        program that imports its tasks first); an assistant imports the tasks it is handed
-        later, so it keeps the plugin."""
+        imported before its worker is built (``conveyor run``, a program that imports its
+        tasks first); an assistant imports the tasks it is handed later, so it keeps the
+        plugin."""
         if "luigi" in sys.modules or config.worker.assistant:
             return None
         return False
