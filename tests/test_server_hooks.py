@@ -419,3 +419,48 @@ def test_a_server_plugin_is_unconfigured_when_the_server_stops(tmp_path: Path, m
     hooks = [(e["hook"], e.get("flush")) for e in server.events(lifecycle=True)]
     assert hooks == [("conveyor_configure", None), ("conveyor_unconfigure", 3.0)]
     assert not (tmp_path / "state.db.lock").exists()  # the store was closed too
+
+
+LEAVER = """
+import conveyor
+
+
+@conveyor.hookimpl
+def conveyor_configure(config):
+    return False
+
+
+@conveyor.hookimpl
+def conveyor_scheduler_task_changed(event):
+    raise AssertionError("a plugin that left is told nothing")
+
+
+@conveyor.hookimpl
+def conveyor_scheduler_worker_seen(event):
+    raise AssertionError("a plugin that left is told nothing")
+"""
+
+
+def test_a_server_plugin_that_leaves_is_not_observed_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """``conveyor scheduler``'s service, built with a ``[plugins] local`` plugin whose
+    ``conveyor_configure`` returns False: the plugin is unregistered and the policy is left
+    without observers, so no server event is built for it."""
+    from conveyor.config import load_config
+    from conveyor.server.main import build_service
+
+    (tmp_path / "hookleaver.py").write_text(LEAVER, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CONVEYOR_DISABLE_PLUGIN_AUTOLOAD", "1")
+    config = tmp_path / "server.toml"
+    config.write_text(
+        f'[server]\nstate_path = "{tmp_path / "state.db"}"\n\n[plugins]\nlocal = ["hookleaver"]\n',
+        encoding="utf-8",
+    )
+    service = build_service(load_config(config))
+    try:
+        assert "hookleaver" not in service.hooks.relay.names()
+        assert service.core.on_move is None and service.core.on_worker is None
+    finally:
+        service.close(0.0)

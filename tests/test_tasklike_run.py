@@ -371,13 +371,26 @@ def test_a_valid_task_batch_key_is_the_batch_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "answer", [RuntimeError("no key today"), ("k", -1), ("k", 1.5), ("", 0), "k", ("k", 0, 1)]
+    "answer",
+    [
+        RuntimeError("no key today"),
+        ("k", -1),
+        ("k", 1.5),
+        ("k", True),
+        ("", 0),
+        ("a\nb", 0),
+        ("x" * 1001, 0),
+        (7, 0),
+        "k",
+        ("k", 0, 1),
+    ],
 )
 def test_a_task_batch_key_that_raises_or_answers_badly_runs_the_task_alone(
     answer: object, tmp_path: Path
 ) -> None:
-    """A ``task_batch_key()`` that raises, or answers anything but None or ``(key,
-    max_size >= 0)``, is logged naming the task, and the task runs alone: the run is ok."""
+    """A ``task_batch_key()`` that raises, or answers anything but None or a ``(key,
+    max_size >= 0)`` the protocol carries (a key of 1 to 1,000 characters without control
+    characters), is logged naming the task, and the task runs alone: the run is ok."""
     cls = type("OddBatcher", (_Batcher,), {"answer": answer})
     task = cls(root=str(tmp_path), name="odd")
     with structlog.testing.capture_logs() as logs:

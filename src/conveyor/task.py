@@ -711,8 +711,12 @@ _RUNS_IN_BATCHES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDiction
 
 
 def _foreign_batch_key(task: RunsInBatches) -> tuple[str, int] | None:
-    """``task.task_batch_key()`` if it is None or a ``(str, int >= 0)`` pair; one that raises
-    or answers anything else is logged, and the task runs alone (None)."""
+    """``task.task_batch_key()`` if it is None or a ``(key, max_size)`` pair the protocol
+    carries (a key of 1 to 1,000 characters without control characters, a whole number
+    ``max_size`` >= 0); one that raises or answers anything else is logged, and the task runs
+    alone (None)."""
+    from .protocol import IDENTIFIER
+
     try:
         found = task.task_batch_key()
     except Exception as exc:
@@ -720,16 +724,19 @@ def _foreign_batch_key(task: RunsInBatches) -> tuple[str, int] | None:
     else:
         if found is None:
             return None
-        if (
-            isinstance(found, tuple)
-            and len(found) == 2
-            and isinstance(found[0], str)
-            and found[0]
-            and type(found[1]) is int
-            and found[1] >= 0
-        ):
-            return found
-        problem = f"answered {found!r}, not None or (key, max_size >= 0)"
+        if isinstance(found, tuple) and len(found) == 2:
+            key, size = found
+            if not isinstance(key, str):
+                problem = f"answered a key {key!r}, not a str"
+            elif type(size) is not int or size < 0:
+                problem = f"answered a max_size {size!r}, not a whole number >= 0"
+            else:
+                problem = IDENTIFIER.problem(key)
+                if not problem:
+                    return str(key), size
+                problem = f"answered a key that the protocol cannot carry: {problem}"
+        else:
+            problem = f"answered {found!r}, not None or (key, max_size)"
     structlog.get_logger("conveyor.task").warning(
         "task_batch_key() failed; the task runs alone",
         task_id=getattr(task, "task_id", ""),

@@ -11,16 +11,19 @@ import math
 import subprocess
 import sys
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import conveyor
+import luigi.task
 import pytest
 from conveyor.testing.processes import SchedulerProcess, child_env
 
 import luigi_batch_tasks_for_tests as bt
 from conveyor_luigi.adapter import _max_batch_size, adapted
+from conveyor_luigi.events import KNOWN
 from luigi_marker_for_tests import MARKER_VARIABLE
 
 pytestmark = pytest.mark.timeout(180)
@@ -82,6 +85,8 @@ def test_what_luigi_asks_of_each_task_is_asked_of_each_task() -> None:
         (0, 1),
         (-3, 1),
         (math.nan, 1),
+        (-math.inf, 1),
+        (Fraction(5, 2), 3),
         ("5", 1),
         (True, 1),
     ],
@@ -90,6 +95,20 @@ def test_luigis_max_batch_size_as_conveyors(size: object, expected: int) -> None
     """Infinity (Luigi's default) or None: no limit (0); a number: what Luigi's scheduler
     puts in a batch, at least 1; anything else: 1."""
     assert _max_batch_size(size) == expected
+
+
+def test_a_batch_task_with_a_members_id_leaves_the_member_its_events() -> None:
+    """With Luigi's instance cache off, the batch of ``batch_method=max`` is a new object with
+    the largest member's id: the member's own adapter stays the one its worker-side events
+    fire on (``KNOWN``)."""
+    luigi.task.Register.disable_instance_cache()
+    try:
+        members = [adapted(bt.Latest(root="r", day=d)) for d in (3, 9)]
+        batch = members[0].task_batch(members)
+        assert batch is not members[1] and batch.task_id == members[1].task_id
+        assert KNOWN[members[1].task_id] is members[1]
+    finally:
+        luigi.task.Register.clear_instance_cache()
 
 
 def test_a_task_that_is_not_batchable_runs_alone(tmp_path: Path) -> None:

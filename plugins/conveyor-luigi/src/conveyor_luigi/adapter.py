@@ -16,6 +16,7 @@ import contextlib
 import functools
 import hashlib
 import math
+import numbers
 import queue
 import threading
 import time
@@ -111,16 +112,20 @@ def _materialised(struct: Any) -> Any:
     return struct
 
 
-_BATCHED: weakref.WeakKeyDictionary[type, frozenset[str]] = weakref.WeakKeyDictionary()
+_BATCHING: weakref.WeakKeyDictionary[type, tuple[frozenset[str], bool]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _batched_names(cls: type[luigi.Task]) -> frozenset[str]:
-    """Luigi's ``batch_param_names()`` of ``cls``, worked out once per class (the walk asks
-    for every task it registers)."""
-    names = _BATCHED.get(cls)
-    if names is None:
-        names = _BATCHED[cls] = frozenset(cls.batch_param_names())
-    return names
+def _batching_of(cls: type[luigi.Task]) -> tuple[frozenset[str], bool]:
+    """Luigi's ``batch_param_names()`` of ``cls``, and whether the class has a ``batchable`` of
+    its own to ask each task (Luigi's, true when there are batched parameters, costs a
+    ``get_params()``), worked out once per class: the walk asks for every task it registers."""
+    found = _BATCHING.get(cls)
+    if found is None:
+        asks = getattr(cls, "batchable", None) is not getattr(luigi.Task, "batchable", None)
+        found = _BATCHING[cls] = (frozenset(cls.batch_param_names()), asks)
+    return found
 
 
 def _max_batch_size(size: object) -> int:
@@ -130,11 +135,12 @@ def _max_batch_size(size: object) -> int:
     for anything that is not a number."""
     if size is None:
         return 0
-    if isinstance(size, bool) or not isinstance(size, int | float):
+    if isinstance(size, bool) or not isinstance(size, numbers.Real):
         return 1
-    if math.isinf(size) and size > 0:
-        return 0
-    return max(1, math.ceil(size)) if size == size else 1  # (NaN: 1)
+    number = float(size)
+    if math.isinf(number):
+        return 0 if number > 0 else 1
+    return max(1, math.ceil(number)) if number == number else 1  # (NaN: 1)
 
 
 def _defaults_to_none(param: luigi.Parameter, family: str, name: str) -> bool:
@@ -244,8 +250,8 @@ class LuigiTask:
         scheduler batches them; ``max_size`` is the task's ``max_batch_size`` (0 for Luigi's
         default, infinity)."""
         task = self._task
-        batched = _batched_names(type(task))
-        if not batched or not task.batchable:  # (Luigi asks each task: a property may say no)
+        batched, asks = _batching_of(type(task))
+        if not batched or (asks and not task.batchable):  # (Luigi asks each task)
             return None
         digest = hashlib.sha256()
         for part in (self.task_module, self.task_family):
@@ -274,7 +280,7 @@ class LuigiTask:
             tasks.append(member.luigi_task)
         declared = dict(cls.get_params())
         kwargs = dict(self._task.param_kwargs)
-        for name in _batched_names(cls):
+        for name in _batching_of(cls)[0]:
             param = declared[name]
             texts = [param.serialize(task.param_kwargs[name]) for task in tasks]
             kwargs[name] = param._parse_list(texts)  # (what from_str_params does with a list)
