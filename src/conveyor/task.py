@@ -715,8 +715,6 @@ def _foreign_batch_key(task: RunsInBatches) -> tuple[str, int] | None:
     carries (a key of 1 to 1,000 characters without control characters, a whole number
     ``max_size`` >= 0); one that raises or answers anything else is logged, and the task runs
     alone (None)."""
-    from .protocol import IDENTIFIER
-
     try:
         found = task.task_batch_key()
     except Exception as exc:
@@ -724,6 +722,8 @@ def _foreign_batch_key(task: RunsInBatches) -> tuple[str, int] | None:
     else:
         if found is None:
             return None
+        from .protocol import IDENTIFIER
+
         if isinstance(found, tuple) and len(found) == 2:
             key, size = found
             if not isinstance(key, str):
