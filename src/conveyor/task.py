@@ -689,7 +689,7 @@ def batch_key(task: object) -> tuple[str, int] | None:
         batches = _RUNS_IN_BATCHES.get(cls)
         if batches is None:  # (a runtime protocol check, made once per class)
             batches = _RUNS_IN_BATCHES[cls] = isinstance(task, RunsInBatches)
-        return _foreign_batch_key(cast("RunsInBatches", task)) if batches else None
+        return _foreign_batch_key(task) if batches else None
     cls = type(task)
     batched = cls._batched
     if not batched:
@@ -710,11 +710,11 @@ def batch_key(task: object) -> tuple[str, int] | None:
 _RUNS_IN_BATCHES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
-def _foreign_batch_key(task: RunsInBatches) -> tuple[str, int] | None:
-    """``task.task_batch_key()`` if it is None or a ``(key, max_size)`` pair the protocol
-    carries (a key of 1 to 1,000 characters without control characters, a whole number
-    ``max_size`` >= 0); one that raises or answers anything else is logged, and the task runs
-    alone (None)."""
+def _foreign_batch_key(task: Any) -> tuple[str, int] | None:
+    """``task.task_batch_key()`` (a :class:`~conveyor.tasklike.RunsInBatches`) if it is None
+    or a ``(key, max_size)`` pair the protocol carries (a key of 1 to 1,000 characters
+    without control characters, a whole number ``max_size`` >= 0); one that raises or
+    answers anything else is logged, and the task runs alone (None)."""
     try:
         found = task.task_batch_key()
     except Exception as exc:

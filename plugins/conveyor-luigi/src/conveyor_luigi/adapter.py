@@ -112,9 +112,7 @@ def _materialised(struct: Any) -> Any:
     return struct
 
 
-_BATCHING: weakref.WeakKeyDictionary[type, tuple[frozenset[str], bool]] = (
-    weakref.WeakKeyDictionary()
-)
+_BATCHING: dict[type, tuple[frozenset[str], bool]] = {}  # (Luigi's registry keeps classes)
 
 
 def _batching_of(cls: type[luigi.Task]) -> tuple[frozenset[str], bool]:
