@@ -18,7 +18,7 @@ import json
 import re
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, ClassVar, TypeVar, cast, overload
@@ -59,6 +59,7 @@ __all__ = [
     "Task",
     "TaskDefaults",
     "WrapperTask",
+    "batch_digest",
     "checked_tasks",
     "clone",
     "common_params",
@@ -685,29 +686,31 @@ def batch_key(task: object) -> tuple[str, int] | None:
     framework's task answers through its ``task_batch_key()``
     (:class:`~conveyor.tasklike.RunsInBatches`)."""
     if not isinstance(task, Task):
-        cls = type(task)
-        batches = _RUNS_IN_BATCHES.get(cls)
-        if batches is None:  # (a runtime protocol check, made once per class)
-            batches = _RUNS_IN_BATCHES[cls] = isinstance(task, RunsInBatches)
-        return _foreign_batch_key(task) if batches else None
+        return _foreign_batch_key(task) if _has(task, RunsInBatches) else None
     cls = type(task)
     batched = cls._batched
     if not batched:
         return None
-    strings = task._string_params()
+    digest = batch_digest(cls.__module__, cls._family, task._string_params(), batched)
+    return digest, cls.max_batch_size or 0
+
+
+def batch_digest(
+    module: str, family: str, params: Mapping[str, str], batched: Collection[str], *more: str
+) -> str:
+    """The batch key of a task of ``module``/``family``: a hash of those two, of every string
+    parameter in ``params`` whose name is not in ``batched``, and of ``more`` (what else
+    tasks of one batch must share), each part length-prefixed, so that two different tasks
+    never write the same text. A :class:`~conveyor.tasklike.RunsInBatches` of another
+    framework may use it for its ``task_batch_key()``."""
     digest = hashlib.sha256()
-    for part in (cls.__module__, cls._family):
-        digest.update(f"{len(part)}:{part}".encode("utf-8", "surrogatepass"))
-    for name in sorted(strings):
+    parts = [module, family]
+    for name in sorted(params):
         if name not in batched:
-            value = strings[name]
-            digest.update(
-                f"{len(name)}:{name}{len(value)}:{value}".encode("utf-8", "surrogatepass")
-            )
-    return digest.hexdigest()[:32], cls.max_batch_size or 0
-
-
-_RUNS_IN_BATCHES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+            parts += (name, params[name])
+    for part in (*parts, *more):
+        digest.update(f"{len(part)}:{part}".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
 
 
 def _foreign_batch_key(task: Any) -> tuple[str, int] | None:
@@ -722,27 +725,30 @@ def _foreign_batch_key(task: Any) -> tuple[str, int] | None:
     else:
         if found is None:
             return None
-        from .protocol import IDENTIFIER
-
-        if isinstance(found, tuple) and len(found) == 2:
-            key, size = found
-            if not isinstance(key, str):
-                problem = f"answered a key {key!r}, not a str"
-            elif type(size) is not int or size < 0:
-                problem = f"answered a max_size {size!r}, not a whole number >= 0"
-            else:
-                problem = IDENTIFIER.problem(key)
-                if not problem:
-                    return str(key), size
-                problem = f"answered a key that the protocol cannot carry: {problem}"
-        else:
-            problem = f"answered {found!r}, not None or (key, max_size)"
+        problem = _batch_key_problem(found)
+        if not problem:
+            return str(found[0]), found[1]
     structlog.get_logger("conveyor.task").warning(
         "task_batch_key() failed; the task runs alone",
         task_id=getattr(task, "task_id", ""),
         problem=problem,
     )
     return None
+
+
+def _batch_key_problem(found: object) -> str:
+    """What is wrong with a ``task_batch_key()`` answer that is not None ("" if nothing)."""
+    from .protocol import IDENTIFIER  # (only for a key to check: not at every registration)
+
+    if not isinstance(found, tuple) or len(found) != 2:
+        return f"answered {found!r}, not None or (key, max_size)"
+    key, size = found
+    if not isinstance(key, str):
+        return f"answered a key {key!r}, not a str"
+    if type(size) is not int or size < 0:
+        return f"answered a max_size {size!r}, not a whole number >= 0"
+    problem = IDENTIFIER.problem(key)
+    return f"answered a key that the protocol cannot carry: {problem}" if problem else ""
 
 
 def batch_of(tasks: Sequence[TaskLike]) -> TaskLike:
@@ -752,8 +758,8 @@ def batch_of(tasks: Sequence[TaskLike]) -> TaskLike:
     if all(isinstance(task, Task) for task in tasks):
         return batch_task(cast("Sequence[Task]", tasks))
     first = tasks[0]
-    if isinstance(first, RunsInBatches) and all(type(task) is type(first) for task in tasks):
-        return first.task_batch(tasks)
+    if _has(first, RunsInBatches) and all(type(task) is type(first) for task in tasks):
+        return cast("RunsInBatches", first).task_batch(tasks)
     raise TaskLoadError("only tasks of one class that runs in batches make a batch")
 
 
@@ -1247,14 +1253,26 @@ def reporting(task: object, report: Reporter) -> AbstractContextManager[None]:
     without a reporter."""
     if isinstance(task, Task):
         return _Reporting(task, report)
+    if _has(task, ReportsNotes):
+        return _ForeignReporting(task, report)  # type: ignore[arg-type]
+    return nullcontext()
+
+
+_CAPABILITIES: weakref.WeakKeyDictionary[type, dict[type, bool]] = weakref.WeakKeyDictionary()
+
+
+def _has(task: object, capability: type) -> bool:
+    """Whether ``task``'s class has the optional ``capability`` (a runtime-checkable protocol
+    of :mod:`conveyor.tasklike`), checked once per class: a protocol check costs microseconds,
+    and the worker asks for every task it registers or runs."""
     cls = type(task)
-    reports = _REPORTS_NOTES.get(cls)
-    if reports is None:  # (a runtime protocol check, made once per class)
-        reports = _REPORTS_NOTES[cls] = isinstance(task, ReportsNotes)
-    return _ForeignReporting(task, report) if reports else nullcontext()  # type: ignore[arg-type]
-
-
-_REPORTS_NOTES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+    known = _CAPABILITIES.get(cls)
+    if known is None:
+        known = _CAPABILITIES[cls] = {}
+    found = known.get(capability)
+    if found is None:
+        found = known[capability] = isinstance(task, capability)
+    return found
 
 
 class _ForeignReporting:

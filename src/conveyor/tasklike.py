@@ -223,9 +223,9 @@ class RunsInBatches(Protocol):
     one class and key): the one task to run for them all, whose success completes every member
     and whose failure fails each. Whatever it raises fails every member, saying why; a
     ``task_batch_key()`` that raises or answers anything else is logged and the task runs
-    alone. The task
-    it returns must be rebuildable from its module, family and string parameters by its
-    loader, as any task run by the process executors.
+    alone. The task it returns must be rebuildable from its module, family and string
+    parameters by its loader, as any task run by the process executors.
+    ``conveyor.task.batch_digest`` makes a key of the usual parts.
     """
 
     def task_batch_key(self) -> tuple[str, int] | None:

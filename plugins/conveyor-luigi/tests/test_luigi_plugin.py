@@ -157,7 +157,7 @@ def test_luigi_events_leaves_a_worker_built_without_luigi(tmp_path: Path) -> Non
     built once luigi is imported."""
     proc = subprocess.run(
         [sys.executable, "-c", LEAVING_SCRIPT], cwd=tmp_path, capture_output=True, text=True,
-        timeout=60,
+        timeout=100,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["False", "False", "True", "True"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import math
 import numbers
 import queue
@@ -29,6 +28,7 @@ import luigi
 import luigi.task
 from conveyor import DynamicRequirements
 from conveyor.errors import TaskLoadError
+from conveyor.task import batch_digest
 from conveyor.tasklike import TaskLike, TaskPolicy
 
 from .events import KNOWN
@@ -251,19 +251,15 @@ class LuigiTask:
         batched, asks = _batching_of(type(task))
         if not batched or (asks and not task.batchable):  # (Luigi asks each task)
             return None
-        digest = hashlib.sha256()
-        for part in (self.task_module, self.task_family):
-            digest.update(f"{len(part)}:{part}".encode("utf-8", "surrogatepass"))
-        params = self.task_params
-        for name in sorted(params):
-            if name not in batched:
-                value = params[name]
-                digest.update(
-                    f"{len(name)}:{name}{len(value)}:{value}".encode("utf-8", "surrogatepass")
-                )
         resources = self.task_policy().resources  # (Luigi batches equal resources only)
-        digest.update(repr(sorted(resources.items())).encode("utf-8", "surrogatepass"))
-        return digest.hexdigest()[:32], _max_batch_size(getattr(task, "max_batch_size", None))
+        key = batch_digest(
+            self.task_module,
+            self.task_family,
+            self.task_params,
+            batched,
+            repr(sorted(resources.items())),
+        )
+        return key, _max_batch_size(getattr(task, "max_batch_size", None))
 
     def task_batch(self, members: Sequence[TaskLike]) -> LuigiTask:
         """The Luigi task run for the batch of ``members`` (this task's class and key): this
