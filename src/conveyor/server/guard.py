@@ -72,7 +72,7 @@ SECURITY_HEADERS = (
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
-Headers = dict[str, bytes]
+Headers = dict[bytes, bytes]  # (names lower-case)
 Refusal = tuple[int, str, dict[str, str]]
 
 log = structlog.get_logger("conveyor.server")
@@ -89,6 +89,8 @@ PREFLIGHT = "(preflight)"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """Methods named as they are; any other counts as ``OTHER`` (bounded for metric labels)."""
 _JSON = b"application/json"
+_OWN_HOSTS_KEPT = 64  # Host headers remembered as this server's (a server bound to any
+# address accepts any IP address: a bound, so that varied ones cannot fill the memory)
 _FORM = b"application/x-www-form-urlencoded"
 _LUIGI_OFF = (
     "no such route: Luigi's RPC routes are off on this server; set [server] luigi_rpc = true "
@@ -123,6 +125,8 @@ class Guard:
             self._token_latin1 = self._token
         self.max = max_request_bytes
         self.address = address
+        self._own_hosts: set[bytes | None] = set()
+        """``Host`` headers found to name this server (each parsed once, not per request)."""
         self.api_requests = 0  # served at /health, for operators and benchmarks
         self.protected: tuple[re.Pattern[str], ...] = ()
         """Paths besides ``/api/`` that need the token (the plugins' routes)."""
@@ -175,7 +179,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
         api = scope["path"].startswith("/api/")
         if api:
             self.api_requests += 1
@@ -197,10 +201,14 @@ class Guard:
 
     def _foreign(self, headers: Headers) -> Refusal | None:
         """421 for a Host that is not this server's, 403 for another site's Origin."""
-        host, origin = (_text(headers.get(name)) for name in ("host", "origin"))
-        problem = self.address.host_error(host)
-        if problem:
-            return 421, problem, {}
+        raw_host = headers.get(b"host")
+        host, origin = _text(raw_host), _text(headers.get(b"origin"))
+        if raw_host not in self._own_hosts:
+            problem = self.address.host_error(host)
+            if problem:
+                return 421, problem, {}
+            if len(self._own_hosts) < _OWN_HOSTS_KEPT:
+                self._own_hosts.add(raw_host)
         problem = "" if origin is None else self.address.origin_error(origin, host)
         return (403, problem, {}) if problem else None
 
@@ -208,7 +216,7 @@ class Guard:
         """401 without the token, 415 for a POST body that is not JSON, 413 if too large."""
         if api and self._token and not self._authorised(headers):
             return 401, "missing or invalid bearer token", {"www-authenticate": "Bearer"}
-        kind = headers.get("content-type")
+        kind = headers.get(b"content-type")
         if method == "POST" and not _is_json(kind):
             shown = "none" if kind is None else repr(kind.decode("latin-1"))
             message = f"Content-Type {shown} is not accepted; expected application/json"
@@ -230,7 +238,7 @@ class Guard:
             # browser that asked for them would send them along on cross-site form posts)
             message = "missing or invalid credentials: the Basic auth password must be the token"
             return 401, message, {}
-        kind = headers.get("content-type")
+        kind = headers.get(b"content-type")
         if method == "POST" and (kind or b"").partition(b";")[0].strip().lower() != _FORM:
             shown = "none" if kind is None else repr(kind.decode("latin-1"))
             message = (
@@ -247,27 +255,27 @@ class Guard:
         request comes from a browser on another site ("" if it does not seem to). Luigi
         sends neither ``Sec-Fetch-Site`` nor ``Referer``; browsers send ``Sec-Fetch-Site``,
         and older ones a ``Referer`` when they leave out ``Origin``."""
-        site = _text(headers.get("sec-fetch-site"))
+        site = _text(headers.get(b"sec-fetch-site"))
         if site is not None and site.strip().lower() not in ("same-origin", "none"):
             return (
                 f"Sec-Fetch-Site {site!r} refused: Luigi's RPC routes take no requests from "
                 "another site's page"
             )
-        referer = _text(headers.get("referer"))
-        if referer is None or "origin" in headers:  # (an Origin was checked already)
+        referer = _text(headers.get(b"referer"))
+        if referer is None or b"origin" in headers:  # (an Origin was checked already)
             return ""
         parts = urllib.parse.urlsplit(referer.strip())
         if not parts.scheme or not parts.netloc:
             return f"Referer {referer!r} refused: it names no origin"
         origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
-        problem = self.address.origin_error(origin, _text(headers.get("host")))
+        problem = self.address.origin_error(origin, _text(headers.get(b"host")))
         return f"Referer refused: {problem}" if problem else ""
 
     def _basic_authorised(self, headers: Headers) -> bool:
         """Whether ``Authorization: Basic`` carries the token as its password, compared as
         UTF-8 bytes and as Latin-1 bytes (Luigi's requests-based fetcher encodes it Latin-1,
         its urllib one UTF-8), each in constant time."""
-        scheme, _, given = headers.get("authorization", b"").partition(b" ")
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
         if scheme.lower() != b"basic":
             return False
         try:
@@ -280,12 +288,12 @@ class Guard:
         return as_utf8 or as_latin1
 
     def _authorised(self, headers: Headers) -> bool:
-        scheme, _, given = headers.get("authorization", b"").partition(b" ")
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token)
 
     def _announced_too_large(self, headers: Headers) -> bool:
         try:
-            return int(headers.get("content-length", b"0")) > self.max
+            return int(headers.get(b"content-length", b"0")) > self.max
         except ValueError:
             return False
 
@@ -336,9 +344,9 @@ def _text(value: bytes | None) -> str | None:
 
 def _announces_body(headers: Headers) -> bool:
     """Whether the request says a body follows (chunked, or a Content-Length above 0)."""
-    if "transfer-encoding" in headers:
+    if b"transfer-encoding" in headers:
         return True
-    return headers.get("content-length", b"0").strip() not in (b"", b"0")
+    return headers.get(b"content-length", b"0").strip() not in (b"", b"0")
 
 
 def _is_json(content_type: bytes | None) -> bool:

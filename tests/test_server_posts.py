@@ -1,0 +1,133 @@
+"""The worker-facing ``POST`` routes, answered in front of the Starlette app (``_Posts`` in
+:mod:`conveyor.server.app`): their errors are the app's errors, a client that goes away half
+way through its body is no fault of the server's, and everything else still reaches the app.
+
+Each test serves ``create_app`` with the real uvicorn on a free loopback port
+(:func:`~conveyor.testing.processes.serve_app`), over an in-memory state store; requests go
+over real sockets. Nothing is mocked but the one scheduler call a test makes fail.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from conveyor.protocol import GetWork
+from conveyor.scheduler.policy import SchedulerCore
+from conveyor.server.app import SchedulerService, create_app
+from conveyor.server.guard import SECURITY_HEADERS
+from conveyor.server.hosts import OwnAddress
+from conveyor.server.stores import MemoryStore
+from conveyor.testing.processes import http_request, serve_app
+
+pytestmark = pytest.mark.timeout(120)
+
+LOOPBACK = "127.0.0.1"
+JSON = {"Content-Type": "application/json"}
+
+
+def new_service() -> SchedulerService:
+    """A scheduler over an empty in-memory store."""
+    store = MemoryStore()
+    _, workers = store.load()
+    core = SchedulerCore()
+    core.restore([], workers)
+    return SchedulerService(core, store)
+
+
+@pytest.fixture
+def service() -> Iterator[SchedulerService]:
+    """A fresh scheduler; closed after the test."""
+    made = new_service()
+    try:
+        yield made
+    finally:
+        made.close(0.0)
+
+
+def serving(service: SchedulerService) -> Any:
+    """The app of ``service`` served on a free loopback port (a context giving the port)."""
+
+    def app_for(port: int) -> Any:
+        address = OwnAddress.of(LOOPBACK, port)
+        return create_app(service, token="", max_request_bytes=1 << 20, address=address)
+
+    return serve_app(app_for)
+
+
+def post(port: int, route: str, body: Any) -> Any:
+    """``POST /api/v1/<route>`` with ``body`` as JSON; the reply."""
+    return http_request(port, "POST", f"/api/v1/{route}", json.dumps(body), JSON)
+
+
+def test_a_fault_in_a_worker_route_is_a_logged_json_500_and_the_server_goes_on(
+    service: SchedulerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler call that raises what nobody expects: the caller gets the app's JSON 500
+    (no traceback, the security headers on), the fault is logged once with its traceback,
+    what the call changed is undone, and the next calls are served."""
+    real = service.core.call
+
+    def call(request: Any) -> Any:
+        if isinstance(request, GetWork) and request.worker_id == "faulty":
+            raise RuntimeError("a fault in the scheduler")
+        return real(request)
+
+    monkeypatch.setattr(service.core, "call", call)
+    with serving(service) as port, structlog.testing.capture_logs() as logs:
+        added = post(port, "add_tasks", {"worker_id": "w", "tasks": [{"task_id": "T1"}]})
+        assert added.status == 200, added
+        failed = post(port, "get_work", {"worker_id": "faulty"})
+        assert failed.status == 500, failed
+        assert failed.json() == {
+            "error": "internal error: the server failed to answer; it is logged"
+        }
+        assert b"a fault" not in failed.body and b"Traceback" not in failed.body
+        for name, value in SECURITY_HEADERS:
+            assert failed.headers[name.decode()] == value.decode()
+        work = post(port, "get_work", {"worker_id": "w"})
+        assert work.status == 200, work
+        assert work.json()["work"]["task_id"] == "T1"
+    faults = [e for e in logs if e["event"] == "request failed"]
+    assert len(faults) == 1, logs
+    assert faults[0]["path"] == "/api/v1/get_work" and faults[0].get("exc_info"), faults
+
+
+def test_a_client_gone_before_its_body_ends_is_answered_nothing_and_logged_nothing(
+    service: SchedulerService,
+) -> None:
+    """A worker that announces a body and hangs up half way through it: nothing of it is
+    applied, no fault is logged (the client went away; the server did nothing wrong), and
+    the server serves the next caller."""
+    with serving(service) as port, structlog.testing.capture_logs() as logs:
+        body = json.dumps({"worker_id": "w", "tasks": [{"task_id": "Half"}]}).encode()
+        with socket.create_connection((LOOPBACK, port), timeout=15) as sock:
+            head = (
+                f"POST /api/v1/add_tasks HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body[: len(body) // 2])
+        added = post(port, "add_tasks", {"worker_id": "w", "tasks": [{"task_id": "Whole"}]})
+        assert added.status == 200, added
+        listed = http_request(port, "GET", "/api/v1/tasks")
+        assert [t["task_id"] for t in listed.json()["tasks"]] == ["Whole"]
+    assert not [e for e in logs if e["log_level"] in ("error", "critical")], logs
+
+
+def test_other_routes_and_methods_still_reach_the_app(service: SchedulerService) -> None:
+    """What is not a ``POST`` to a worker-facing route is the app's: ``GET`` on one is its 405
+    naming ``POST``, an unknown ``/api/v1/`` route its JSON 404, ``/health`` its answer."""
+    with serving(service) as port:
+        wrong = http_request(port, "GET", "/api/v1/get_work")
+        assert wrong.status == 405 and wrong.headers["allow"] == "POST", wrong
+        assert wrong.json()["error"]
+        unknown = post(port, "no_such_route", {})
+        assert unknown.status == 404 and unknown.json()["error"], unknown
+        health = http_request(port, "GET", "/health")
+        assert health.status == 200 and health.json()["status"] == "ok", health
+        assert health.json()["api_requests"] == 2, health  # (the two /api/ requests above)
