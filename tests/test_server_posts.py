@@ -119,6 +119,23 @@ def test_a_client_gone_before_its_body_ends_is_answered_nothing_and_logged_nothi
     assert not [e for e in logs if e["log_level"] in ("error", "critical")], logs
 
 
+def test_an_answer_is_compact_utf8_json(service: SchedulerService) -> None:
+    """A worker-facing route answers the text Starlette's ``JSONResponse`` would: compact
+    separators, non-ASCII characters as UTF-8 (not escaped), ``application/json``."""
+    with serving(service) as port:
+        task = {"task_id": "Tâche_é", "family": "Tâche", "params": {"ville": "Zürich"}}
+        assert post(port, "add_tasks", {"worker_id": "w", "tasks": [task]}).status == 200
+        reply = post(port, "get_work", {"worker_id": "w"})
+        assert reply.status == 200, reply
+        assert reply.headers["content-type"] == "application/json"
+        assert int(reply.headers["content-length"]) == len(reply.body)
+        answer = reply.json()
+        assert answer["work"]["task_id"] == "Tâche_é"
+        expected = json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
+        assert reply.body == expected
+        assert "Zürich".encode() in reply.body
+
+
 def test_other_routes_and_methods_still_reach_the_app(service: SchedulerService) -> None:
     """What is not a ``POST`` to a worker-facing route is the app's: ``GET`` on one is its 405
     naming ``POST``, an unknown ``/api/v1/`` route its JSON 404, ``/health`` its answer."""

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULTS",
     "SCHEMA_VERSION",
     "RowError",
+    "compact_encoder",
     "compact_row",
     "from_row",
     "from_stored",
@@ -804,16 +805,21 @@ def workers_json(workers: tuple[str, ...]) -> str:
     return _encode(sorted(workers))
 
 
-def _row_encoder() -> Callable[[Any], str]:
-    plain = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+def compact_encoder(*, ensure_ascii: bool = True, allow_nan: bool = True) -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=..., allow_nan=...)`` for
+    trees (no check for cycles), with json's C encoder built once instead of on each call (a
+    third of the cost of encoding a row or a short answer)."""
+    plain = json.JSONEncoder(
+        separators=(",", ":"), check_circular=False, ensure_ascii=ensure_ascii, allow_nan=allow_nan
+    )
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # (no C accelerator: json's own encoder)
         return plain.encode
+    strings = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    )
     # what JSONEncoder.encode builds on each call, built once: the C encoder of these settings
-    encoder = make(
-        None, plain.default, json.encoder.encode_basestring_ascii, None, ":", ",",
-        False, False, True,
-    )  # fmt: skip
+    encoder = make(None, plain.default, strings, None, ":", ",", False, False, allow_nan)
 
     def encode(value: Any) -> str:
         return "".join(encoder(value, 0))
@@ -821,7 +827,7 @@ def _row_encoder() -> Callable[[Any], str]:
     return encode
 
 
-_encode = _row_encoder()
+_encode = compact_encoder()
 
 _ABSENT = object()
 _REQUIRED = frozenset(_FIELDS) - frozenset(DEFAULTS)

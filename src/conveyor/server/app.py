@@ -47,7 +47,7 @@ from starlette.routing import Route
 
 from ..errors import ConfigError, StaleReport, StateStoreError, UnknownTask
 from ..protocol import ROUTES, CancelAnswer, FieldError, TaskList, decode, encode
-from ..scheduler.persist import to_row
+from ..scheduler.persist import compact_encoder, to_row
 from ..scheduler.policy import SchedulerCore, TaskRecord
 from .guard import Guard
 from .hooks import REPORT_REFUSED, REQUEST, ServerHooks
@@ -877,12 +877,24 @@ def _post_route(
                 )
         if stamp is not None:  # submit, cancel: one audit line each, as the UI's actions
             log.info("api action", action=name, by=decoded.by, **_audited(decoded, result))
-        return JSONResponse(encode(result))
+        return _Answer(encode(result))
 
     async def endpoint(request: Request) -> JSONResponse:
         return await respond(await request.body())
 
     return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name), respond
+
+
+_encode_answer = compact_encoder(ensure_ascii=False, allow_nan=False)
+
+
+class _Answer(JSONResponse):
+    """A worker-facing route's answer: the text of Starlette's ``JSONResponse`` (compact,
+    UTF-8, NaN refused) from an encoder built once."""
+
+    def render(self, content: Any) -> bytes:
+        """``content`` as JSON bytes."""
+        return _encode_answer(content).encode()
 
 
 Handler = Callable[[Request, Exception], Awaitable[JSONResponse]]

@@ -237,7 +237,11 @@ def serve(config: Config) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            settings = uvicorn.Config(app, log_level="warning", access_log=False)
+            # (no "server: uvicorn" header: it names the software to anyone who asks, and
+            # each line of an answer's head is work for the worker that parses it)
+            settings = uvicorn.Config(
+                app, log_level="warning", access_log=False, server_header=False
+            )
             uvicorn.Server(settings).run(sockets=[listener])
         finally:  # (after a clean stop the lifespan did this already)
             service.close(config.notifiers.flush_timeout)
