@@ -177,10 +177,13 @@ def test_stored_json_is_what_json_dumps_makes(
 ) -> None:
     """``stored_json`` writes the text ``json.dumps`` makes of the compact row, with json's C
     encoder built once or, where there is none, with json's own: enums as their values,
-    floats, None, text that is not ASCII (escaped), nested lists and objects."""
+    floats, None, text that is not ASCII (escaped), nested lists and objects. The encoder of
+    the server's answers (``ensure_ascii=False, allow_nan=False``) makes ``json.dumps``'s text
+    of those settings."""
     if not accelerated:
         monkeypatch.setattr(json.encoder, "c_make_encoder", None)
-    encode = persist._row_encoder()
+    encode = persist.compact_encoder()
+    as_utf8 = persist.compact_encoder(ensure_ascii=False, allow_nan=False)
     odd = {
         **to_row(_busy('é \u2028 "q"', ("x",))),
         "explanation": "línea\nnueva ☃ \x00",
@@ -191,9 +194,14 @@ def test_stored_json_is_what_json_dumps_makes(
         compact = compact_row(row, without="deps")
         assert encode(compact) == json.dumps(compact, separators=(",", ":"))
         assert json.loads(encode(compact)) == json.loads(json.dumps(compact))
+        assert as_utf8(compact) == json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
     assert stored_json(odd, without="deps") == json.dumps(
         compact_row(odd, without="deps"), separators=(",", ":")
     )
+    assert "é" in as_utf8(odd) and "é" not in encode(odd)
+    assert encode({"x": float("nan")}) == '{"x":NaN}'  # (as json.dumps: rows never hold one)
+    with pytest.raises(ValueError):  # (an answer that would not be JSON is refused)
+        as_utf8({"x": float("nan")})
 
 
 def test_the_stored_defaults_are_pinned() -> None:
