@@ -238,10 +238,12 @@ def run_root(run_cli: RunCli, server: Server, mod: str, tmp_path: Path) -> Any:
 
 
 def test_health_and_openapi_answer_without_a_token(api: Server) -> None:
-    """GET /health and GET /openapi.json answer 200 with JSON and need no token."""
+    """GET /health and GET /openapi.json answer 200 with JSON and need no token; no answer
+    names the server's software (no ``server`` header)."""
     health = api.request("GET", "/health", token=None)
     assert health.status == 200
     assert health.json()["status"] == "ok"
+    assert "server" not in health.headers and "date" in health.headers, health.headers
     document = api.request("GET", "/openapi.json", token=None)
     assert document.status == 200
     paths = document.json()["paths"]

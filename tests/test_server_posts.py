@@ -14,6 +14,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 import structlog
 
@@ -23,7 +24,7 @@ from conveyor.server.app import SchedulerService, create_app
 from conveyor.server.guard import SECURITY_HEADERS
 from conveyor.server.hosts import OwnAddress
 from conveyor.server.stores import MemoryStore
-from conveyor.testing.processes import http_request, serve_app
+from conveyor.testing.processes import http_request, serve_app, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,21 +69,24 @@ def post(port: int, route: str, body: Any) -> Any:
 def test_a_fault_in_a_worker_route_is_a_logged_json_500_and_the_server_goes_on(
     service: SchedulerService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A scheduler call that raises what nobody expects: the caller gets the app's JSON 500
-    (no traceback, the security headers on), the fault is logged once with its traceback,
-    what the call changed is undone, and the next calls are served."""
+    """A scheduler call that raises what nobody expects after it changed something (it handed
+    out the task): the caller gets the app's JSON 500 (no traceback, the security headers
+    on), the fault is logged once with its traceback, what the call changed is undone (the
+    task is handed to the next worker that asks), and the next calls are served."""
     real = service.core.call
 
     def call(request: Any) -> Any:
+        answer = real(request)
         if isinstance(request, GetWork) and request.worker_id == "faulty":
+            assert answer.work is not None and answer.work.task_id == "T1"
             raise RuntimeError("a fault in the scheduler")
-        return real(request)
+        return answer
 
     monkeypatch.setattr(service.core, "call", call)
     with serving(service) as port, structlog.testing.capture_logs() as logs:
         added = post(port, "add_tasks", {"worker_id": "w", "tasks": [{"task_id": "T1"}]})
         assert added.status == 200, added
-        failed = post(port, "get_work", {"worker_id": "faulty"})
+        failed = post(port, "get_work", {"worker_id": "faulty", "assistant": True})
         assert failed.status == 500, failed
         assert failed.json() == {
             "error": "internal error: the server failed to answer; it is logged"
@@ -112,6 +116,9 @@ def test_a_client_gone_before_its_body_ends_is_answered_nothing_and_logged_nothi
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             sock.sendall(head.encode() + body[: len(body) // 2])
+            client_port = sock.getsockname()[1]
+        # (the server, this process, has seen the hang-up once it has closed its end)
+        wait_for(lambda: not server_end_open(port, client_port), 30, "the server to close")
         added = post(port, "add_tasks", {"worker_id": "w", "tasks": [{"task_id": "Whole"}]})
         assert added.status == 200, added
         listed = http_request(port, "GET", "/api/v1/tasks")
@@ -136,6 +143,15 @@ def test_an_answer_is_compact_utf8_json(service: SchedulerService) -> None:
         assert "Zürich".encode() in reply.body
 
 
+def server_end_open(port: int, client_port: int) -> bool:
+    """Whether this process (the server's, in these tests) still has its end of the
+    connection from ``client_port`` to ``port`` open."""
+    return any(
+        c.laddr and c.raddr and c.laddr.port == port and c.raddr.port == client_port
+        for c in psutil.Process().net_connections(kind="tcp")
+    )
+
+
 def test_other_routes_and_methods_still_reach_the_app(service: SchedulerService) -> None:
     """What is not a ``POST`` to a worker-facing route is the app's: ``GET`` on one is its 405
     naming ``POST``, an unknown ``/api/v1/`` route its JSON 404, ``/health`` its answer."""
@@ -148,3 +164,42 @@ def test_other_routes_and_methods_still_reach_the_app(service: SchedulerService)
         health = http_request(port, "GET", "/health")
         assert health.status == 200 and health.json()["status"] == "ok", health
         assert health.json()["api_requests"] == 2, health  # (the two /api/ requests above)
+
+
+def test_the_guard_remembers_a_bounded_number_of_own_host_forms() -> None:
+    """The guard parses a ``Host`` header once it has accepted it, and keeps at most a
+    bounded number of them (a server's names with any port are its own: a caller could send
+    many): past the bound it starts again, every own form is still served and every foreign
+    one still refused 421, whatever came before."""
+    import asyncio
+
+    from conveyor.server.guard import _OWN_HOSTS_KEPT, Guard
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    guard = Guard(app, token="", max_request_bytes=1024, address=OwnAddress.of(LOOPBACK, 8082))
+
+    async def status(host: bytes) -> int:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": "/health", "headers": [(b"host", host)]}
+        await guard(scope, receive, send)
+        return int(sent[0]["status"])
+
+    async def main() -> None:
+        for port in range(1, 3 * _OWN_HOSTS_KEPT):
+            assert await status(f"{LOOPBACK}:{port}".encode()) == 204, port
+            assert await status(b"evil.example") == 421
+            assert await status(f"evil.example:{port}".encode()) == 421
+            assert len(guard._own_hosts) <= _OWN_HOSTS_KEPT
+        assert await status(b"localhost:8082") == 204
+
+    asyncio.run(main())

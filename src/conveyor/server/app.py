@@ -880,6 +880,8 @@ def _post_route(
         return _Answer(encode(result))
 
     async def endpoint(request: Request) -> JSONResponse:
+        # (:class:`_Posts` answers the route's POSTs; the route names it and makes Starlette
+        # answer other methods 405 and keep plugin routes off its path)
         return await respond(await request.body())
 
     return Route(f"/api/v1/{name}", endpoint, methods=["POST"], name=name), respond
@@ -906,19 +908,21 @@ class _Posts:
     object, which took about a fifth of such a request's CPU in the server; everything else
     goes to the app. The answers, the errors and the names the guard tells the plugins are
     the app's: the route's own :data:`Respond`, the app's exception handlers (Starlette's
-    way: the nearest class of the exception's; a handler of ``Exception`` answers 500 and the
-    exception goes on to the guard, which logs it)."""
+    way: the nearest class of the exception's; the handler of ``Exception`` answers 500, also
+    for an error of another handler, and the exception goes on to the guard, which logs it)."""
 
     def __init__(
         self,
         app: Any,
-        posts: Mapping[str, tuple[Callable[..., Any], Respond]],
+        posts: Mapping[str, tuple[Route, Respond]],
         handlers: Mapping[type[Exception], Handler],
     ) -> None:
-        """``posts``: each path → its route's endpoint (the guard's name for it) and answer."""
+        """``posts``: each path → its route (the guard's name for it) and its answer;
+        ``handlers``: the app's exception handlers (coroutines, as the app's are)."""
         self.app = app
         self.posts = posts
         self.handlers = handlers
+        self._last = handlers.get(Exception)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Answer a worker-facing ``POST``; pass anything else on."""
@@ -926,25 +930,36 @@ class _Posts:
         if post is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        endpoint, respond = post
-        scope["endpoint"] = endpoint
+        route, respond = post
+        scope["route"], scope["endpoint"], scope["path_params"] = route, route.endpoint, {}
         raw = await _body(receive)
         if raw is None:  # (the client went away: nobody to answer)
             return
         try:
             response = await respond(raw)
         except Exception as exc:
-            handler = next(
-                (self.handlers[k] for k in type(exc).__mro__ if k in self.handlers), None
-            )
-            if handler is None:
-                raise
-            response = await handler(Request(scope, receive, send), exc)
-            await response(scope, receive, send)
-            if handler is self.handlers.get(Exception):
-                raise
+            await self._answer_error(scope, receive, send, exc)
             return
         await response(scope, receive, send)
+
+    async def _answer_error(
+        self, scope: dict[str, Any], receive: Any, send: Any, exc: Exception
+    ) -> None:
+        """Answer ``exc`` as the app would; raise it on (to the guard) if it is unexpected."""
+        handler = next((self.handlers[k] for k in type(exc).__mro__ if k in self.handlers), None)
+        if handler is None:
+            raise exc
+        request = Request(scope, receive, send)
+        try:
+            response = await handler(request, exc)
+        except Exception as failed:  # (as in the app: the 500 of Exception's handler)
+            if self._last is None or handler is self._last:
+                raise
+            handler, exc = self._last, failed
+            response = await handler(request, exc)
+        await response(scope, receive, send)
+        if handler is self._last:
+            raise exc
 
 
 async def _body(receive: Any) -> bytes | None:
@@ -1118,7 +1133,5 @@ def create_app(
         Exception: internal_error,
     }
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=dict(errors))
-    guard.app = _Posts(
-        app, {route.path: (route.endpoint, respond) for route, respond in posts}, errors
-    )
+    guard.app = _Posts(app, {route.path: (route, respond) for route, respond in posts}, errors)
     return guard  # type: ignore[return-value]

@@ -125,7 +125,7 @@ class Guard:
             self._token_latin1 = self._token
         self.max = max_request_bytes
         self.address = address
-        self._own_hosts: set[bytes | None] = set()
+        self._own_hosts: set[bytes] = set()
         """``Host`` headers found to name this server (each parsed once, not per request)."""
         self.api_requests = 0  # served at /health, for operators and benchmarks
         self.protected: tuple[re.Pattern[str], ...] = ()
@@ -201,15 +201,17 @@ class Guard:
 
     def _foreign(self, headers: Headers) -> Refusal | None:
         """421 for a Host that is not this server's, 403 for another site's Origin."""
-        raw_host = headers.get(b"host")
-        host, origin = _text(raw_host), _text(headers.get(b"origin"))
-        if raw_host not in self._own_hosts:
-            problem = self.address.host_error(host)
-            if problem:
+        raw_host, raw_origin = headers.get(b"host"), headers.get(b"origin")
+        if raw_host is None or raw_host not in self._own_hosts:
+            problem = self.address.host_error(_text(raw_host))
+            if problem or raw_host is None:
                 return 421, problem, {}
-            if len(self._own_hosts) < _OWN_HOSTS_KEPT:
-                self._own_hosts.add(raw_host)
-        problem = "" if origin is None else self.address.origin_error(origin, host)
+            if len(self._own_hosts) >= _OWN_HOSTS_KEPT:  # (forms of it not seen for long)
+                self._own_hosts.clear()
+            self._own_hosts.add(raw_host)
+        if raw_origin is None:
+            return None
+        problem = self.address.origin_error(raw_origin.decode("latin-1"), _text(raw_host))
         return (403, problem, {}) if problem else None
 
     def _unacceptable(self, method: str, headers: Headers, api: bool) -> Refusal | None:
