@@ -102,6 +102,37 @@ def test_a_fault_in_a_worker_route_is_a_logged_json_500_and_the_server_goes_on(
     assert faults[0]["path"] == "/api/v1/get_work" and faults[0].get("exc_info"), faults
 
 
+def test_a_handler_that_fails_gets_the_500_of_the_last_handler(
+    service: SchedulerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error whose own handler fails in turn (here the standby's answer to ``NotLeader``)
+    is answered as Starlette answers it: the JSON 500 of the handler of ``Exception``, the
+    handler's error logged once by the guard."""
+    import conveyor.server.app as app_module
+
+    real = service.core.call
+
+    def call(request: Any) -> Any:
+        if isinstance(request, GetWork) and request.worker_id == "standby-caller":
+            raise app_module.NotLeader("")
+        return real(request)
+
+    def broken_answer(exc: Exception, headers: Any = None) -> Any:
+        raise RuntimeError("the standby's answer failed")
+
+    monkeypatch.setattr(service.core, "call", call)
+    monkeypatch.setattr(app_module, "not_leader_answer", broken_answer)
+    with serving(service) as port, structlog.testing.capture_logs() as logs:
+        failed = post(port, "get_work", {"worker_id": "standby-caller"})
+        assert failed.status == 500, failed
+        assert failed.json() == {
+            "error": "internal error: the server failed to answer; it is logged"
+        }
+        assert post(port, "get_work", {"worker_id": "w"}).status == 200
+    faults = [e for e in logs if e["event"] == "request failed"]
+    assert len(faults) == 1 and faults[0]["path"] == "/api/v1/get_work", logs
+
+
 def test_a_client_gone_before_its_body_ends_is_answered_nothing_and_logged_nothing(
     service: SchedulerService,
 ) -> None:
