@@ -905,11 +905,13 @@ Handler = Callable[[Request, Exception], Awaitable[JSONResponse]]
 class _Posts:
     """In front of the Starlette app: a ``POST`` to a worker-facing route (``get_work``,
     ``add_tasks`` ...) is answered here, without the router, the middleware and the request
-    object, which took about a fifth of such a request's CPU in the server; everything else
-    goes to the app. The answers, the errors and the names the guard tells the plugins are
-    the app's: the route's own :data:`Respond`, the app's exception handlers (Starlette's
-    way: the nearest class of the exception's; the handler of ``Exception`` answers 500, also
-    for an error of another handler, and the exception goes on to the guard, which logs it)."""
+    object, which took about a sixth of the app's instructions for such a request; every
+    other request goes to the app. The answers, the errors and the names the guard tells the
+    plugins are the app's: the route's own :data:`Respond`, the app's exception handlers
+    (Starlette's way: the nearest class of the exception's; the handler of ``Exception``
+    answers 500, also for an error of another handler, and the exception goes on to the
+    guard, which logs it). Starlette would look an error of a handler up again among the
+    handlers first; none of the app's handlers raises one that has a handler of its own."""
 
     def __init__(
         self,
