@@ -133,22 +133,26 @@ def test_a_handler_that_fails_gets_the_500_of_the_last_handler(
     assert len(faults) == 1 and faults[0]["path"] == "/api/v1/get_work", logs
 
 
+@pytest.mark.parametrize("path", ["/api/v1/add_tasks", "/ui/login"])
 def test_a_client_gone_before_its_body_ends_is_answered_nothing_and_logged_nothing(
-    service: SchedulerService,
+    service: SchedulerService, path: str
 ) -> None:
-    """A worker that announces a body and hangs up half way through it: nothing of it is
-    applied, no fault is logged (the client went away; the server did nothing wrong), and
-    the server serves the next caller."""
+    """A client that announces a body and hangs up half way through it, on a worker route
+    (answered in front of Starlette) and on a route of the web UI (Starlette's): nothing of
+    it is applied, no fault is logged (the client went away; the server did nothing wrong),
+    and the server serves the next caller."""
     with serving(service) as port, structlog.testing.capture_logs() as logs:
         body = json.dumps({"worker_id": "w", "tasks": [{"task_id": "Half"}]}).encode()
         with socket.create_connection((LOOPBACK, port), timeout=15) as sock:
             head = (
-                f"POST /api/v1/add_tasks HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
+                f"POST {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             )
             sock.sendall(head.encode() + body[: len(body) // 2])
             client_port = sock.getsockname()[1]
-        # (the server, this process, has seen the hang-up once it has closed its end)
+            # (the server, this process, has the connection once it has accepted it)
+            wait_for(lambda: server_end_open(port, client_port), 30, "the server to accept")
+        # (and has seen the hang-up once it has closed its end)
         wait_for(lambda: not server_end_open(port, client_port), 30, "the server to close")
         added = post(port, "add_tasks", {"worker_id": "w", "tasks": [{"task_id": "Whole"}]})
         assert added.status == 200, added

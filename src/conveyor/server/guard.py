@@ -27,7 +27,8 @@ other sites' form posts). With ``luigi_rpc`` off they answer 404 saying how to t
 
 Each refusal is a JSON error ``{"error": ...}`` saying what was wrong and what was expected.
 Whatever the app raises ends here too: logged with its traceback, and answered (if nothing
-was sent yet) with a JSON 500 that carries none.
+was sent yet) with a JSON 500 that carries none; but a client that hung up before its body
+ended is neither logged nor answered.
 When :attr:`Guard.on_request` is set (a plugin implements ``conveyor_scheduler_request``), it
 is told each request's route (as declared, or :data:`UNMATCHED` / :data:`REFUSED`), method,
 status and duration once the answer is sent.
@@ -52,6 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from starlette.requests import ClientDisconnect
 
 from .hosts import OwnAddress
 from .luigi_rpc import LUIGI_PATHS
@@ -330,6 +332,8 @@ class Guard:
 
         try:
             await self.app(scope, limited_receive, guarded_send)
+        except ClientDisconnect:  # (the client hung up before its body ended: nobody to answer)
+            return
         except Exception:
             if not too_large:  # a fault of the server's: logged here, answered JSON 500
                 log.exception("request failed", method=scope["method"], path=scope["path"])
