@@ -91,13 +91,17 @@ PREFLIGHT = "(preflight)"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """Methods named as they are; any other counts as ``OTHER`` (bounded for metric labels)."""
 _JSON = b"application/json"
-_OWN_HOSTS_KEPT = 64  # Host headers remembered as this server's (a server bound to any
-# address accepts any IP address: a bound, so that varied ones cannot fill the memory)
 _FORM = b"application/x-www-form-urlencoded"
 _LUIGI_OFF = (
     "no such route: Luigi's RPC routes are off on this server; set [server] luigi_rpc = true "
     "to serve Luigi workers (see docs/server.md)"
 )
+
+
+_OWN_HOSTS_KEPT = 64
+"""The most ``Host`` headers remembered as this server's at a time (its names are its own on
+any port, and a server bound to any address takes any IP address: when full, it starts again,
+and the forms in use are remembered again at their next request)."""
 
 
 class _TooLarge(Exception):
@@ -208,7 +212,7 @@ class Guard:
             problem = self.address.host_error(_text(raw_host))
             if problem or raw_host is None:
                 return 421, problem, {}
-            if len(self._own_hosts) >= _OWN_HOSTS_KEPT:  # (forms of it not seen for long)
+            if len(self._own_hosts) >= _OWN_HOSTS_KEPT:
                 self._own_hosts.clear()
             self._own_hosts.add(raw_host)
         if raw_origin is None:
