@@ -21,6 +21,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -217,6 +218,7 @@ def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, An
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
     completed = sum(done)
     return {
         "n": n,

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -199,11 +200,12 @@ def main() -> None:
     for shape in args.shape:
         for n in args.n:
             env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            scratch = tempfile.mkdtemp(prefix="conveyor-bench-")  # (removed after the run)
             if sink is not None:
                 del env["CONVEYOR_DISABLE_PLUGIN_AUTOLOAD"]
-                env.update(observability_env(Path(tempfile.mkdtemp(prefix="conveyor-obs-")), sink))
+                env.update(observability_env(Path(scratch), sink))
             if args.executor in ("fork", "subprocess", "dask"):
-                env["CONVEYOR_BENCH_DIR"] = tempfile.mkdtemp(prefix="conveyor-bench-")
+                env["CONVEYOR_BENCH_DIR"] = scratch
             cmd = [
                 sys.executable,
                 __file__,
@@ -219,7 +221,10 @@ def main() -> None:
                 *(["--warm"] if args.warm else []),
             ]
             before = sink.exports if sink is not None else 0
-            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+            try:
+                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             line = out.stdout.strip()
             if sink is not None:  # (what the plugins sent, to show they were on)
                 line = json.dumps(

@@ -18,6 +18,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,7 @@ def main() -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
     later = [cpu for name, (_, cpu) in steps.items() if name.startswith("register_")][1:]
     releases = [cpu for name, (_, cpu) in steps.items() if name.startswith("release_")]
     print(

@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import statistics
@@ -314,6 +315,7 @@ def run_graph(
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
     done = sum(1 for t in tasks if t["status"] == "DONE")
 
     def per_task(seconds: float) -> float:
@@ -402,6 +404,7 @@ def failover(trials: int, lease: float, cluster: Any) -> dict[str, Any]:
         for server in servers:
             server.kill()
             server.wait()
+        shutil.rmtree(work, ignore_errors=True)
     times.sort()
     return {
         "failover_trials": trials,
