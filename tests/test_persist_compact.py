@@ -991,6 +991,41 @@ def test_stakeholders_are_set_in_the_stored_row_alone(tmp_path: Path) -> None:
         store.close()
 
 
+def test_tasks_given_the_same_lists_are_set_together(tmp_path: Path) -> None:
+    """The tasks that save_stakeholders gives the same two lists are set by one statement on
+    their ids as a JSON array: every one of them is set, ids that JSON escapes or that are not
+    ASCII included; a row among them that is not JSON, and a task with no row, are left
+    alone; a task given other lists gets its own; and each row keeps its change number."""
+    odd = ['q"uote', "back\\slash", "new\nline", "caf\u00e9", "\U0001f680 rocket", "t\tab"]
+    plain = [f"p{i}" for i in range(300)]
+    path = tmp_path / "state.db"
+    store = _open(path)
+    try:
+        store.load()
+        bad = {"not json": "nope", "array": "[1, 2]"}
+        store.save([to_row(_held_by(t, "w1")) for t in [*odd, *plain, *bad, "own"]], [])
+        seqs = {t: _row_of(path, t)[1] for t in [*odd, *plain, "own"]}
+        for task_id, data in bad.items():
+            _altered(path, "UPDATE tasks SET data = ? WHERE task_id = ?", (data, task_id))
+        together = [(t, ("w2", "w1"), ("w1", "w2")) for t in [*odd, *plain, *bad, "no row"]]
+        store.save_stakeholders([], [], [*together, ("own", (), ("w1",))])
+        assert {t: _row_of(path, t)[0] for t in bad} == bad
+        assert {t: _row_of(path, t)[1] for t in seqs} == seqs
+        _altered(path, "DELETE FROM tasks WHERE task_id IN ('not json', 'array')")
+    finally:
+        store.close()
+    store = _open(path)
+    try:
+        records, _ = store.load_records()
+        held = {r.task_id: (r.stakeholders, r.runners) for r in records}
+        assert held == {
+            **{t: (("w1", "w2"), ("w1", "w2")) for t in [*odd, *plain]},
+            "own": ((), ("w1",)),
+        }
+    finally:
+        store.close()
+
+
 def test_a_registration_compares_every_field_a_store_keeps() -> None:
     """What a registration compares to tell whether it changed a task beyond its stakeholders
     and runners is every field ``to_row`` writes but those and the id and number: a field

@@ -41,6 +41,7 @@ from ...protocol import (
 )
 from ...scheduler.persist import (
     RowError,
+    compact_encoder,
     full_row,
     read_row,
     stored_json,
@@ -549,12 +550,23 @@ class SqliteStore:
         worker_data = [(w, int(a)) for w, a in workers]
         if not (changed or worker_data or gone_tasks or gone_workers or stakeholders):
             return
-        interest = [(workers_json(tuple(s)), workers_json(tuple(r)), t) for t, s, r in stakeholders]
+        alike: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        for task_id, held, ran in stakeholders:  # (the tasks given the same two lists)
+            alike.setdefault((tuple(held), tuple(ran)), []).append(task_id)
+        interest: list[tuple[str, str, str]] = []  # (stakeholders, runners, a task id)
+        shared: list[tuple[str, str, str]] = []  # (the same, the ids of several as JSON)
+        for (held, ran), ids in alike.items():
+            lists = (workers_json(held), workers_json(ran))
+            if len(ids) == 1:
+                interest.append((*lists, ids[0]))
+            else:
+                shared.append((*lists, _encode_ids(ids)))
         gone = [(t,) for t in gone_tasks]
         seq = self._seq + len(changed) + bool(gone)
 
         def write(db: sqlite3.Connection) -> None:
             db.executemany(_SET_INTEREST, interest)
+            db.executemany(_SET_SHARED_INTEREST, shared)
             first = self._seq + 1
             db.executemany(
                 _UPSERT_TASK,
@@ -835,6 +847,13 @@ _SET_INTEREST = (
     "UPDATE tasks SET data = json_set(data, '$.stakeholders', json(?), '$.runners', json(?))"
     " WHERE task_id = ? AND CASE WHEN json_valid(data) THEN json_type(data) = 'object' ELSE 0 END"
 )
+# (the same for the tasks given the same two lists, their ids a JSON array: a registration or
+# a release gives most of its tasks the same lists, and one statement for all of them costs a
+# quarter less a row than one a row, measured in docs/performance.md)
+_SET_SHARED_INTEREST = _SET_INTEREST.replace(
+    "task_id = ?", "task_id IN (SELECT value FROM json_each(?))"
+)
+_encode_ids = compact_encoder(ensure_ascii=False)
 
 
 def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
