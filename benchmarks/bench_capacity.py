@@ -25,14 +25,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_server import free_port, wait_healthy
+from bench_server import free_port, scratch_dir, wait_healthy
 
 BATCH = 500
 
@@ -157,10 +155,11 @@ def quantile_ms(values: list[float], q: float) -> float:
 def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, Any]:
     """One measurement against a fresh server (under cProfile, its stats written to
     ``profile``, if given); its figures."""
-    work = Path(tempfile.mkdtemp(prefix="conveyor-bench-capacity-"))
+    work = scratch_dir("conveyor-bench-capacity-")
     port = free_port()
     env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    python = ["-c", PROFILED, profile] if profile else ["-m", "conveyor"]
+    # (the server runs in the scratch directory, which goes when the run ends: not its profile)
+    python = ["-c", PROFILED, os.path.abspath(profile)] if profile else ["-m", "conveyor"]
     server = subprocess.Popen(
         [
             sys.executable,

@@ -18,6 +18,7 @@ benchmarks/observability.py), to measure what they cost per task. Example::
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import resource
@@ -201,6 +202,7 @@ def main() -> None:
         for n in args.n:
             env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
             scratch = tempfile.mkdtemp(prefix="conveyor-bench-")  # (removed after the run)
+            atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # (or at exit)
             if sink is not None:
                 del env["CONVEYOR_DISABLE_PLUGIN_AUTOLOAD"]
                 env.update(observability_env(Path(scratch), sink))

@@ -21,14 +21,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_server import free_port, wait_healthy
+from bench_server import free_port, scratch_dir, wait_healthy
 
 BATCH = 500  # tasks per add_tasks request (the http transport's own)
 
@@ -47,7 +45,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000, help="tasks in the graph")
     parser.add_argument("--workers", type=int, default=4, help="workers registering it")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="conveyor-bench-registration-"))
+    work = scratch_dir("conveyor-bench-registration-")
     port = free_port()
     env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
     command = [sys.executable, "-m", "conveyor", "scheduler", "--port", str(port)]

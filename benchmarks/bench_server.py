@@ -36,6 +36,7 @@ killed one is started again as a standby for the next trial). It prints p50 and 
 from __future__ import annotations
 
 import argparse
+import atexit
 import itertools
 import json
 import os
@@ -87,6 +88,14 @@ TASKS = textwrap.dedent(
             open(os.path.join(DIR, "root"), "w").close()
     """
 )
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new temporary directory for one run. The run removes it when it ends; if it fails
+    before it can, the directory goes when the benchmark's process exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def free_port() -> int:
@@ -237,7 +246,7 @@ def run_graph(
     """One run of the fan-in against a fresh server with ``store``; its JSON figures. With a
     ``sink`` (benchmarks/observability.py), the observability plugins are on, server and
     workers alike, and their spans go there."""
-    work = Path(tempfile.mkdtemp(prefix="conveyor-bench-server-"))
+    work = scratch_dir("conveyor-bench-server-")
     (work / "bench_server_tasks.py").write_text(TASKS)
     env = {
         **os.environ,
@@ -371,18 +380,19 @@ def post(url: str, route: str, body: dict[str, Any]) -> tuple[int, Any]:
 def failover(trials: int, lease: float, cluster: Any) -> dict[str, Any]:
     """Kill the leader ``trials`` times; seconds from each kill to the new leader's first
     hand-out."""
-    work = Path(tempfile.mkdtemp(prefix="conveyor-bench-failover-"))
+    work = scratch_dir("conveyor-bench-failover-")
     env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
     conveyor = [sys.executable, "-m", "conveyor"]
     config = postgres_config(work, cluster.create_database(f"failover_{os.getpid()}"), lease)
     ports = [free_port(), free_port()]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    servers = [scheduler(conveyor, work, env, ports[0], config)]
-    wait_role(urls[0], "leader")
-    servers.append(scheduler(conveyor, work, env, ports[1], config))
-    wait_role(urls[1], "standby")
+    servers: list[subprocess.Popen[bytes]] = []
     leader, times = 0, []
     try:
+        servers.append(scheduler(conveyor, work, env, ports[0], config))
+        wait_role(urls[0], "leader")
+        servers.append(scheduler(conveyor, work, env, ports[1], config))
+        wait_role(urls[1], "standby")
         for trial in range(trials):
             specs = [{"task_id": f"t{trial}-{i}", "family": "T"} for i in range(100)]
             status, _ = post(urls[leader], "add_tasks", {"worker_id": "bench", "tasks": specs})

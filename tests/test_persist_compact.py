@@ -34,7 +34,7 @@ from conveyor.scheduler.persist import (
 )
 from conveyor.scheduler.policy import ATTEMPT_HISTORY, Attempt, TaskRecord
 from conveyor.server.sqlite import reads
-from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _task_row
+from conveyor.server.sqlite.store import _MIGRATIONS, SCHEMA_VERSION, _interest_params, _task_row
 from conveyor.server.stores import CorruptState, SqliteStore, StoreContext, UnusableRow
 from conveyor.testing.processes import SchedulerProcess, child_env, kill_marked
 from conveyor.testing.stores import check_saves_apart
@@ -992,24 +992,32 @@ def test_stakeholders_are_set_in_the_stored_row_alone(tmp_path: Path) -> None:
 
 
 def test_tasks_given_the_same_lists_are_set_together(tmp_path: Path) -> None:
-    """The tasks that save_stakeholders gives the same two lists are set by one statement on
-    their ids as a JSON array: every one of them is set, ids that JSON escapes or that are not
-    ASCII included; a row among them that is not JSON, and a task with no row, are left
-    alone; a task given other lists gets its own; and each row keeps its change number."""
-    odd = ['q"uote', "back\\slash", "new\nline", "caf\u00e9", "\U0001f680 rocket", "t\tab"]
-    plain = [f"p{i}" for i in range(300)]
+    """The tasks that save_stakeholders gives the same two lists (in any order) are set by
+    statements on their ids as a JSON array, 1,000 at most a statement: every one of them is
+    set, ids that JSON escapes or that are not ASCII included, and an id holding a NUL (which
+    SQLite's JSON functions cut short) by itself; a row among them that is not a JSON object,
+    a task with no row, and the rows no task of the call names are left alone; a task given
+    other lists gets its own; and each row keeps its change number."""
+    odd = ['q"uote', "back\\slash", "new\nline", "caf\u00e9", "\U0001f680 rocket", "nul\x00end"]
+    plain = [f"p{i}" for i in range(1201)]
     path = tmp_path / "state.db"
     store = _open(path)
     try:
         store.load()
         bad = {"not json": "nope", "array": "[1, 2]"}
-        store.save([to_row(_held_by(t, "w1")) for t in [*odd, *plain, *bad, "own"]], [])
-        seqs = {t: _row_of(path, t)[1] for t in [*odd, *plain, "own"]}
+        named = [*odd, *plain, "own"]
+        store.save([to_row(_held_by(t, "w1")) for t in [*named, *bad, "nul", "other"]], [])
+        seqs = {t: _row_of(path, t)[1] for t in named}
         for task_id, data in bad.items():
             _altered(path, "UPDATE tasks SET data = ? WHERE task_id = ?", (data, task_id))
-        together = [(t, ("w2", "w1"), ("w1", "w2")) for t in [*odd, *plain, *bad, "no row"]]
+        untouched = {t: _row_of(path, t) for t in ("nul", "other")}
+        together = [
+            (t, ("w2", "w1") if i % 2 else ("w1", "w2"), ("w1", "w2"))
+            for i, t in enumerate([*odd, *plain, *bad, "no row"])
+        ]
         store.save_stakeholders([], [], [*together, ("own", (), ("w1",))])
         assert {t: _row_of(path, t)[0] for t in bad} == bad
+        assert {t: _row_of(path, t) for t in untouched} == untouched
         assert {t: _row_of(path, t)[1] for t in seqs} == seqs
         _altered(path, "DELETE FROM tasks WHERE task_id IN ('not json', 'array')")
     finally:
@@ -1021,9 +1029,14 @@ def test_tasks_given_the_same_lists_are_set_together(tmp_path: Path) -> None:
         assert held == {
             **{t: (("w1", "w2"), ("w1", "w2")) for t in [*odd, *plain]},
             "own": ((), ("w1",)),
+            "nul": (("w1",), ("w1",)),
+            "other": (("w1",), ("w1",)),
         }
     finally:
         store.close()
+    one, many = _interest_params(together)
+    assert sorted(t for *_, t in one) == ["nul\x00end"]
+    assert [len(json.loads(ids)) for *_, ids in many] == [1000, len(together) - 1001]
 
 
 def test_a_registration_compares_every_field_a_store_keeps() -> None:

@@ -550,17 +550,7 @@ class SqliteStore:
         worker_data = [(w, int(a)) for w, a in workers]
         if not (changed or worker_data or gone_tasks or gone_workers or stakeholders):
             return
-        alike: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
-        for task_id, held, ran in stakeholders:  # (the tasks given the same two lists)
-            alike.setdefault((tuple(held), tuple(ran)), []).append(task_id)
-        interest: list[tuple[str, str, str]] = []  # (stakeholders, runners, a task id)
-        shared: list[tuple[str, str, str]] = []  # (the same, the ids of several as JSON)
-        for (held, ran), ids in alike.items():
-            lists = (workers_json(held), workers_json(ran))
-            if len(ids) == 1:
-                interest.append((*lists, ids[0]))
-            else:
-                shared.append((*lists, _encode_ids(ids)))
+        interest, shared = _interest_params(stakeholders)
         gone = [(t,) for t in gone_tasks]
         seq = self._seq + len(changed) + bool(gone)
 
@@ -854,6 +844,36 @@ _SET_SHARED_INTEREST = _SET_INTEREST.replace(
     "task_id = ?", "task_id IN (SELECT value FROM json_each(?))"
 )
 _encode_ids = compact_encoder(ensure_ascii=False)
+_SHARED_MAX = 1000  # task ids a statement: their JSON stays a few MiB at most
+
+
+def _interest_params(
+    stakeholders: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The parameters of :data:`_SET_INTEREST` (a task each) and of
+    :data:`_SET_SHARED_INTEREST` (up to :data:`_SHARED_MAX` tasks given the same two lists
+    each, their ids as a JSON array) that set each ``(task_id, stakeholders, runners)`` of
+    ``stakeholders``. A task id holding a NUL goes alone: SQLite's JSON functions end a
+    string at its ``\\u0000``, so the array would name another task."""
+    in_order: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    for task_id, held, ran in stakeholders:
+        in_order.setdefault((tuple(held), tuple(ran)), []).append(task_id)
+    alike: dict[tuple[str, str], list[str]] = {}  # (the same lists in another order: sorted)
+    for (held, ran), ids in in_order.items():
+        alike.setdefault((workers_json(held), workers_json(ran)), []).extend(ids)
+    one: list[tuple[str, str, str]] = []
+    many: list[tuple[str, str, str]] = []
+    for (held_json, ran_json), ids in alike.items():
+        together = [t for t in ids if "\x00" not in t]
+        alone = [t for t in ids if "\x00" in t] if len(together) < len(ids) else []
+        for start in range(0, len(together), _SHARED_MAX):
+            chunk = together[start : start + _SHARED_MAX]
+            if len(chunk) > 1:
+                many.append((held_json, ran_json, _encode_ids(chunk)))
+            else:
+                alone += chunk
+        one.extend((held_json, ran_json, t) for t in alone)
+    return one, many
 
 
 def _ui_columns(row: Mapping[str, Any]) -> tuple[str | None, str, str | None, str]:
