@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,7 +31,7 @@ import time
 from typing import Any
 
 import psutil
-from bench_server import free_port, scratch_dir, wait_healthy
+from bench_server import free_port, scratch_dir, stop, wait_healthy
 
 BATCH = 500
 
@@ -215,8 +216,7 @@ def run(n: int, clients: int, batch: int = 0, profile: str = "") -> dict[str, An
         wall = max(finished) - started  # (when the last client ended, not the poll's step)
         cpu = sum(proc.cpu_times()[:2]) - cpu_before
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)
         shutil.rmtree(work, ignore_errors=True)
     completed = sum(done)
     return {
@@ -264,6 +264,8 @@ def main() -> None:
         help="run the server under cProfile (all its threads) and write the stats to FILE",
     )
     args = parser.parse_args()
+    # (a SIGTERM ends the run through its clean-up: no server nor scratch directory is left)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(json.dumps(run(args.n, args.clients, args.batch, args.profile_server)), flush=True)
 
 

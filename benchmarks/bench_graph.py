@@ -23,6 +23,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -183,6 +184,8 @@ def main() -> None:
     )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # (a SIGTERM ends the run through its clean-up: no scratch directory is left behind)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.one:
         # import by name, so that task classes live in an importable module (the subprocess
         # executor imports them in a fresh interpreter)

@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
-from bench_server import free_port, scratch_dir, wait_healthy
+from bench_server import free_port, scratch_dir, stop, wait_healthy
 
 BATCH = 500  # tasks per add_tasks request (the http transport's own)
 
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000, help="tasks in the graph")
     parser.add_argument("--workers", type=int, default=4, help="workers registering it")
     args = parser.parse_args()
+    # (a SIGTERM ends the run through its clean-up: no server nor scratch directory is left)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = scratch_dir("conveyor-bench-registration-")
     port = free_port()
     env = {**os.environ, "CONVEYOR_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -92,8 +95,7 @@ def main() -> None:
         for w in range(1, args.workers + 1):
             steps[f"release_{w}"] = measure(server, lambda w=w: release(f"w{w}"))
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop(process)
         shutil.rmtree(work, ignore_errors=True)
     later = [cpu for name, (_, cpu) in steps.items() if name.startswith("register_")][1:]
     releases = [cpu for name, (_, cpu) in steps.items() if name.startswith("release_")]

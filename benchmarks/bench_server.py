@@ -98,6 +98,20 @@ def scratch_dir(prefix: str) -> Path:
     return path
 
 
+def stop(*processes: subprocess.Popen[bytes]) -> None:
+    """Stop ``processes`` that still run: SIGTERM, then SIGKILL for one that is not gone
+    30 s later."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def free_port() -> int:
     """A free loopback port."""
     with socket.socket() as sock:
@@ -280,6 +294,7 @@ def run_graph(
         )
     compile_measured(env, work, [str(work / "bench_server_tasks.py")])
     server = scheduler(conveyor, work, env, port, config)
+    workers: list[subprocess.Popen[bytes]] = []
     try:
         wait_healthy(url)
         wait_role(url, "leader")
@@ -304,10 +319,10 @@ def run_graph(
             "--executor",
             executor or ("inline" if workers_per_process == 1 else "fork"),
         ]
-        workers = [
-            subprocess.Popen(run, env=worker_env, cwd=work, stdout=subprocess.DEVNULL)
-            for worker_env in worker_envs
-        ]
+        for worker_env in worker_envs:
+            workers.append(
+                subprocess.Popen(run, env=worker_env, cwd=work, stdout=subprocess.DEVNULL)
+            )
         codes = [w.wait() for w in workers]
         wall = time.perf_counter() - started
         sampler.stop()
@@ -322,8 +337,7 @@ def run_graph(
         with urllib.request.urlopen(url + "/api/v1/tasks") as answer:
             tasks = json.load(answer)["tasks"]
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(*workers, server)  # (the workers first: any still running, after a failure)
         shutil.rmtree(work, ignore_errors=True)
     done = sum(1 for t in tasks if t["status"] == "DONE")
 

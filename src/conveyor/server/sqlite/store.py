@@ -854,7 +854,7 @@ def _interest_params(
     :data:`_SET_SHARED_INTEREST` (up to :data:`_SHARED_MAX` tasks given the same two lists
     each, their ids as a JSON array) that set each ``(task_id, stakeholders, runners)`` of
     ``stakeholders``. A task id holding a NUL goes alone: SQLite's JSON functions end a
-    string at its ``\\u0000``, so the array would name another task."""
+    string at its ``\\u0000``, so the array would name another task, or none."""
     in_order: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
     for task_id, held, ran in stakeholders:
         in_order.setdefault((tuple(held), tuple(ran)), []).append(task_id)
