@@ -954,6 +954,16 @@ def _row_of(path: Path, task_id: str) -> tuple[str, int]:
         db.close()
 
 
+def _held_after_reload(path: Path) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each task's stakeholders and runners as a store opened afresh on ``path`` loads them."""
+    store = _open(path)
+    try:
+        records, _ = store.load_records()
+        return {r.task_id: (r.stakeholders, r.runners) for r in records}
+    finally:
+        store.close()
+
+
 def test_stakeholders_are_set_in_the_stored_row_alone(tmp_path: Path) -> None:
     """save_stakeholders sets the stakeholders and runners of each stored row and leaves the
     rest of its text as it was, byte for byte, and its change number; a row that is not JSON
@@ -978,17 +988,11 @@ def test_stakeholders_are_set_in_the_stored_row_alone(tmp_path: Path) -> None:
         store.save([to_row(_held_by("t", "w1", "w2"))], [])  # (as before)
     finally:
         store.close()
-    store = _open(path)
-    try:
-        records, _ = store.load_records()
-        held = {r.task_id: (r.stakeholders, r.runners) for r in records}
-        assert held == {
-            "t": (("w1", "w2"), ("w1", "w2")),
-            "u": (("w1", "w2", "w3"), ("w1", "w2", "w3")),
-            "v": ((), ("w1",)),
-        }
-    finally:
-        store.close()
+    assert _held_after_reload(path) == {
+        "t": (("w1", "w2"), ("w1", "w2")),
+        "u": (("w1", "w2", "w3"), ("w1", "w2", "w3")),
+        "v": ((), ("w1",)),
+    }
 
 
 def test_tasks_given_the_same_lists_are_set_together(tmp_path: Path) -> None:
@@ -1022,18 +1026,12 @@ def test_tasks_given_the_same_lists_are_set_together(tmp_path: Path) -> None:
         _altered(path, "DELETE FROM tasks WHERE task_id IN ('not json', 'array')")
     finally:
         store.close()
-    store = _open(path)
-    try:
-        records, _ = store.load_records()
-        held = {r.task_id: (r.stakeholders, r.runners) for r in records}
-        assert held == {
-            **{t: (("w1", "w2"), ("w1", "w2")) for t in [*odd, *plain]},
-            "own": ((), ("w1",)),
-            "nul": (("w1",), ("w1",)),
-            "other": (("w1",), ("w1",)),
-        }
-    finally:
-        store.close()
+    assert _held_after_reload(path) == {
+        **{t: (("w1", "w2"), ("w1", "w2")) for t in [*odd, *plain]},
+        "own": ((), ("w1",)),
+        "nul": (("w1",), ("w1",)),
+        "other": (("w1",), ("w1",)),
+    }
     one, many = _interest_params(together)
     assert sorted(t for *_, t in one) == ["nul\x00end"]
     assert [len(json.loads(ids)) for *_, ids in many] == [1000, len(together) - 1001]
