@@ -9,6 +9,7 @@ over real sockets. Nothing is mocked but the one scheduler call a test makes fai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import Iterator
@@ -18,10 +19,11 @@ import psutil
 import pytest
 import structlog
 
+import conveyor.server.app as app_module
 from conveyor.protocol import GetWork
 from conveyor.scheduler.policy import SchedulerCore
 from conveyor.server.app import SchedulerService, create_app
-from conveyor.server.guard import SECURITY_HEADERS
+from conveyor.server.guard import _OWN_HOSTS_KEPT, SECURITY_HEADERS, Guard
 from conveyor.server.hosts import OwnAddress
 from conveyor.server.stores import MemoryStore
 from conveyor.testing.processes import http_request, serve_app, wait_for
@@ -108,8 +110,6 @@ def test_a_handler_that_fails_gets_the_500_of_the_last_handler(
     """An error whose own handler fails in turn (here the standby's answer to ``NotLeader``)
     is answered as Starlette answers it: the JSON 500 of the handler of ``Exception``, the
     handler's error logged once by the guard."""
-    import conveyor.server.app as app_module
-
     real = service.core.call
 
     def call(request: Any) -> Any:
@@ -206,9 +206,6 @@ def test_the_guard_remembers_a_bounded_number_of_own_host_forms() -> None:
     bounded number of them (a server's names with any port are its own: a caller could send
     many): past the bound it starts again, every own form is still served and every foreign
     one still refused 421, whatever came before."""
-    import asyncio
-
-    from conveyor.server.guard import _OWN_HOSTS_KEPT, Guard
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 204, "headers": []})
